@@ -1,0 +1,175 @@
+"""`the-loop hooks …`: list the declaration, show the catalog, dry-run a point, the schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from the_loop.cli._common import add_json, config_of, print_json
+from the_loop.errors import UsageError
+from the_loop.hooks.declaration import parse_hooks
+from the_loop.hooks.points import (
+    POINTS,
+    SPECS,
+    WORK_ITEM_FIELDS,
+    context_from_json,
+    context_to_json,
+)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("hooks", help="the declared hooks, the catalog, dry runs")
+    add_json(p)
+    p.set_defaults(func=cmd_list)
+    hs = p.add_subparsers(dest="hooks_command", metavar="SUBCOMMAND")
+
+    pp = hs.add_parser("points", help="the catalog of lifecycle points: facts and decisions")
+    add_json(pp)
+    pp.add_argument("--point", metavar="P", help="one point only")
+    pp.set_defaults(func=cmd_points)
+
+    pr = hs.add_parser("run", help="run the declared chain at one point on given fields")
+    pr.add_argument("point", metavar="POINT")
+    pr.add_argument("--context", metavar="FILE|-", help="a JSON object of the point's fields")
+    add_json(pr)
+    pr.set_defaults(func=cmd_run)
+
+    ps = hs.add_parser("schema", help="the JSON Schema of the hooks section of cli-config.yaml")
+    ps.set_defaults(func=cmd_schema)
+
+    pv = hs.add_parser("serve", help="host a local hook class over JSON-RPC")
+    src = pv.add_mutually_exclusive_group(required=True)
+    src.add_argument("--path", metavar="FILE", help="a .py file defining the class")
+    src.add_argument("--module", metavar="MOD", help="an installed dotted module")
+    pv.add_argument("--executor", metavar="NAME", help="the class, if the module has several")
+    pv.add_argument("--with", dest="with_json", metavar="JSON", default="{}",
+                    help="constructor keyword arguments as a JSON object")
+    pv.add_argument("--host", default="127.0.0.1")
+    pv.add_argument("--port", type=int, default=8765)
+    pv.add_argument("--token-env", metavar="VAR", default="",
+                    help="require Authorization: Bearer $VAR on every call")
+    pv.set_defaults(func=cmd_serve)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    config = config_of(args)
+    entries = parse_hooks(config.hooks, config.folder)
+    if args.json:
+        print_json({"config": str(config.path or ""), "hooks": [e.to_json() for e in entries]})
+        return 0
+    if config.path is None:
+        print("no cli-config.yaml found (use --config PATH); no hooks declared")
+        return 0
+    if not entries:
+        print(f"{config.path}: no hooks declared")
+        return 0
+    rows = [("NAME", "KIND", "TARGET", "POINTS", "REQUIRED", "ENABLED")]
+    for e in entries:
+        rows.append((
+            e.name, e.kind, e.target, ",".join(e.on) if e.on is not None else "(default)",
+            "yes" if e.required else "no", "yes" if e.enabled else "no",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    print(f"{config.path}:")
+    for r in rows:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_points(args: argparse.Namespace) -> int:
+    if args.point is not None and args.point not in POINTS:
+        from the_loop.hooks.points import unknown_point_message
+
+        raise UsageError(unknown_point_message(args.point))
+    specs = [SPECS[args.point]] if args.point else list(SPECS.values())
+    if args.json:
+        data = [s.to_json() for s in specs]
+        print_json(data[0] if args.point else data)
+        return 0
+    for s in specs:
+        print(f"{s.name}  ({s.context.__name__})")
+        print(f"  fires: {s.when}")
+        print("  facts:")
+        for f in s.facts:
+            print(f"    {f.name:<11} {f.type:<9} {f.doc}")
+            if f.type == "WorkItem":
+                inner = ", ".join(f"{f.name}.{k}" for k in WORK_ITEM_FIELDS)
+                print(f"    {'':<11} {'':<9} ({inner})")
+        print("  decisions:")
+        for d in s.decisions:
+            print(f"    {d.name:<11} {d.type:<5} default {json.dumps(d.default):<6} {d.applied}")
+        print()
+    return 0
+
+
+def _read_context_arg(source: str | None) -> Any:
+    if source is None:
+        return {}
+    try:
+        if source == "-":
+            text = sys.stdin.read()
+        else:
+            with open(source, encoding="utf-8") as fh:
+                text = fh.read()
+    except OSError as exc:
+        raise UsageError(f"--context {source}: cannot read: {exc.strerror}") from None
+    try:
+        return json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--context {source}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from the_loop.hooks.declaration import chain_from_config
+    from the_loop.hooks.points import unknown_point_message
+
+    if args.point not in POINTS:
+        raise UsageError(unknown_point_message(args.point))
+    data = _read_context_arg(args.context)
+    try:
+        ctx = context_from_json(args.point, data)
+    except ValueError as exc:
+        raise UsageError(f"--context: {exc}") from None
+    config = config_of(args)
+    chain = chain_from_config(config)
+    outcome = chain.invoke(ctx)
+    final = context_to_json(outcome.context)
+    trace = [step.to_json() for step in outcome.steps]
+    if args.json:
+        print_json({"point": args.point, "context": final, "trace": trace})
+        return 0
+    names = chain.names(args.point)
+    print(f"{args.point}: {len(names)} hook(s) run: {', '.join(names) or 'none'}")
+    for step in outcome.steps:
+        line = f"  {step.hook:<16} {step.status:<9} {step.ms:8.3f} ms"
+        if step.changed:
+            line += "  changed " + ", ".join(f"{k}={v!r}" for k, v in step.changed.items())
+        if step.error:
+            line += f"  error: {step.error}"
+        if step.dropped:
+            line += f"  ignored: {', '.join(step.dropped)}"
+        rules = step.detail.get("rules")
+        if rules:
+            line += f"  rules: {', '.join(rules)}"
+        print(line)
+    print("final decisions:")
+    for d in SPECS[args.point].decisions:
+        print(f"  {d.name} = {json.dumps(final[d.name], ensure_ascii=False)}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from the_loop.hooks.schema import hooks_schema
+
+    print_json(hooks_schema())
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from the_loop.hooks.serve_cli import serve
+
+    return serve(args)

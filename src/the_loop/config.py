@@ -1,0 +1,128 @@
+"""Finds and reads cli-config.yaml (the whole file, once, with a safe loader).
+
+Each section is validated by its owner: `hooks` by `the_loop.hooks.declaration`, the
+runtime keys by `the_loop.runtime.settings`. Relative paths resolve against the folder of
+the config file, never the working directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from the_loop import yamlsafe
+from the_loop.errors import ConfigError
+
+ENV_VAR = "THE_LOOP_CLI_CONFIG"
+
+#: Top-level keys cli-config.yaml may carry, with what each is for.
+TOP_LEVEL_KEYS: dict[str, str] = {
+    "loop": "the loop's name (str)",
+    "stateDir": "folder for the event log, tracker database and workspaces (str)",
+    "hooks": "the hooks chain (list of entries)",
+    "tracker": "the tracker ({kind: local, repository: owner/repo})",
+    "armLabel": "a label that arms a ticket when added (str)",
+    "harness": "the default harness name (str)",
+    "harnesses": "harness commands (list of {name, command, model})",
+    "graph": "builtin, or a path to a YAML phase graph",
+    "channels": "where phase and closure messages go (list)",
+    "repository": "a local git repository to create worktrees from (str)",
+    "serve": "control-plane settings ({host, port, tokenEnv})",
+}
+
+
+@dataclass
+class Config:
+    """The parsed file: its location and its raw sections."""
+
+    path: Path | None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent if self.path is not None else Path.cwd()
+
+    @property
+    def loop(self) -> str:
+        value = self.data.get("loop", "")
+        return value if isinstance(value, str) else ""
+
+    @property
+    def state_dir(self) -> Path:
+        raw = self.data.get("stateDir", ".the-loop")
+        return self.resolve(raw if isinstance(raw, str) else ".the-loop")
+
+    @property
+    def hooks(self) -> Any:
+        return self.data.get("hooks")
+
+    def resolve(self, raw: str) -> Path:
+        """A path from the file: absolute, ~/…, or relative to the file's folder."""
+        p = Path(os.path.expanduser(raw))
+        return p if p.is_absolute() else (self.folder / p)
+
+
+def find_config(explicit: str | None = None) -> Path | None:
+    """`--config`, else $THE_LOOP_CLI_CONFIG, else ./.the-loop/…, else ~/.the-loop/…."""
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    env = os.environ.get(ENV_VAR, "")
+    if env:
+        return Path(env).expanduser().absolute()
+    for candidate in (
+        Path.cwd() / ".the-loop" / "cli-config.yaml",
+        Path.home() / ".the-loop" / "cli-config.yaml",
+    ):
+        if candidate.is_file():
+            return candidate.absolute()
+    return None
+
+
+def read_config(path: Path | None) -> Config:
+    """Read and parse the file; raises `ConfigError` naming the file and the problem."""
+    if path is None:
+        return Config(None, {})
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such file. Pass --config PATH, set ${ENV_VAR}, or create "
+            "./.the-loop/cli-config.yaml"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = yamlsafe.load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML {yamlsafe.describe_error(exc)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: expected a mapping of keys at the top level, got {type(data).__name__}"
+        )
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            from the_loop.hooks.points import closest
+
+            hint = closest(str(key), tuple(TOP_LEVEL_KEYS))
+            raise ConfigError(
+                f"{path}: unknown top-level key {key!r}"
+                + (f" (did you mean {hint!r}?)" if hint else "")
+                + f". Allowed keys: {', '.join(TOP_LEVEL_KEYS)}"
+            )
+    for key in ("loop", "stateDir"):
+        if key in data and not isinstance(data[key], str):
+            raise ConfigError(
+                f"{path}: {key} must be a string (got {data[key]!r} that is "
+                f"{type(data[key]).__name__})"
+            )
+    return Config(path, data)
+
+
+def load_config(explicit: str | None = None) -> Config:
+    return read_config(find_config(explicit))

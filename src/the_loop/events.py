@@ -1,0 +1,132 @@
+"""The event catalog and the append-only JSONL event log (one write per line, multi-process safe).
+
+Events are records of what happened. They are never hook points: `EVENT_TYPES` and the
+catalog in `the_loop.hooks.points` are disjoint, and a test keeps them so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+#: event type → what it records. Every event the code emits must be listed here.
+EVENT_TYPES: dict[str, str] = {
+    # hooks engine
+    "hooks.loaded": "the declaration loaded; fields: hooks (names), points",
+    "hooks.load_failed": "the declaration could not load; fields: error",
+    "hooks.decided": "an executor changed decisions; fields: point, hook, changed, rules",
+    "hooks.failed": "an executor failed and was skipped; fields: point, hook, error",
+    "hooks.refused": "a proceed: false was applied; fields: point, hook, reason",
+    "hooks.dropped": "an executor's answer carried facts or unknown keys that were ignored; "
+                     "fields: point, hook, dropped",
+    "hooks.ignored": "a decision the loop does not apply at this moment was changed and "
+                     "ignored; fields: point, hook, fields, why",
+    "hooks.audit": "audit-mode policy rules matched and would have decided; fields: point, "
+                   "hook, rules, would",
+    # delivery runtime
+    "loop.armed": "a work item was armed; fields: work_item, actor, source",
+    "loop.disarmed": "a work item was disarmed; fields: work_item, why",
+    "loop.started": "a work item's start went ahead; fields: work_item",
+    "loop.start_refused": "a work item's start was refused; fields: work_item, hook, reason",
+    "poll.cycle": "the poller finished a cycle; fields: started, inputs, closed",
+    "poll.stopped": "the poller stopped; fields: why",
+    "workspace.prepared": "a work item's workspace exists; fields: work_item, path, git",
+    "session.launched": "a harness process was launched; fields: work_item, session_id, pid",
+    "session.refused": "a launch was refused; fields: work_item, hook, reason",
+    "session.exited": "a harness process ended; fields: session_id, code",
+    "session.announced": "the session-started comment was posted; fields: session_id",
+    "question.posted": "an agent's question was posted; fields: work_item, session_id",
+    "gate.entered": "a human gate was entered; fields: work_item, node",
+    "input.delivered": "a person's input was delivered or run; fields: work_item, kind",
+    "input.refused": "a person's input was dropped; fields: work_item, hook, reason",
+    "phase.changed": "the graph advanced; fields: work_item, from_node, to_node",
+    "phase.published": "a phase message went to the channels; fields: work_item, to_phase",
+    "item.completed": "a work item closed; fields: work_item, source",
+    "item.announced": "the closure was announced on the channels; fields: work_item",
+    "channel.failed": "a channel could not be told; fields: channel, error",
+    "serve.started": "the control plane started; fields: url",
+    "serve.stopped": "the control plane stopped",
+    "demo.step": "a step of the scripted demo; fields: step",
+}
+
+_REDACTED = "[redacted]"
+
+
+class EventLog:
+    """Appends events to `<stateDir>/events.jsonl`, or keeps them in memory when no path.
+
+    Each event is one JSON object on one line written with a single `os.write` on a file
+    opened with O_APPEND, so lines from several processes never interleave. `secrets`
+    returns values that must never be written; any occurrence is replaced.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        source: str = "the-loop",
+        secrets: Callable[[], Iterable[str]] | None = None,
+    ) -> None:
+        self.path = Path(path) if path is not None else None
+        self.source = source
+        self.memory: list[dict[str, Any]] = []
+        self._secrets = secrets
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._host = socket.gethostname()
+
+    def emit(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Record one event; returns the record as written."""
+        if event not in EVENT_TYPES:
+            raise ValueError(f"{event!r} is not in EVENT_TYPES")
+        record: dict[str, Any] = {
+            "ts": time.time(), "event": event, "source": self.source, "pid": self._pid,
+        }
+        record.update(fields)
+        line = json.dumps(record, ensure_ascii=False, default=str, separators=(",", ":"))
+        if self._secrets is not None:
+            for secret in self._secrets():
+                if secret and len(secret) >= 4 and secret in line:
+                    line = line.replace(secret, _REDACTED)
+                    record = json.loads(line)
+        with self._lock:
+            self.memory.append(record)
+            if len(self.memory) > 10_000:
+                del self.memory[:5_000]
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            data = (line + "\n").encode("utf-8")
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        return record
+
+    def of(self, event: str) -> list[dict[str, Any]]:
+        """In-memory records of one type (for tests and traces)."""
+        return [r for r in self.memory if r["event"] == event]
+
+
+def read_events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Every well-formed event in a log file, in order; a torn last line is skipped."""
+    p = Path(path)
+    if not p.exists():
+        return
+    with p.open("r", encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                yield record

@@ -1,0 +1,336 @@
+"""The chain: runs executors at one point in declaration order and reads back typed decisions.
+
+Rules, each tested by name in tests/test_chain.py:
+- `None` passes through; a context of the same type (or a `Decisions` patch) replaces the
+  decisions; each executor sees the decisions of the ones before it.
+- Each executor gets its own copy (lists included), so an edit followed by a failure leaves
+  nothing behind.
+- Only decisions are read back; a changed fact or unknown attribute is dropped and recorded.
+- A decision of the wrong type fails that executor and changes nothing (never coerced).
+- An executor that raises (SystemExit included) or answers the wrong thing is recorded as
+  `hooks.failed` and skipped; the chain never raises into its caller.
+- A failing `required` executor at a point with `proceed` refuses, naming the hook.
+- A refusal sticks: once `proceed` is false, a later executor cannot set it back to true.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from the_loop.events import EventLog
+from the_loop.hooks.executor import Decisions, Executor, HookError, LifecycleHooks
+from the_loop.hooks.executor import default_points, handler_for
+from the_loop.hooks.points import DECISION, POINTS, SPECS, Context, WorkItem
+
+C = TypeVar("C", bound=Context)
+
+_PY_TYPES: dict[str, type] = {"str": str, "bool": bool}
+
+
+class _Shape:
+    """Per-context-class data the hot path needs, computed once."""
+
+    __slots__ = ("decisions", "facts", "lists", "names", "point", "proceed")
+
+    def __init__(self, cls: type[Context]) -> None:
+        spec = SPECS[cls.POINT]
+        self.point = cls.POINT
+        self.decisions: tuple[tuple[str, type], ...] = tuple(
+            (d.name, _PY_TYPES[d.type]) for d in spec.decisions
+        )
+        self.facts: tuple[str, ...] = tuple(f.name for f in spec.facts)
+        self.lists: tuple[str, ...] = tuple(f.name for f in spec.fields if f.type == "list[str]")
+        self.names = frozenset(f.name for f in spec.fields)
+        self.proceed = any(name == "proceed" for name, _ in self.decisions)
+
+
+_SHAPES: dict[type[Context], _Shape] = {cls: _Shape(cls) for cls in POINTS.values()}
+_new = object.__new__
+
+
+def copy_context(ctx: C) -> C:
+    """A copy of `ctx` that shares nothing mutable with it (WorkItem records are frozen)."""
+    cls = type(ctx)
+    out: C = _new(cls)
+    d = ctx.__dict__.copy()
+    for name in _SHAPES[cls].lists:
+        d[name] = list(d[name])
+    out.__dict__ = d
+    return out
+
+
+@dataclass
+class Step:
+    """What one executor did at one point (one line of a trace)."""
+
+    hook: str
+    status: str  # unchanged | changed | failed
+    changed: dict[str, Any] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+    error: str = ""
+    ms: float = 0.0
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "hook": self.hook, "status": self.status, "changed": self.changed,
+            "dropped": self.dropped, "error": self.error, "ms": round(self.ms, 3),
+        }
+        out.update(self.detail)
+        return out
+
+
+@dataclass
+class Outcome:
+    """The result of running a point: the final context and who changed what."""
+
+    point: str
+    context: Context
+    given: Context | None = None  # the caller's context, never modified
+    steps: list[Step] = field(default_factory=list)
+    changed_by: dict[str, str] = field(default_factory=dict)  # decision → last hook to set it
+    refused_by: str = ""  # the hook whose proceed: false stuck
+
+    @property
+    def refused(self) -> bool:
+        return bool(getattr(self.context, "proceed", True) is False)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One executor in the chain, with the entry facts the chain needs."""
+
+    name: str
+    executor: LifecycleHooks | Executor
+    points: frozenset[str]
+    required: bool = False
+
+
+class Chain:
+    """Executors in declaration order, pre-sorted by point at construction."""
+
+    def __init__(self, links: Iterable[Link] = (), *, log: EventLog | None = None) -> None:
+        self.links: tuple[Link, ...] = tuple(links)
+        self.log = log if log is not None else EventLog()
+        self._by_point: dict[str, tuple[tuple[str, Callable[[Any], Any], bool], ...]] = {}
+        for point in POINTS:
+            self._by_point[point] = tuple(
+                (link.name, handler_for(link.executor, point), link.required)
+                for link in self.links
+                if point in link.points
+            )
+
+    @classmethod
+    def of(cls, *executors: LifecycleHooks | Executor, log: EventLog | None = None) -> Chain:
+        """A chain of unnamed-by-config executors (names from their class), for embedding."""
+        links = [
+            Link(type(e).__name__.lower(), e, frozenset(default_points(e))) for e in executors
+        ]
+        return cls(links, log=log)
+
+    def names(self, point: str) -> list[str]:
+        """The hooks that run at `point`, in order."""
+        return [name for name, _, _ in self._by_point[point]]
+
+    def run(self, ctx: C) -> C:
+        """Run the chain at ctx's point; returns a context with the final decisions."""
+        handlers = self._by_point.get(ctx.POINT)
+        if not handlers:
+            return ctx
+        out: C = self._run(ctx, handlers, False).context  # type: ignore[assignment]
+        return out
+
+    def invoke(self, ctx: Context) -> Outcome:
+        """Like `run`, with a trace: every executor's step and who changed what."""
+        handlers = self._by_point.get(ctx.POINT, ())
+        return self._run(ctx, handlers, True)
+
+    # The loop below is the hot path: no dataclasses.asdict/replace, no allocation for an
+    # executor that answers None; everything else goes through `_settle`.
+    def _run(
+        self,
+        ctx: Context,
+        handlers: tuple[tuple[str, Callable[[Any], Any], bool], ...],
+        trace: bool,
+    ) -> Outcome:
+        cls = type(ctx)
+        shape = _SHAPES.get(cls)
+        if shape is None:
+            raise TypeError(f"{cls.__name__} is not a lifecycle context")
+        outcome = Outcome(shape.point, ctx, ctx)
+        lists = shape.lists
+        new = _new
+        for name, fn, required in handlers:
+            started = time.perf_counter() if trace else 0.0
+            work = new(cls)
+            d = outcome.context.__dict__.copy()
+            for key in lists:
+                d[key] = d[key][:]
+            work.__dict__ = d
+            try:
+                answer = fn(work)
+            except HookError as exc:
+                self._settle(outcome, shape, name, required, None, str(exc) or "HookError",
+                             started, trace)
+                continue
+            except (Exception, SystemExit, GeneratorExit) as exc:
+                self._settle(outcome, shape, name, required, None, _describe(exc), started,
+                             trace)
+                continue
+            if answer is None and not trace:
+                continue
+            self._settle(outcome, shape, name, required, answer, "", started, trace)
+        if outcome.refused_by:
+            self.log.emit(
+                "hooks.refused", point=shape.point, hook=outcome.refused_by,
+                reason=getattr(outcome.context, "reason", ""), work_item=ctx.work_item.ref,
+            )
+        return outcome
+
+    def _settle(
+        self,
+        outcome: Outcome,
+        shape: _Shape,
+        name: str,
+        required: bool,
+        answer: Any,
+        error: str,
+        started: float,
+        trace: bool,
+    ) -> None:
+        """Read back one executor's answer (or failure) into the outcome; record events."""
+        state = outcome.context
+        cls = type(state)
+        ref = state.work_item.ref
+        changes: dict[str, Any] = {}
+        dropped: list[str] = []
+        detail: dict[str, Any] = {}
+        if not error and answer is not None:
+            if type(answer) is cls:
+                error = _read_context(shape, state, answer, changes, dropped)
+            elif isinstance(answer, Decisions):
+                dropped.extend(answer.dropped)
+                detail = answer.detail
+                error = _read_patch(shape, state, answer.values, changes, dropped)
+            else:
+                error = _wrong_answer(cls, answer)
+        if error:
+            changes = {}
+            self.log.emit(
+                "hooks.failed", point=shape.point, hook=name, error=error, work_item=ref,
+                required=required,
+            )
+            if required and shape.proceed and getattr(state, "proceed") is not False:
+                changes = {"proceed": False, "reason": f"required hook {name!r} failed: {error}"}
+        if dropped:
+            self.log.emit(
+                "hooks.dropped", point=shape.point, hook=name, dropped=sorted(set(dropped)),
+                work_item=ref,
+            )
+        if changes and shape.proceed and getattr(state, "proceed") is False:
+            # A refusal sticks: keep the first refusal's proceed and reason.
+            for key in ("proceed", "reason"):
+                if key in changes:
+                    del changes[key]
+                    dropped.append(key)
+        if changes:
+            if state is outcome.context and state is outcome.given:
+                state = copy_context(state)  # never touch the caller's object
+            sd = state.__dict__
+            for key, value in changes.items():
+                sd[key] = value
+                outcome.changed_by[key] = name
+            outcome.context = state
+            if not error:
+                fields: dict[str, Any] = {
+                    "point": shape.point, "hook": name, "changed": sorted(changes),
+                    "work_item": ref,
+                }
+                fields.update(detail)
+                self.log.emit("hooks.decided", **fields)
+            if changes.get("proceed") is False:
+                outcome.refused_by = name
+        if trace:
+            outcome.steps.append(Step(
+                hook=name,
+                status="failed" if error else ("changed" if changes else "unchanged"),
+                changed={} if error else dict(changes), dropped=sorted(set(dropped)),
+                error=error, ms=(time.perf_counter() - started) * 1000.0, detail=detail,
+            ))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"the hook called sys.exit({exc.code!r})"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _wrong_answer(cls: type[Context], answer: object) -> str:
+    if isinstance(answer, Context):
+        return (
+            f"returned a {type(answer).__name__} ({answer.POINT}'s context) at "
+            f"{cls.POINT}; expected {cls.__name__} or None"
+        )
+    return f"returned {type(answer).__name__}; expected {cls.__name__} or None"
+
+
+def _type_error(name: str, want: type, value: object) -> str:
+    return (
+        f"decision {name!r} must be {want.__name__} (got {value!r} that is "
+        f"{type(value).__name__}); nothing from this hook was applied"
+    )
+
+
+def _read_context(
+    shape: _Shape, state: Context, answer: Context, changes: dict[str, Any], dropped: list[str]
+) -> str:
+    """Collect changed decisions from a returned context; an error string on a bad type."""
+    ad = answer.__dict__
+    sd = state.__dict__
+    for name, want in shape.decisions:
+        value = ad.get(name)
+        if type(value) is not want:
+            return _type_error(name, want, value)
+        if value != sd[name]:
+            changes[name] = value
+    for name in shape.facts:
+        if ad.get(name) != sd[name]:
+            dropped.append(name)
+    if len(ad) != len(sd):
+        dropped.extend(k for k in ad if k not in shape.names)
+    return ""
+
+
+def _read_patch(
+    shape: _Shape,
+    state: Context,
+    values: Any,
+    changes: dict[str, Any],
+    dropped: list[str],
+) -> str:
+    """Collect changed decisions from a patch (remote result, policy)."""
+    sd = state.__dict__
+    wanted = dict(shape.decisions)
+    for name, value in values.items():
+        want = wanted.get(name)
+        if want is None:
+            dropped.append(name)
+            continue
+        if type(value) is not want:
+            return _type_error(name, want, value)
+        if value != sd[name]:
+            changes[name] = value
+    return ""
+
+
+def is_decision(point: str, name: str) -> bool:
+    """Whether `name` is a decision at `point`."""
+    fs = SPECS[point].field(name)
+    return fs is not None and fs.role == DECISION
+
+
+__all__ = ["Chain", "Link", "Outcome", "Step", "WorkItem", "copy_context", "is_decision"]

@@ -1,0 +1,105 @@
+"""The executor base class a hook author subclasses, and the internal executor protocol."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from the_loop.hooks.points import (
+    Context,
+    InputReceived,
+    PhaseChanged,
+    SessionSpawn,
+    SessionSpawned,
+    WaitingForInput,
+    WorkItemComplete,
+    WorkItemStart,
+)
+
+
+class HookError(Exception):
+    """A hook failed with a message meant for a person (no traceback needed)."""
+
+
+@dataclass
+class Decisions:
+    """A patch of decisions an executor hands back instead of a context.
+
+    Remote and policy executors answer with this: `values` are the decisions to set (the
+    chain still checks their types), `dropped` the keys it ignored (facts, unknown keys),
+    `detail` extra fields for the `hooks.decided` event (e.g. the rules that applied).
+    """
+
+    values: Mapping[str, Any]
+    dropped: list[str] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+Handler = Callable[[Any], "Context | Decisions | None"]
+
+
+class Executor(Protocol):
+    """What the chain needs from any executor: local, remote or policy."""
+
+    def points(self) -> tuple[str, ...]:
+        """The points this executor handles when `on` does not narrow them."""
+        ...
+
+    def handler(self, point: str) -> Handler:
+        """The callable the chain invokes at `point`."""
+        ...
+
+
+class LifecycleHooks:
+    """Base class for hooks: override the points you handle.
+
+    Each method receives that point's context and returns `None` (pass through) or a
+    context of the same type whose decisions replace the current ones. Edit the context
+    you are given and return it, or return a copy; facts you change are ignored.
+    """
+
+    def work_item_start(self, ctx: WorkItemStart) -> WorkItemStart | None:
+        return None
+
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn | None:
+        return None
+
+    def session_spawned(self, ctx: SessionSpawned) -> SessionSpawned | None:
+        return None
+
+    def waiting_for_input(self, ctx: WaitingForInput) -> WaitingForInput | None:
+        return None
+
+    def input_received(self, ctx: InputReceived) -> InputReceived | None:
+        return None
+
+    def phase_changed(self, ctx: PhaseChanged) -> PhaseChanged | None:
+        return None
+
+    def work_item_complete(self, ctx: WorkItemComplete) -> WorkItemComplete | None:
+        return None
+
+    @classmethod
+    def overridden_points(cls) -> tuple[str, ...]:
+        """The points this class overrides, in lifecycle order."""
+        from the_loop.hooks.points import POINTS
+
+        return tuple(
+            p for p in POINTS if getattr(cls, p) is not getattr(LifecycleHooks, p)
+        )
+
+
+def handler_for(executor: LifecycleHooks | Executor, point: str) -> Handler:
+    """The callable the chain invokes for `executor` at `point`."""
+    if isinstance(executor, LifecycleHooks):
+        method: Handler = getattr(executor, point)
+        return method
+    return executor.handler(point)
+
+
+def default_points(executor: LifecycleHooks | Executor) -> tuple[str, ...]:
+    """The points an executor handles when its entry's `on` does not narrow them."""
+    if isinstance(executor, LifecycleHooks):
+        return type(executor).overridden_points()
+    return executor.points()

@@ -1,0 +1,417 @@
+"""The catalog of lifecycle points: one typed context per point, the single source of truth.
+
+Every other view of the lifecycle — the SDK base class, `the-loop hooks points`, the JSON
+Schema, the docs table and the policy checker — is derived from the classes below or
+parity-tested against them. A context is a mutable dataclass of *facts* (read-only: the
+chain ignores a changed fact and records the drop) and *decisions* (typed fields the loop
+reads back and applies). `WorkItem` is a frozen record shared by every context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+FACT = "fact"
+DECISION = "decision"
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """A read-only record of the ticket or pull request being delivered."""
+
+    ref: str = ""
+    tracker: str = ""
+    host: str = ""
+    owner: str = ""
+    repo: str = ""
+    repository: str = ""
+    number: int = 0
+    kind: str = "issue"
+    url: str = ""
+    id: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in WORK_ITEM_FIELDS}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> WorkItem:
+        """Build from a JSON object; raises `ValueError` naming a bad key or type."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected an object, got {type(data).__name__}")
+        unknown = sorted(set(data) - set(WORK_ITEM_FIELDS))
+        if unknown:
+            raise ValueError(
+                f"unknown field(s) {', '.join(unknown)}; valid: {', '.join(WORK_ITEM_FIELDS)}"
+            )
+        for key, value in data.items():
+            want = int if key == "number" else str
+            if type(value) is not want:
+                raise ValueError(
+                    f"{key} must be {want.__name__} (got {value!r} that is "
+                    f"{type(value).__name__})"
+                )
+        return cls(**data)
+
+
+WORK_ITEM_DOCS: dict[str, str] = {
+    "ref": "the tracker reference, e.g. local:acme/app#12",
+    "tracker": "the tracker kind, e.g. local",
+    "host": "the tracker's host (empty for the local tracker)",
+    "owner": "the repository owner, e.g. acme",
+    "repo": "the repository name, e.g. app",
+    "repository": "owner/repo, e.g. acme/app",
+    "number": "the ticket or pull request number",
+    "kind": "issue or pull-request",
+    "url": "a link a person can open",
+    "id": "the tracker's own id for the item",
+}
+WORK_ITEM_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(WorkItem))
+
+
+def fact(default: Any, doc: str) -> Any:
+    """A read-only field: what the loop tells the hook."""
+    if isinstance(default, list):
+        return field(default_factory=list, metadata={"role": FACT, "doc": doc})
+    if isinstance(default, WorkItem):
+        return field(default_factory=WorkItem, metadata={"role": FACT, "doc": doc})
+    return field(default=default, metadata={"role": FACT, "doc": doc})
+
+
+def decision(default: bool | str, doc: str, applied: str) -> Any:
+    """A field the loop reads back after the chain and applies as `applied` says."""
+    return field(default=default, metadata={"role": DECISION, "doc": doc, "applied": applied})
+
+
+@dataclass
+class Context:
+    """Fields every point carries. Subclasses add their own facts and decisions."""
+
+    POINT: ClassVar[str] = ""
+    WHEN: ClassVar[str] = ""
+
+    work_item: WorkItem = fact(WorkItem(), "the work item (read-only record)")
+    loop: str = fact("", "the loop's name (`loop:` in cli-config.yaml)")
+    labels: list[str] = fact([], "the work item's labels")
+
+
+_PROCEED = "false refuses the operation; the loop records hooks.refused and comments once"
+_REASON = "the reason shown in the refusal comment and event"
+
+
+@dataclass
+class WorkItemStart(Context):
+    POINT: ClassVar[str] = "work_item_start"
+    WHEN: ClassVar[str] = (
+        "once per arming, before the workspace is prepared or any session exists"
+    )
+
+    actor: str = fact("", "who armed the work item (login)")
+    source: str = fact("", "how it was armed: command, label or api")
+    phase: str = fact("", "the phase the work item starts in")
+    proceed: bool = decision(
+        True, "whether the work item starts",
+        "false: the item is disarmed, one marked comment names the hook and reason, "
+        "the start is settled and never retried",
+    )
+    reason: str = decision("", "why the start was refused", _REASON)
+
+
+@dataclass
+class SessionSpawn(Context):
+    POINT: ClassVar[str] = "session_spawn"
+    WHEN: ClassVar[str] = (
+        "before every harness process launch (first spawn, a pull request's own session, "
+        "a resume or a respawn), with the prompt rendered"
+    )
+
+    actor: str = fact("", "who caused the launch (login), or the loop")
+    harness: str = fact("", "the harness name from cli-config.yaml")
+    model: str = fact("", "the harness's model, if declared")
+    command: list[str] = fact([], "the harness argv that will be launched")
+    cwd: str = fact("", "the workspace folder the process runs in")
+    respawn: bool = fact(False, "true for a resume or respawn of an earlier session")
+    endpoint: WorkItem = fact(WorkItem(), "the work item or pull request the session is for")
+    node: str = fact("", "the graph node the session works on")
+    phase: str = fact("", "the phase of that node")
+    prompt: str = decision(
+        "", "the prompt the harness receives on stdin",
+        "replaces the text handed to the harness on launch",
+    )
+    proceed: bool = decision(
+        True, "whether the process is launched",
+        "false: no process starts; recorded and commented like a refused start; a pull "
+        "request's own session falls back to the ticket's session",
+    )
+    reason: str = decision("", "why the launch was refused", _REASON)
+
+
+@dataclass
+class SessionSpawned(Context):
+    POINT: ClassVar[str] = "session_spawned"
+    WHEN: ClassVar[str] = "after a new session is registered, before the loop announces it"
+
+    session_id: str = fact("", "the new session's id")
+    pid: int = fact(0, "the harness process id")
+    harness: str = fact("", "the harness name")
+    model: str = fact("", "the harness's model, if declared")
+    endpoint: WorkItem = fact(WorkItem(), "the work item or pull request the session is for")
+    respawn: bool = fact(False, "true for a resume or respawn")
+    node: str = fact("", "the graph node the session works on")
+    phase: str = fact("", "the phase of that node")
+    announce: bool = decision(
+        True, "whether the loop posts its 'session started' comment",
+        "false skips the session-started comment and nothing else",
+    )
+
+
+@dataclass
+class WaitingForInput(Context):
+    POINT: ClassVar[str] = "waiting_for_input"
+    WHEN: ClassVar[str] = (
+        "before an agent's question is posted (kind question); when a human gate is "
+        "entered (kind gate)"
+    )
+
+    kind: str = fact("question", "question (an agent asked) or gate (a human gate)")
+    session_id: str = fact("", "the asking session's id (empty at a gate)")
+    node: str = fact("", "the graph node")
+    phase: str = fact("", "the phase of that node")
+    question: str = decision(
+        "", "the question text to post",
+        "replaces the posted question; empty and ignored at a gate",
+    )
+    summary: str = decision(
+        "", "the summary posted with the question",
+        "replaces the posted summary; empty and ignored at a gate",
+    )
+
+
+@dataclass
+class InputReceived(Context):
+    POINT: ClassVar[str] = "input_received"
+    WHEN: ClassVar[str] = (
+        "a person's input (answer, comment or review, control command) reaches the loop, "
+        "before it is delivered, read by a gate or run"
+    )
+
+    kind: str = fact("comment", "answer, comment, review or command")
+    actor: str = fact("", "who wrote it (login)")
+    source: str = fact("", "where it came from: comment, reply or api")
+    control: str = fact("", "the control command without its slash (approve, reject, "
+                            "stop), or empty")
+    node: str = fact("", "the graph node the work item is at")
+    phase: str = fact("", "the phase of that node")
+    text: str = decision(
+        "", "the text that will be delivered",
+        "replaces what is delivered to the session, read by the gate or run",
+    )
+    proceed: bool = decision(
+        True, "whether the input is acted on",
+        "false drops the input with one marked comment and hooks.refused",
+    )
+    reason: str = decision("", "why the input was dropped", _REASON)
+
+
+@dataclass
+class PhaseChanged(Context):
+    POINT: ClassVar[str] = "phase_changed"
+    WHEN: ClassVar[str] = (
+        "the phase changes or a terminal node is reached, before the channels are told"
+    )
+
+    actor: str = fact("", "who caused the change (an approver's login, or the agent)")
+    from_phase: str = fact("", "the phase before")
+    to_phase: str = fact("", "the phase after")
+    from_node: str = fact("", "the graph node before")
+    to_node: str = fact("", "the graph node after")
+    outcome: str = fact("", "the edge taken, e.g. done or approved")
+    terminal: bool = fact(False, "true when to_node is a terminal node")
+    notify: bool = decision(
+        True, "whether the phase.* message is published to the channels",
+        "false skips that publish only",
+    )
+
+
+@dataclass
+class WorkItemComplete(Context):
+    POINT: ClassVar[str] = "work_item_complete"
+    WHEN: ClassVar[str] = (
+        "the ticket or pull request that is the work item closes, before the closure is "
+        "announced"
+    )
+
+    state: str = fact("closed", "the item's final state")
+    source: str = fact("", "graph (a terminal node) or tracker (a person closed it)")
+    actor: str = fact("", "who closed it (login), or the loop")
+    phase: str = fact("", "the last phase")
+    node: str = fact("", "the last graph node")
+    announce: bool = decision(
+        True, "whether the closure is announced on the channels",
+        "false skips the closure announcement only",
+    )
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of a point's context, as a rule author and the chain see it."""
+
+    name: str
+    role: str  # fact | decision
+    type: str  # str | bool | int | list[str] | WorkItem
+    default: Any
+    doc: str
+    applied: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "type": self.type, "doc": self.doc}
+        if self.role == DECISION:
+            out["default"] = self.default
+            out["applied"] = self.applied
+        return out
+
+
+_TYPE_NAMES: dict[Any, str] = {
+    "str": "str", "bool": "bool", "int": "int", "list[str]": "list[str]",
+    "WorkItem": "WorkItem",
+}
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    """The catalog entry for one point, derived from its context class."""
+
+    name: str
+    context: type[Context]
+    when: str
+    facts: tuple[FieldSpec, ...]
+    decisions: tuple[FieldSpec, ...]
+
+    @property
+    def fields(self) -> tuple[FieldSpec, ...]:
+        return self.facts + self.decisions
+
+    def field(self, name: str) -> FieldSpec | None:
+        for spec in self.fields:
+            if spec.name == name:
+                return spec
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "point": self.name,
+            "context": self.context.__name__,
+            "when": self.when,
+            "facts": [f.to_json() for f in self.facts],
+            "decisions": [d.to_json() for d in self.decisions],
+        }
+
+
+def _spec_of(cls: type[Context]) -> PointSpec:
+    facts: list[FieldSpec] = []
+    decisions: list[FieldSpec] = []
+    for f in dataclasses.fields(cls):
+        type_name = _TYPE_NAMES[f.type] if f.type in _TYPE_NAMES else str(f.type)
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        else:
+            factory: Callable[[], Any] = f.default_factory  # type: ignore[assignment]
+            default = factory()
+        spec = FieldSpec(
+            name=f.name, role=f.metadata["role"], type=type_name, default=default,
+            doc=f.metadata["doc"], applied=f.metadata.get("applied", ""),
+        )
+        (decisions if spec.role == DECISION else facts).append(spec)
+    return PointSpec(cls.POINT, cls, cls.WHEN, tuple(facts), tuple(decisions))
+
+
+CONTEXT_CLASSES: tuple[type[Context], ...] = (
+    WorkItemStart, SessionSpawn, SessionSpawned, WaitingForInput, InputReceived,
+    PhaseChanged, WorkItemComplete,
+)
+
+#: point name → context class, in lifecycle order.
+POINTS: dict[str, type[Context]] = {cls.POINT: cls for cls in CONTEXT_CLASSES}
+
+#: point name → its catalog entry, in lifecycle order.
+SPECS: dict[str, PointSpec] = {cls.POINT: _spec_of(cls) for cls in CONTEXT_CLASSES}
+
+
+def closest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
+    """The valid name a typo most likely meant, or None."""
+    import difflib
+
+    found = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def unknown_point_message(name: object) -> str:
+    """The message for a name outside the catalog, listing the valid points."""
+    hint = closest(name, tuple(POINTS)) if isinstance(name, str) else None
+    text = f"{name!r} is not a lifecycle point"
+    if isinstance(name, str) and (name.startswith("hooks.") or "." in name):
+        text += " (it looks like an event type; events are records, not hook points)"
+    if hint:
+        text += f"; did you mean {hint!r}?"
+    return text + f". Valid points: {', '.join(POINTS)}"
+
+
+def context_to_json(ctx: Context) -> dict[str, Any]:
+    """Every field of a context as JSON values (no dataclasses.asdict on the hot path)."""
+    out: dict[str, Any] = {}
+    for key, value in ctx.__dict__.items():
+        if isinstance(value, WorkItem):
+            out[key] = value.to_json()
+        elif isinstance(value, list):
+            out[key] = list(value)
+        else:
+            out[key] = value
+    return out
+
+
+def context_from_json(point: str, data: Any) -> Context:
+    """Build a point's context from a JSON object of its fields.
+
+    Absent fields take their defaults. Raises `ValueError` naming an unknown field (with the
+    valid ones) or a value of the wrong type; nothing is coerced.
+    """
+    spec = SPECS[point]
+    if not isinstance(data, dict):
+        raise ValueError(f"the context must be a JSON object, got {type(data).__name__}")
+    names = [f.name for f in spec.fields]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        fs = spec.field(key)
+        if fs is None:
+            hint = closest(key, names)
+            raise ValueError(
+                f"{point} has no field {key!r}"
+                + (f" (did you mean {hint!r}?)" if hint else "")
+                + f"; valid fields: {', '.join(names)}"
+            )
+        kwargs[key] = check_value(fs, value, where=f"{point}.{key}")
+    return spec.context(**kwargs)
+
+
+def check_value(fs: FieldSpec, value: Any, *, where: str) -> Any:
+    """Return `value` as the field's type or raise `ValueError` (never coerces)."""
+    t = fs.type
+    if t == "WorkItem":
+        if isinstance(value, WorkItem):
+            return value
+        try:
+            return WorkItem.from_json(value)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    if t == "list[str]":
+        if isinstance(value, list) and all(type(v) is str for v in value):
+            return list(value)
+        raise ValueError(f"{where} must be a list of strings (got {value!r})")
+    want = {"str": str, "bool": bool, "int": int}[t]
+    if type(value) is not want:
+        raise ValueError(
+            f"{where} must be {t} (got {value!r} that is {type(value).__name__})"
+        )
+    return value

@@ -1,0 +1,30 @@
+"""The public SDK for hook authors: re-exports only (the names existing hook modules import)."""
+
+from the_loop.hooks.executor import LifecycleHooks
+from the_loop.hooks.points import (
+    POINTS,
+    InputReceived,
+    PhaseChanged,
+    SessionSpawn,
+    SessionSpawned,
+    WaitingForInput,
+    WorkItem,
+    WorkItemComplete,
+    WorkItemStart,
+)
+from the_loop.hooks.server import HookServer, handle_request
+
+__all__ = [
+    "POINTS",
+    "HookServer",
+    "InputReceived",
+    "LifecycleHooks",
+    "PhaseChanged",
+    "SessionSpawn",
+    "SessionSpawned",
+    "WaitingForInput",
+    "WorkItem",
+    "WorkItemComplete",
+    "WorkItemStart",
+    "handle_request",
+]
