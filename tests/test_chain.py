@@ -1,0 +1,573 @@
+"""The chain's rules (R2.2–R2.4, R5.3, R6.1–R6.3): one test per rule, named after it."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from the_loop.events import EventLog
+from the_loop.hooks.chain import Chain, Link, Outcome
+from the_loop.hooks.executor import Decisions, HookError, LifecycleHooks
+from the_loop.hooks.points import (
+    POINTS,
+    SPECS,
+    InputReceived,
+    PhaseChanged,
+    SessionSpawn,
+    SessionSpawned,
+    WaitingForInput,
+    WorkItem,
+    WorkItemComplete,
+    WorkItemStart,
+)
+
+ITEM = WorkItem(ref="local:acme/app#7", tracker="local", repository="acme/app", number=7)
+
+
+class Fn(LifecycleHooks):
+    """A hook whose behaviour at every point is the function it is given."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def _call(self, ctx: Any) -> Any:
+        return self.fn(ctx)
+
+    work_item_start = session_spawn = session_spawned = waiting_for_input = _call  # type: ignore[assignment]
+    input_received = phase_changed = work_item_complete = _call  # type: ignore[assignment]
+
+
+def chain(*fns: Any, required: tuple[str, ...] = ()) -> tuple[Chain, EventLog]:
+    """A chain of hooks named h1, h2, … running `fns` at every point."""
+    log = EventLog()
+    links = [
+        Link(f"h{i}", Fn(fn), frozenset(POINTS), f"h{i}" in required)
+        for i, fn in enumerate(fns, start=1)
+    ]
+    return Chain(links, log=log), log
+
+
+def spawn(**kw: Any) -> SessionSpawn:
+    base: dict[str, Any] = {
+        "work_item": ITEM, "loop": "acme", "labels": ["loop"], "harness": "demo",
+        "command": ["python3", "-m", "agent"], "prompt": "Fix the bug.",
+    }
+    base.update(kw)
+    return SessionSpawn(**base)
+
+
+def snapshot(ctx: Any) -> dict[str, Any]:
+    return {f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx)}
+
+
+def events(log: EventLog) -> list[tuple[str, str]]:
+    return [(r["event"], r.get("hook", "")) for r in log.memory]
+
+
+# ------------------------------------------------------------------ pass through / replace
+
+
+def test_r2_2_none_passes_through() -> None:
+    c, log = chain(lambda ctx: None)
+    ctx = spawn()
+    before = snapshot(ctx)
+    out = c.run(ctx)
+    assert snapshot(out) == before
+    assert log.memory == []
+
+
+def test_r2_2_in_place_edit_then_none_passes_through_unchanged() -> None:
+    """Returning None means 'no change', even if the hook scribbled on its copy first."""
+
+    def scribble(ctx: SessionSpawn) -> None:
+        ctx.prompt = "scribbled"
+        ctx.labels.append("x")
+
+    c, _ = chain(scribble)
+    ctx = spawn()
+    out = c.run(ctx)
+    assert out.prompt == "Fix the bug." and out.labels == ["loop"]
+    assert ctx.labels == ["loop"]
+
+
+def test_r2_2_returned_context_replaces_decisions_edited_in_place() -> None:
+    def edit(ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt = "ACME: " + ctx.prompt
+        return ctx
+
+    c, _ = chain(edit)
+    out = c.run(spawn())
+    assert out.prompt == "ACME: Fix the bug."
+    assert type(out) is SessionSpawn
+
+
+def test_r2_2_returned_copy_replaces_decisions() -> None:
+    c, _ = chain(lambda ctx: dataclasses.replace(ctx, proceed=False, reason="frozen"))
+    out = c.run(WorkItemStart(work_item=ITEM))
+    assert (out.proceed, out.reason) == (False, "frozen")
+
+
+def test_r2_2_the_callers_context_is_never_modified() -> None:
+    def edit(ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt = "changed"
+        ctx.command.append("--evil")
+        return ctx
+
+    c, _ = chain(edit)
+    ctx = spawn()
+    before = snapshot(ctx)
+    out = c.run(ctx)
+    assert out is not ctx
+    assert snapshot(ctx) == before
+    assert out.prompt == "changed"
+
+
+# ------------------------------------------------------------------------------ order
+
+
+def test_r2_3_executors_run_in_declaration_order_and_see_earlier_decisions() -> None:
+    seen: list[tuple[str, str]] = []
+
+    def first(ctx: SessionSpawn) -> SessionSpawn:
+        seen.append(("h1", ctx.prompt))
+        ctx.prompt = "[1] " + ctx.prompt
+        return ctx
+
+    def second(ctx: SessionSpawn) -> SessionSpawn:
+        seen.append(("h2", ctx.prompt))
+        ctx.prompt = "[2] " + ctx.prompt
+        return ctx
+
+    c, _ = chain(first, second)
+    out = c.run(spawn(prompt="p"))
+    assert seen == [("h1", "p"), ("h2", "[1] p")]
+    assert out.prompt == "[2] [1] p"
+
+
+def test_r2_3_decisions_after_the_last_executor_are_the_result() -> None:
+    c, _ = chain(
+        lambda ctx: dataclasses.replace(ctx, question="Q1", summary="S1"),
+        lambda ctx: dataclasses.replace(ctx, question="Q2"),
+    )
+    out = c.run(WaitingForInput(question="Q0", summary="S0"))
+    assert (out.question, out.summary) == ("Q2", "S1")
+
+
+# --------------------------------------------------------------------- own copy
+
+
+def test_r6_1_in_place_edit_then_raise_leaves_nothing_lists_included() -> None:
+    seen: list[Any] = []
+
+    def edit_then_raise(ctx: SessionSpawn) -> None:
+        ctx.prompt = "half-done"
+        ctx.proceed = False
+        ctx.labels.append("poison")
+        ctx.command.clear()
+        raise RuntimeError("changed my mind")
+
+    def look(ctx: SessionSpawn) -> None:
+        seen.append((ctx.prompt, ctx.proceed, list(ctx.labels), list(ctx.command)))
+
+    c, log = chain(edit_then_raise, look)
+    ctx = spawn()
+    out = c.run(ctx)
+    original = ("Fix the bug.", True, ["loop"], ["python3", "-m", "agent"])
+    assert seen == [original]
+    assert (out.prompt, out.proceed, out.labels, out.command) == original
+    assert (ctx.prompt, ctx.proceed, ctx.labels, ctx.command) == original
+    assert events(log) == [("hooks.failed", "h1")]
+
+
+def test_r6_1_in_place_edit_then_wrong_type_leaves_nothing() -> None:
+    def lie(ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt = "looks fine"
+        ctx.labels.append("poison")
+        ctx.proceed = "no"  # type: ignore[assignment]
+        return ctx
+
+    c, _ = chain(lie)
+    out = c.run(spawn())
+    assert (out.prompt, out.proceed, out.labels) == ("Fix the bug.", True, ["loop"])
+
+
+# -------------------------------------------------------------------------- facts
+
+
+def test_r2_2_changed_fact_is_ignored_and_the_drop_recorded() -> None:
+    def rewrite_facts(ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt = "kept"
+        ctx.loop = "other-loop"
+        ctx.harness = "root-shell"
+        ctx.labels.append("trusted")
+        ctx.work_item = WorkItem(ref="local:evil/x#1")
+        ctx.surprise = "unknown attribute"  # type: ignore[attr-defined]
+        return ctx
+
+    c, log = chain(rewrite_facts)
+    o = c.invoke(spawn())
+    out = o.context
+    assert out.prompt == "kept"
+    assert (out.loop, out.harness, out.labels, out.work_item) == ("acme", "demo", ["loop"], ITEM)
+    assert not hasattr(out, "surprise")
+    dropped = log.of("hooks.dropped")
+    assert len(dropped) == 1
+    assert dropped[0]["hook"] == "h1" and dropped[0]["point"] == "session_spawn"
+    assert dropped[0]["dropped"] == ["harness", "labels", "loop", "surprise", "work_item"]
+    assert o.steps[0].dropped == ["harness", "labels", "loop", "surprise", "work_item"]
+    assert [r["changed"] for r in log.of("hooks.decided")] == [["prompt"]]
+
+
+def test_abuse_2_facts_and_unknown_keys_in_a_patch_are_ignored() -> None:
+    patch = Decisions({"prompt": "p2", "loop": "evil", "harness": "sh", "admin": True})
+    c, log = chain(lambda ctx: patch)
+    out = c.run(spawn())
+    assert (out.prompt, out.loop, out.harness) == ("p2", "acme", "demo")
+    assert log.of("hooks.dropped")[0]["dropped"] == ["admin", "harness", "loop"]
+
+
+# --------------------------------------------------------------------- typed decisions
+
+WRONG_TYPES = [
+    pytest.param("proceed", "no", id="str-for-bool"),
+    pytest.param("proceed", 1, id="one-is-not-True"),
+    pytest.param("proceed", 0, id="zero-is-not-False"),
+    pytest.param("proceed", None, id="None-for-bool"),
+    pytest.param("prompt", True, id="bool-for-str"),
+    pytest.param("prompt", 5, id="int-for-str"),
+    pytest.param("prompt", None, id="None-for-str"),
+    pytest.param("prompt", ["a"], id="list-for-str"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), WRONG_TYPES)
+def test_r2_4_wrong_typed_decision_is_that_hooks_failure(key: str, value: Any) -> None:
+    def lie(ctx: SessionSpawn) -> SessionSpawn:
+        ctx.reason = "would be applied if the answer were good"
+        setattr(ctx, key, value)
+        return ctx
+
+    c, log = chain(lie, lambda ctx: None)
+    o = c.invoke(spawn())
+    assert (o.context.prompt, o.context.proceed, o.context.reason) == ("Fix the bug.", True, "")
+    failed = log.of("hooks.failed")
+    assert len(failed) == 1 and failed[0]["hook"] == "h1"
+    assert f"decision {key!r} must be " in failed[0]["error"]
+    assert "nothing from this hook was applied" in failed[0]["error"]
+    assert [s.status for s in o.steps] == ["failed", "unchanged"]
+    assert log.of("hooks.decided") == []
+
+
+@pytest.mark.parametrize(("key", "value"), WRONG_TYPES)
+def test_r2_4_wrong_typed_decision_in_a_patch_is_never_half_applied(key: str, value: Any) -> None:
+    c, log = chain(lambda ctx: Decisions({"reason": "r", key: value}))
+    out = c.run(spawn())
+    assert (out.prompt, out.proceed, out.reason) == ("Fix the bug.", True, "")
+    assert len(log.of("hooks.failed")) == 1
+
+
+def test_r2_4_bool_subclass_is_not_a_str_and_str_subclass_is_refused() -> None:
+    class Sneaky(str):
+        pass
+
+    c, log = chain(lambda ctx: Decisions({"prompt": Sneaky("x")}))
+    assert c.run(spawn()).prompt == "Fix the bug."
+    assert "must be str" in log.of("hooks.failed")[0]["error"]
+
+
+# --------------------------------------------------------------------------- failures
+
+RAISES = [
+    pytest.param(ValueError("bad value"), "ValueError: bad value", id="ValueError"),
+    pytest.param(HookError("policy says no"), "policy says no", id="HookError"),
+    pytest.param(SystemExit(3), "the hook called sys.exit(3)", id="SystemExit"),
+    pytest.param(KeyError("k"), "KeyError: 'k'", id="KeyError"),
+    pytest.param(RecursionError(), "RecursionError", id="RecursionError"),
+]
+
+
+@pytest.mark.parametrize(("exc", "message"), RAISES)
+def test_r6_1_raising_executor_is_recorded_and_skipped(exc: BaseException, message: str) -> None:
+    def boom(ctx: Any) -> None:
+        raise exc
+
+    c, log = chain(boom, lambda ctx: dataclasses.replace(ctx, prompt="second ran"))
+    out = c.run(spawn())
+    assert out.prompt == "second ran"
+    failed = log.of("hooks.failed")
+    assert [(r["point"], r["hook"], r["error"]) for r in failed] == [
+        ("session_spawn", "h1", message)
+    ]
+
+
+def test_r6_1_sys_exit_inside_a_hook_does_not_exit() -> None:
+    c, log = chain(lambda ctx: sys.exit("bye"))
+    out = c.run(spawn())
+    assert out.prompt == "Fix the bug."
+    assert log.of("hooks.failed")[0]["error"] == "the hook called sys.exit('bye')"
+
+
+@pytest.mark.parametrize(
+    "answer", [True, "a prompt", {"prompt": "x"}, 0, ["x"], object()],
+    ids=["bool", "str", "dict", "int", "list", "object"],
+)
+def test_r6_1_wrong_return_type_is_that_hooks_failure(answer: Any) -> None:
+    c, log = chain(lambda ctx: answer)
+    out = c.run(spawn())
+    assert out.prompt == "Fix the bug."
+    error = log.of("hooks.failed")[0]["error"]
+    assert error == f"returned {type(answer).__name__}; expected SessionSpawn or None"
+
+
+def test_r6_1_another_points_context_is_that_hooks_failure() -> None:
+    c, log = chain(lambda ctx: SessionSpawned(announce=False))
+    out = c.run(spawn())
+    assert out.prompt == "Fix the bug."
+    assert log.of("hooks.failed")[0]["error"] == (
+        "returned a SessionSpawned (session_spawned's context) at session_spawn; "
+        "expected SessionSpawn or None"
+    )
+
+
+def test_r6_1_the_rest_still_run_after_every_kind_of_failure() -> None:
+    ran: list[str] = []
+
+    def mark(tag: str, answer: Any) -> Any:
+        def fn(ctx: Any) -> Any:
+            ran.append(tag)
+            if isinstance(answer, BaseException):
+                raise answer
+            return answer
+
+        return fn
+
+    c, log = chain(
+        mark("raise", RuntimeError("x")), mark("exit", SystemExit(1)), mark("str", "nope"),
+        mark("other", PhaseChanged()), mark("wrongtype", Decisions({"proceed": "yes"})),
+        mark("last", Decisions({"prompt": "last word"})),
+    )
+    out = c.run(spawn())
+    assert ran == ["raise", "exit", "str", "other", "wrongtype", "last"]
+    assert out.prompt == "last word"
+    assert [r["hook"] for r in log.of("hooks.failed")] == ["h1", "h2", "h3", "h4", "h5"]
+
+
+BEHAVIOURS = st.sampled_from([
+    "none", "prompt", "refuse", "allow", "raise", "exit", "wrong-type", "wrong-return",
+    "other-point", "facts", "patch-facts", "patch-bad", "list-edit-raise",
+])
+
+
+def _behave(kind: str) -> Any:
+    def fn(ctx: SessionSpawn) -> Any:
+        if kind == "none":
+            return None
+        if kind == "prompt":
+            ctx.prompt += "+"
+            return ctx
+        if kind == "refuse":
+            return dataclasses.replace(ctx, proceed=False, reason="no")
+        if kind == "allow":
+            return dataclasses.replace(ctx, proceed=True, reason="")
+        if kind == "raise":
+            raise ValueError("boom")
+        if kind == "exit":
+            raise SystemExit(2)
+        if kind == "wrong-type":
+            ctx.proceed = 1  # type: ignore[assignment]
+            return ctx
+        if kind == "wrong-return":
+            return {"prompt": "x"}
+        if kind == "other-point":
+            return WorkItemStart()
+        if kind == "facts":
+            ctx.labels.append("evil")
+            ctx.loop = "evil"
+            return ctx
+        if kind == "patch-facts":
+            return Decisions({"harness": "sh", "prompt": "patched"})
+        if kind == "patch-bad":
+            return Decisions({"prompt": "half", "proceed": "no"})
+        ctx.command.append("rm -rf /")
+        raise RuntimeError("after edit")
+
+    return fn
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(BEHAVIOURS, st.booleans()), max_size=6))
+def test_r6_2_the_chain_never_raises_and_its_result_stays_well_typed(
+    plan: list[tuple[str, bool]],
+) -> None:
+    required = tuple(f"h{i}" for i, (_, req) in enumerate(plan, start=1) if req)
+    c, log = chain(*[_behave(kind) for kind, _ in plan], required=required)
+    ctx = spawn()
+    before = snapshot(ctx)
+    o = c.invoke(ctx)
+    out = o.context
+    assert snapshot(ctx) == before  # the caller's object is untouched
+    for spec in SPECS["session_spawn"].facts:  # facts never change
+        assert getattr(out, spec.name) == before[spec.name]
+    assert type(out.prompt) is str and type(out.proceed) is bool and type(out.reason) is str
+    assert len(o.steps) == len(plan)
+    assert set(o.changed_by.values()) <= {f"h{i}" for i in range(1, len(plan) + 1)}
+    assert len(log.of("hooks.refused")) == (0 if out.proceed else 1)
+
+
+# ------------------------------------------------------------------------------ required
+
+PROCEED_POINTS = [WorkItemStart, SessionSpawn, InputReceived]
+NO_PROCEED_POINTS = [SessionSpawned, WaitingForInput, PhaseChanged, WorkItemComplete]
+
+
+@pytest.mark.parametrize("cls", PROCEED_POINTS, ids=lambda c: c.POINT)
+def test_r6_3_required_failure_at_a_proceed_point_refuses_naming_hook_and_error(
+    cls: type[Any],
+) -> None:
+    def down(ctx: Any) -> None:
+        raise ConnectionError("compliance service unreachable")
+
+    c, log = chain(down, lambda ctx: None, required=("h1",))
+    o = c.invoke(cls(work_item=ITEM))
+    assert o.context.proceed is False
+    assert o.context.reason == (
+        "required hook 'h1' failed: ConnectionError: compliance service unreachable"
+    )
+    assert o.refused and o.refused_by == "h1"
+    assert [e for e, _ in events(log)] == ["hooks.failed", "hooks.refused"]
+    refused = log.of("hooks.refused")[0]
+    assert (refused["point"], refused["hook"], refused["work_item"]) == (
+        cls.POINT, "h1", ITEM.ref,
+    )
+    assert refused["reason"] == o.context.reason
+    assert log.of("hooks.failed")[0]["required"] is True
+
+
+@pytest.mark.parametrize("cls", NO_PROCEED_POINTS, ids=lambda c: c.POINT)
+def test_r6_3_required_failure_at_a_point_without_proceed_only_records(cls: type[Any]) -> None:
+    def down(ctx: Any) -> None:
+        raise ConnectionError("unreachable")
+
+    c, log = chain(down, required=("h1",))
+    ctx = cls(work_item=ITEM)
+    o = c.invoke(ctx)
+    assert snapshot(o.context) == snapshot(ctx)
+    assert not o.refused and o.refused_by == ""
+    assert [e for e, _ in events(log)] == ["hooks.failed"]
+
+
+def test_r6_3_a_required_hook_that_answers_well_changes_nothing_special() -> None:
+    c, log = chain(lambda ctx: None, required=("h1",))
+    assert c.run(WorkItemStart()).proceed is True
+    assert log.memory == []
+
+
+def test_r6_1_a_failure_that_is_not_required_never_refuses() -> None:
+    c, log = chain(lambda ctx: 1 / 0)
+    assert c.run(WorkItemStart()).proceed is True
+    assert log.of("hooks.refused") == []
+
+
+def test_r2_6_refusal_sticks_against_a_later_allow() -> None:
+    c, log = chain(
+        lambda ctx: dataclasses.replace(ctx, proceed=False, reason="first says no"),
+        lambda ctx: dataclasses.replace(ctx, proceed=True, reason="second says yes"),
+        lambda ctx: dataclasses.replace(ctx, reason="third rewrites the reason"),
+    )
+    o = c.invoke(WorkItemStart(work_item=ITEM))
+    assert (o.context.proceed, o.context.reason) == (False, "first says no")
+    assert o.refused_by == "h1"
+    assert [r["hook"] for r in log.of("hooks.refused")] == ["h1"]
+    assert [r["reason"] for r in log.of("hooks.refused")] == ["first says no"]
+
+
+def test_r2_6_refusal_sticks_against_a_later_required_failure() -> None:
+    c, _ = chain(
+        lambda ctx: dataclasses.replace(ctx, proceed=False, reason="policy"),
+        lambda ctx: 1 / 0,
+        required=("h2",),
+    )
+    o = c.invoke(SessionSpawn())
+    assert (o.context.proceed, o.context.reason, o.refused_by) == (False, "policy", "h1")
+
+
+def test_r2_6_a_later_hook_may_still_change_other_decisions_after_a_refusal() -> None:
+    c, _ = chain(
+        lambda ctx: dataclasses.replace(ctx, proceed=False, reason="no"),
+        lambda ctx: dataclasses.replace(ctx, prompt="still rewritten"),
+    )
+    out = c.run(SessionSpawn())
+    assert (out.proceed, out.reason, out.prompt) == (False, "no", "still rewritten")
+
+
+# ------------------------------------------------------------------- outcome and events
+
+
+def test_r5_3_outcome_and_events_say_who_changed_what() -> None:
+    c, log = chain(
+        lambda ctx: dataclasses.replace(ctx, prompt="A"),
+        lambda ctx: None,
+        lambda ctx: dataclasses.replace(ctx, prompt="C", proceed=False, reason="stop"),
+    )
+    o = c.invoke(spawn())
+    assert isinstance(o, Outcome) and o.point == "session_spawn"
+    assert o.changed_by == {"prompt": "h3", "proceed": "h3", "reason": "h3"}
+    assert [(s.hook, s.status, s.changed) for s in o.steps] == [
+        ("h1", "changed", {"prompt": "A"}),
+        ("h2", "unchanged", {}),
+        ("h3", "changed", {"prompt": "C", "proceed": False, "reason": "stop"}),
+    ]
+    assert all(s.ms >= 0 for s in o.steps)
+    assert o.steps[0].to_json().keys() >= {"hook", "status", "changed", "dropped", "error", "ms"}
+    decided = [
+        (r["point"], r["hook"], r["changed"], r["work_item"]) for r in log.of("hooks.decided")
+    ]
+    assert decided == [
+        ("session_spawn", "h1", ["prompt"], ITEM.ref),
+        ("session_spawn", "h3", ["proceed", "prompt", "reason"], ITEM.ref),
+    ]
+
+
+def test_r5_3_a_hook_that_sets_the_same_value_decides_nothing() -> None:
+    c, log = chain(lambda ctx: dataclasses.replace(ctx, prompt=ctx.prompt))
+    o = c.invoke(spawn())
+    assert o.steps[0].status == "unchanged" and o.changed_by == {}
+    assert log.of("hooks.decided") == []
+
+
+def test_decisions_patch_detail_reaches_the_decided_event() -> None:
+    c, log = chain(lambda ctx: Decisions({"prompt": "x"}, detail={"rules": ["house"]}))
+    c.run(spawn())
+    assert log.of("hooks.decided")[0]["rules"] == ["house"]
+
+
+def test_on_narrows_the_points_a_link_runs_at() -> None:
+    log = EventLog()
+    hook = Fn(lambda ctx: dataclasses.replace(ctx, announce=False))
+    c = Chain([Link("only-spawned", hook, frozenset({"session_spawned"}))], log=log)
+    assert c.names("session_spawned") == ["only-spawned"]
+    assert c.names("work_item_complete") == []
+    assert c.run(SessionSpawned()).announce is False
+    assert c.run(WorkItemComplete()).announce is True
+
+
+def test_chain_of_runs_a_class_at_the_points_it_overrides() -> None:
+    class Prefix(LifecycleHooks):
+        def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+            ctx.prompt = "ACME: " + ctx.prompt
+            return ctx
+
+    c = Chain.of(Prefix())
+    assert [p for p in POINTS if c.names(p)] == ["session_spawn"]
+    assert c.run(SessionSpawn(prompt="hi")).prompt == "ACME: hi"
+
+
+def test_an_empty_chain_returns_the_given_context() -> None:
+    ctx = spawn()
+    assert Chain().run(ctx) is ctx
+    assert Chain().invoke(ctx).context is ctx
