@@ -30,6 +30,8 @@ EVENT_TYPES: dict[str, str] = {
     "hooks.audit": "audit-mode policy rules matched and would have decided; fields: point, "
                    "hook, rules, would",
     # delivery runtime
+    "lifecycle.point": "a lifecycle point fired; fields: point, work_item, hooks, steps "
+                       "(what each hook did), decisions (the final ones the loop applies)",
     "loop.armed": "a work item was armed; fields: work_item, actor, source",
     "loop.disarmed": "a work item was disarmed; fields: work_item, why",
     "loop.started": "a work item's start went ahead; fields: work_item",

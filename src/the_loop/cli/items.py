@@ -1,0 +1,136 @@
+"""`the-loop items …`: the local tracker for a person at a terminal."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from the_loop.cli._common import add_json, config_of, print_json
+from the_loop.runtime.db import Database
+from the_loop.runtime.settings import settings_of
+from the_loop.runtime.tracker import LocalTracker
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("items", help="tickets and pull requests in the local tracker")
+    s = p.add_subparsers(dest="items_command", metavar="SUBCOMMAND", required=True)
+
+    a = s.add_parser("add", help="add a ticket or pull request; prints its ref")
+    a.add_argument("title")
+    a.add_argument("--body", default="")
+    a.add_argument("--kind", choices=("issue", "pull-request"), default="issue")
+    a.add_argument("--for", dest="parent", default="", metavar="REF",
+                   help="the ticket a pull request belongs to")
+    a.add_argument("--label", action="append", default=[], metavar="L")
+    a.add_argument("--author", default="")
+    a.set_defaults(func=cmd_add)
+
+    ls = s.add_parser("list", help="list work items")
+    ls.add_argument("--state", choices=("open", "closed"))
+    add_json(ls)
+    ls.set_defaults(func=cmd_list)
+
+    sh = s.add_parser("show", help="one work item with its comments")
+    sh.add_argument("ref")
+    add_json(sh)
+    sh.set_defaults(func=cmd_show)
+
+    c = s.add_parser("comment", help="comment as a person")
+    c.add_argument("ref")
+    c.add_argument("text")
+    c.add_argument("--author", default="someone", metavar="LOGIN")
+    c.set_defaults(func=cmd_comment)
+
+    lb = s.add_parser("label", help="add (or --remove) a label")
+    lb.add_argument("ref")
+    lb.add_argument("label")
+    lb.add_argument("--remove", action="store_true")
+    lb.set_defaults(func=cmd_label)
+
+    cl = s.add_parser("close", help="close a work item as a person")
+    cl.add_argument("ref")
+    cl.add_argument("--actor", default="someone", metavar="LOGIN")
+    cl.set_defaults(func=cmd_close)
+
+
+def tracker_of(args: argparse.Namespace) -> tuple[LocalTracker, Database]:
+    settings = settings_of(config_of(args))
+    db = Database(settings.db_path)
+    return LocalTracker(db, settings.repository), db
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    tracker, db = tracker_of(args)
+    try:
+        print(tracker.add(args.title, body=args.body, kind=args.kind, parent=args.parent,
+                          labels=args.label, author=args.author))
+    finally:
+        db.close()
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    tracker, db = tracker_of(args)
+    try:
+        items = tracker.list(state=args.state)
+    finally:
+        db.close()
+    if args.json:
+        print_json([i.to_json() for i in items])
+        return 0
+    for i in items:
+        labels = f"  [{', '.join(i.labels)}]" if i.labels else ""
+        print(f"{i.ref:<24} {i.kind:<12} {i.state:<6} {i.title}{labels}")
+    if not items:
+        print("no work items; add one with `the-loop items add TITLE`")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    tracker, db = tracker_of(args)
+    try:
+        item = tracker.get(args.ref)
+    finally:
+        db.close()
+    if args.json:
+        print_json(item.to_json())
+        return 0
+    print(f"{item.ref}  {item.kind}  {item.state}")
+    print(f"title:  {item.title}")
+    if item.parent:
+        print(f"for:    {item.parent}")
+    print(f"labels: {', '.join(item.labels) or '-'}")
+    if item.body:
+        print(f"\n{item.body}")
+    for c in item.comments:
+        print(f"\n--- #{c.id} @{c.author}\n{c.body}")
+    return 0
+
+
+def cmd_comment(args: argparse.Namespace) -> int:
+    tracker, db = tracker_of(args)
+    try:
+        cid = tracker.comment(args.ref, args.text, author=args.author)
+    finally:
+        db.close()
+    print(f"comment #{cid} on {tracker.resolve(args.ref)}")
+    return 0
+
+
+def cmd_label(args: argparse.Namespace) -> int:
+    tracker, db = tracker_of(args)
+    try:
+        tracker.label(args.ref, args.label, remove=args.remove)
+    finally:
+        db.close()
+    return 0
+
+
+def cmd_close(args: argparse.Namespace) -> int:
+    tracker, db = tracker_of(args)
+    try:
+        closed = tracker.close(args.ref, actor=args.actor)
+    finally:
+        db.close()
+    print(f"{tracker.resolve(args.ref)} {'closed' if closed else 'was already closed'}")
+    return 0

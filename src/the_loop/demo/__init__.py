@@ -1,0 +1,1 @@
+"""The scripted demo: an agent harness, a reviewer, and the `the-loop demo` scenario."""

@@ -1,0 +1,65 @@
+"""Harness sessions: launch any command with the prompt on stdin and its output in a log file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from the_loop.config import ENV_VAR
+
+
+@dataclass(frozen=True)
+class Launched:
+    session_id: str
+    pid: int
+    log: Path
+
+
+def new_session_id() -> str:
+    return "s-" + uuid.uuid4().hex[:12]
+
+
+def launch(
+    argv: tuple[str, ...] | list[str], *, prompt: str, cwd: Path, config_path: Path | None,
+    work_item: str, session_id: str, log_dir: Path, extra_env: dict[str, str] | None = None,
+) -> tuple[Launched, subprocess.Popen[bytes]]:
+    """Start the process; the prompt goes to stdin, which is then closed."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{session_id}.log"
+    env = dict(os.environ)
+    env[ENV_VAR] = str(config_path or "")
+    env["THE_LOOP_WORK_ITEM"] = work_item
+    env["THE_LOOP_SESSION"] = session_id
+    env.update(extra_env or {})
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(argv), stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            cwd=str(cwd), env=env, start_new_session=True,
+        )
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(prompt.encode("utf-8"))
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # the harness did not read its prompt; its exit is recorded when reaped
+    return Launched(session_id, proc.pid, log_path), proc
+
+
+def alive(pid: int) -> bool:
+    """Whether a process we launched is still running (reaps it if it is our child)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

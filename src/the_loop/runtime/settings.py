@@ -1,0 +1,185 @@
+"""The runtime's part of cli-config.yaml, validated with errors that name the key and the fix."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from the_loop.config import Config
+from the_loop.errors import ConfigError
+
+REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+@dataclass(frozen=True)
+class Harness:
+    name: str
+    command: tuple[str, ...]
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class ChannelSpec:
+    kind: str  # file | webhook
+    target: str  # a path (resolved) or a url
+    token_env: str = ""
+
+
+@dataclass
+class Settings:
+    """Everything the runtime reads from the config, with defaults for the embedded loop."""
+
+    config: Config
+    loop: str
+    state_dir: Path
+    repository: str
+    arm_label: str
+    harness: str
+    harnesses: dict[str, Harness]
+    graph: str  # builtin | absolute path
+    channels: list[ChannelSpec] = field(default_factory=list)
+    git_repository: Path | None = None
+    serve_token_env: str = ""
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "loop.db"
+
+    @property
+    def events_path(self) -> Path:
+        return self.state_dir / "events.jsonl"
+
+
+def _got(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def default_harness() -> Harness:
+    return Harness("demo", (sys.executable, "-m", "the_loop.demo.agent"), "demo-1")
+
+
+def settings_of(config: Config) -> Settings:
+    """Validate the runtime keys; raises `ConfigError` naming the key."""
+    data = config.data
+    where = str(config.path or "cli-config.yaml")
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(f"{where} → {key}: {message}")
+
+    tracker = data.get("tracker", {"kind": "local", "repository": "acme/app"})
+    if not isinstance(tracker, dict):
+        raise fail("tracker", f"expected {{kind: local, repository: owner/repo}}, got "
+                              f"{_got(tracker)}")
+    if tracker.get("kind", "local") != "local":
+        raise fail("tracker.kind", f"expected local (the embedded tracker), got "
+                                   f"{_got(tracker.get('kind'))}")
+    extra = sorted(set(tracker) - {"kind", "repository"})
+    if extra:
+        raise fail("tracker", f"unknown key(s) {', '.join(extra)}; allowed: kind, repository")
+    repository = tracker.get("repository", "acme/app")
+    if not isinstance(repository, str) or not REPO_RE.match(repository):
+        raise fail("tracker.repository", f"expected owner/repo, got {_got(repository)}")
+
+    arm_label = data.get("armLabel", "")
+    if not isinstance(arm_label, str):
+        raise fail("armLabel", f"expected a label name, got {_got(arm_label)}")
+
+    harnesses: dict[str, Harness] = {}
+    raw_h = data.get("harnesses")
+    if raw_h is None:
+        h = default_harness()
+        harnesses[h.name] = h
+    elif not isinstance(raw_h, list) or not raw_h:
+        raise fail("harnesses", f"expected a list of {{name, command, model}}, got "
+                                f"{_got(raw_h)}")
+    else:
+        for i, entry in enumerate(raw_h):
+            key = f"harnesses[{i}]"
+            if not isinstance(entry, dict):
+                raise fail(key, f"expected a mapping with name and command, got {_got(entry)}")
+            extra = sorted(set(entry) - {"name", "command", "model"})
+            if extra:
+                raise fail(key, f"unknown key(s) {', '.join(map(str, extra))}; allowed: name, "
+                                "command, model")
+            name = entry.get("name")
+            if not isinstance(name, str) or not NAME_RE.match(name):
+                raise fail(f"{key}.name", f"expected a name like demo or claude, got "
+                                          f"{_got(name)}")
+            cmd = entry.get("command")
+            if isinstance(cmd, str):
+                cmd = cmd.split()
+            if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
+                raise fail(f"{key}.command", f"expected an argv list like [python3, -m, "
+                                             f"the_loop.demo.agent], got {_got(cmd)}")
+            model = entry.get("model", "")
+            if not isinstance(model, str):
+                raise fail(f"{key}.model", f"expected a string, got {_got(model)}")
+            if name in harnesses:
+                raise fail(f"{key}.name", f"duplicate harness {name!r}")
+            argv = tuple(sys.executable if c in ("python3", "python") and j == 0 else c
+                         for j, c in enumerate(cmd))
+            harnesses[name] = Harness(name, argv, model)
+    harness = data.get("harness", next(iter(harnesses)))
+    if harness not in harnesses:
+        raise fail("harness", f"{harness!r} is not a declared harness; declared: "
+                              f"{', '.join(harnesses)}")
+
+    graph = data.get("graph", "builtin")
+    if not isinstance(graph, str) or not graph:
+        raise fail("graph", f"expected builtin or a path to a YAML graph, got {_got(graph)}")
+    if graph != "builtin":
+        graph = str(config.resolve(graph))
+
+    channels: list[ChannelSpec] = []
+    raw_c = data.get("channels", [{"kind": "file", "path": "channel.jsonl"}])
+    if not isinstance(raw_c, list):
+        raise fail("channels", f"expected a list, got {_got(raw_c)}")
+    for i, ch in enumerate(raw_c):
+        key = f"channels[{i}]"
+        if not isinstance(ch, dict) or ch.get("kind") not in ("file", "webhook"):
+            raise fail(key, "expected {kind: file, path: P} or {kind: webhook, url: U}, got "
+                            f"{_got(ch)}")
+        if ch["kind"] == "file":
+            path = ch.get("path")
+            extra = sorted(set(ch) - {"kind", "path"})
+            if extra or not isinstance(path, str) or not path:
+                raise fail(key, "a file channel takes exactly kind and path (relative to "
+                                "stateDir)")
+            p = Path(path).expanduser()
+            channels.append(ChannelSpec("file", str(p if p.is_absolute() else
+                                                    config.state_dir / p)))
+        else:
+            url = ch.get("url")
+            extra = sorted(set(ch) - {"kind", "url", "tokenEnv"})
+            if extra or not isinstance(url, str) or not url.startswith(("http://", "https://")):
+                raise fail(key, "a webhook channel takes kind, url (http(s)://…) and an "
+                                "optional tokenEnv")
+            token_env = ch.get("tokenEnv", "")
+            if not isinstance(token_env, str):
+                raise fail(f"{key}.tokenEnv", "expected an environment variable name")
+            channels.append(ChannelSpec("webhook", url, token_env))
+
+    git_repo = data.get("repository")
+    git_path: Path | None = None
+    if git_repo is not None:
+        if not isinstance(git_repo, str):
+            raise fail("repository", f"expected a path to a local git repository, got "
+                                     f"{_got(git_repo)}")
+        git_path = config.resolve(git_repo)
+
+    serve = data.get("serve", {})
+    if not isinstance(serve, dict) or set(serve) - {"tokenEnv"}:
+        raise fail("serve", "expected {tokenEnv: VAR} (host and port are command flags)")
+    token_env = serve.get("tokenEnv", "")
+    if not isinstance(token_env, str):
+        raise fail("serve.tokenEnv", "expected an environment variable name")
+
+    return Settings(
+        config=config, loop=config.loop or "the-loop", state_dir=config.state_dir,
+        repository=repository, arm_label=arm_label, harness=harness, harnesses=harnesses,
+        graph=graph, channels=channels, git_repository=git_path, serve_token_env=token_env,
+    )

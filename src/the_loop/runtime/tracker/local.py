@@ -1,0 +1,150 @@
+"""The embedded tracker: tickets, pull requests, comments and labels in the loop's SQLite file."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from the_loop.hooks.points import WorkItem
+from the_loop.runtime.db import Database
+from the_loop.runtime.tracker.base import Comment, Item, TrackerError
+
+REF_RE = re.compile(r"^local:(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)#(?P<n>\d+)$")
+KINDS = ("issue", "pull-request")
+
+
+class LocalTracker:
+    """Refs look like `local:<owner>/<repo>#<n>`; `#n` and `n` mean the default repository."""
+
+    def __init__(self, db: Database, repository: str) -> None:
+        self.db = db
+        self.repository = repository
+
+    def resolve(self, ref: str) -> str:
+        raw = ref.strip()
+        short = raw.lstrip("#")
+        if short.isdigit():
+            return f"local:{self.repository}#{int(short)}"
+        if not REF_RE.match(raw):
+            raise TrackerError(
+                f"{ref!r} is not a work item ref; expected local:owner/repo#N (or #N for "
+                f"{self.repository})"
+            )
+        return raw
+
+    def _row(self, ref: str) -> tuple[int, str, int]:
+        canon = self.resolve(ref)
+        m = REF_RE.match(canon)
+        assert m is not None
+        repository = f"{m['owner']}/{m['repo']}"
+        row = self.db.conn.execute(
+            "SELECT id FROM items WHERE repository=? AND number=?", (repository, int(m["n"]))
+        ).fetchone()
+        if row is None:
+            raise TrackerError(f"no work item {canon}; list them with `the-loop items list`")
+        return int(row["id"]), repository, int(m["n"])
+
+    def work_item(self, ref: str) -> WorkItem:
+        item_id, repository, number = self._row(ref)
+        kind = self.db.conn.execute("SELECT kind FROM items WHERE id=?", (item_id,)).fetchone()
+        owner, repo = repository.split("/", 1)
+        canon = f"local:{repository}#{number}"
+        return WorkItem(
+            ref=canon, tracker="local", host="", owner=owner, repo=repo,
+            repository=repository, number=number, kind=str(kind["kind"]),
+            url=f"local://{repository}/{number}", id=str(item_id),
+        )
+
+    def get(self, ref: str, *, comments: bool = True) -> Item:
+        item_id, repository, number = self._row(ref)
+        row = self.db.conn.execute("SELECT * FROM items WHERE id=?", (item_id,)).fetchone()
+        return self._item(row, comments=comments)
+
+    def _item(self, row: object, *, comments: bool) -> Item:
+        r = row  # sqlite3.Row
+        item_id = r["id"]  # type: ignore[index]
+        labels = [
+            str(x["label"]) for x in self.db.conn.execute(
+                "SELECT label FROM labels WHERE item=? ORDER BY label", (item_id,))
+        ]
+        cs = [
+            Comment(int(c["id"]), str(c["author"]), str(c["body"]), float(c["created"]))
+            for c in self.db.conn.execute(
+                "SELECT * FROM comments WHERE item=? ORDER BY id", (item_id,))
+        ] if comments else []
+        return Item(
+            ref=f"local:{r['repository']}#{r['number']}",  # type: ignore[index]
+            kind=str(r["kind"]), title=str(r["title"]), body=str(r["body"]),  # type: ignore[index]
+            state=str(r["state"]), labels=labels, comments=cs,  # type: ignore[index]
+            parent=str(r["parent"]), closed_by=str(r["closed_by"]),  # type: ignore[index]
+        )
+
+    def list(self, *, state: str | None = None) -> list[Item]:
+        sql = "SELECT * FROM items" + (" WHERE state=?" if state else "") + " ORDER BY id"
+        rows = self.db.conn.execute(sql, (state,) if state else ()).fetchall()
+        return [self._item(r, comments=False) for r in rows]
+
+    def add(self, title: str, *, body: str = "", kind: str = "issue", parent: str = "",
+            labels: list[str] | None = None, author: str = "") -> str:
+        if kind not in KINDS:
+            raise TrackerError(f"--kind must be one of {', '.join(KINDS)} (got {kind!r})")
+        if not title.strip():
+            raise TrackerError("a work item needs a non-empty title")
+        if parent:
+            parent = self.resolve(parent)
+            self._row(parent)
+            if kind != "pull-request":
+                raise TrackerError("--for links a pull request to its ticket; use "
+                                   "--kind pull-request")
+        with self.db.transaction() as conn:
+            row = conn.execute(
+                "SELECT COALESCE(MAX(number), 0) + 1 AS n FROM items WHERE repository=?",
+                (self.repository,),
+            ).fetchone()
+            number = int(row["n"])
+            cur = conn.execute(
+                "INSERT INTO items(repository, number, kind, title, body, parent, author, "
+                "created) VALUES (?,?,?,?,?,?,?,?)",
+                (self.repository, number, kind, title, body, parent, author, time.time()),
+            )
+            for label in labels or []:
+                conn.execute("INSERT OR IGNORE INTO labels VALUES (?, ?)",
+                             (cur.lastrowid, label))
+        return f"local:{self.repository}#{number}"
+
+    def comment(self, ref: str, body: str, *, author: str) -> int:
+        item_id, _, _ = self._row(ref)
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO comments(item, author, body, created) VALUES (?,?,?,?)",
+                (item_id, author, body, time.time()),
+            )
+        return int(cur.lastrowid or 0)
+
+    def comments_after(self, ref: str, after_id: int) -> list[Comment]:
+        item_id, _, _ = self._row(ref)
+        return [
+            Comment(int(c["id"]), str(c["author"]), str(c["body"]), float(c["created"]))
+            for c in self.db.conn.execute(
+                "SELECT * FROM comments WHERE item=? AND id>? ORDER BY id", (item_id, after_id))
+        ]
+
+    def label(self, ref: str, label: str, *, remove: bool = False) -> None:
+        item_id, _, _ = self._row(ref)
+        if not label.strip():
+            raise TrackerError("a label must be a non-empty string")
+        with self.db.transaction() as conn:
+            if remove:
+                conn.execute("DELETE FROM labels WHERE item=? AND label=?", (item_id, label))
+            else:
+                conn.execute("INSERT OR IGNORE INTO labels VALUES (?, ?)", (item_id, label))
+
+    def close(self, ref: str, *, actor: str) -> bool:
+        """Close the item; False when it was already closed."""
+        item_id, _, _ = self._row(ref)
+        with self.db.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE items SET state='closed', closed_by=?, closed_at=? "
+                "WHERE id=? AND state='open'", (actor, time.time(), item_id),
+            )
+        return cur.rowcount == 1

@@ -1,0 +1,41 @@
+"""A work item's workspace: a folder under stateDir, or a git worktree on a branch for the item."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from the_loop.errors import LoopError
+from the_loop.hooks.points import WorkItem
+
+
+def workspace_path(state_dir: Path, item: WorkItem) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{item.repository}-{item.number}")
+    return state_dir / "workspaces" / slug
+
+
+def prepare(state_dir: Path, item: WorkItem, git_repository: Path | None) -> tuple[Path, bool]:
+    """Create (or reuse) the workspace; returns (path, is_git_worktree)."""
+    path = workspace_path(state_dir, item)
+    if path.exists():
+        return path, (path / ".git").exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if git_repository is None:
+        path.mkdir()
+        return path, False
+    branch = f"loop/{item.repo}-{item.number}"
+    exists = subprocess.run(
+        ["git", "-C", str(git_repository), "rev-parse", "--verify", "--quiet", branch],
+        capture_output=True, text=True, check=False,
+    ).returncode == 0
+    cmd = ["git", "-C", str(git_repository), "worktree", "add"]
+    cmd += [str(path), branch] if exists else ["-b", branch, str(path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise LoopError(
+            f"cannot create a git worktree for {item.ref} from {git_repository}: "
+            f"{done.stderr.strip() or done.stdout.strip()} (check `repository:` in "
+            "cli-config.yaml names a git repository with at least one commit)"
+        )
+    return path, True
