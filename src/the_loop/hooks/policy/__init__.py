@@ -1,0 +1,31 @@
+"""The built-in `policy` executor: YAML rules with JMESPath conditions, checked at load.
+
+`load_policy(name, folder)` reads every rule file of a folder, compiles and checks every
+rule against the catalog (raising `PolicyError` listing every problem), and returns a
+`PolicyExecutor` the chain runs like any other executor.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from the_loop.hooks.policy.executor import PolicyExecutor
+from the_loop.hooks.policy.rules import Policy, PolicyError, Rule, read_policy
+
+
+def load_policy(
+    name: str,
+    folder: Path,
+    *,
+    points: tuple[str, ...] | None = None,
+    reference: bool = False,
+) -> PolicyExecutor:
+    """Read, compile and check `folder`; raises `PolicyError` (a `LoopError`) on any error.
+
+    `points` narrows the points handled to those listed (an entry's `on`); `reference` runs
+    expressions with jmespath's reference interpreter instead of the compiler.
+    """
+    return PolicyExecutor(name, read_policy(Path(folder), reference=reference), points=points)
+
+
+__all__ = ["Policy", "PolicyError", "PolicyExecutor", "Rule", "load_policy", "read_policy"]

@@ -1,0 +1,523 @@
+"""Read a folder of rule files and check every rule against the catalog, collecting all errors.
+
+A rule file is YAML with one key, `rules:`, a list of rules. Each rule is parsed, its
+expressions compiled once per point it names (with that point's field types), every field an
+expression reads checked against that point's context, and `set` checked against the point's
+decisions. Nothing is evaluated here; the executor (`executor.py`) runs what this module built.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from the_loop import yamlsafe
+from the_loop.errors import LoopError
+from the_loop.hooks.points import (
+    DECISION,
+    POINTS,
+    SPECS,
+    WORK_ITEM_FIELDS,
+    closest,
+    unknown_point_message,
+)
+from the_loop.hooks.policy.compiler import CompiledExpression, compile_expression, root_paths
+
+RULE_KEYS = ("name", "on", "when", "description", "mode", "set")
+FILE_KEYS = ("rules",)
+MODES = ("enforce", "audit")
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+TEMPLATE_RE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+#: policy-only conveniences: key → (the decision it composes into, prefix or suffix).
+AFFIXES: dict[str, tuple[str, str]] = {
+    "prompt_prefix": ("prompt", "prefix"),
+    "prompt_suffix": ("prompt", "suffix"),
+    "text_prefix": ("text", "prefix"),
+    "text_suffix": ("text", "suffix"),
+}
+
+
+class PolicyError(LoopError):
+    """A policy folder cannot load; `.errors` holds every problem found, one message each."""
+
+    def __init__(self, errors: list[str], *, folder: str = "") -> None:
+        self.errors = list(errors)
+        self.folder = folder
+        if len(self.errors) == 1:
+            text = self.errors[0]
+        else:
+            where = f" in policy folder {folder}" if folder else ""
+            text = f"{len(self.errors)} errors{where}:\n" + "\n".join(
+                f"  {e}" for e in self.errors
+            )
+        super().__init__(text)
+
+
+@dataclass(frozen=True)
+class Template:
+    """A `set` string with `{{ expression }}` placeholders, compiled for one point."""
+
+    text: str
+    parts: tuple[str | CompiledExpression, ...]
+
+
+Value = bool | str | Template
+
+
+@dataclass
+class Rule:
+    """One checked rule: where it came from, and per point its compiled condition and values."""
+
+    name: str
+    file: str
+    points: tuple[str, ...]
+    mode: str = "enforce"
+    description: str = ""
+    when_text: str | None = None
+    set_raw: dict[str, Any] = field(default_factory=dict)
+    when: dict[str, CompiledExpression] = field(default_factory=dict)
+    values: dict[str, dict[str, Value]] = field(default_factory=dict)
+
+    @property
+    def audit(self) -> bool:
+        return self.mode == "audit"
+
+
+@dataclass
+class Policy:
+    """Every rule of a folder, in evaluation order (files by name, rules in file order)."""
+
+    folder: Path
+    files: list[Path]
+    rules: list[Rule]
+
+    def rules_at(self, point: str) -> list[Rule]:
+        return [r for r in self.rules if point in r.points]
+
+
+def settable(point: str) -> dict[str, str]:
+    """The keys a rule's `set` may use at `point`, with their type (decisions plus affixes)."""
+    out = {d.name: d.type for d in SPECS[point].decisions}
+    for key, (target, _) in AFFIXES.items():
+        if target in out:
+            out[key] = "str"
+    return out
+
+
+def field_types(point: str) -> dict[str, str]:
+    """The point's fields and their catalog types, as handed to the compiler."""
+    return {f.name: "object" if f.type == "WorkItem" else f.type for f in SPECS[point].fields}
+
+
+def rule_files(folder: Path) -> list[Path]:
+    """The `*.yaml`/`*.yml` files directly in `folder` (never `tests/`), in name order."""
+    return sorted(
+        (p for p in folder.iterdir()
+         if p.is_file() and p.suffix in (".yaml", ".yml") and not p.name.startswith(".")),
+        key=lambda p: p.name,
+    )
+
+
+def read_policy(folder: Path, *, reference: bool = False) -> Policy:
+    """Read and check every rule file in `folder`; raises `PolicyError` listing every error."""
+    if not folder.exists():
+        raise PolicyError([
+            f"{folder}: no such folder. A policy entry names a folder of rule files, relative "
+            "to the folder of cli-config.yaml"
+        ])
+    if not folder.is_dir():
+        raise PolicyError([f"{folder}: not a folder; name the folder that holds the rule files"])
+    files = rule_files(folder)
+    if not files:
+        raise PolicyError([
+            f"{folder}: no rule files (*.yaml or *.yml) in this folder; add one with a "
+            "`rules:` list (see docs/policy-guide.md)"
+        ])
+    checker = _Checker(reference)
+    for path in files:
+        checker.read_file(path)
+    if not checker.errors and not checker.rules:
+        checker.errors.append(f"{folder}: the rule files hold no rules")
+    if checker.errors:
+        raise PolicyError(checker.errors, folder=str(folder))
+    return Policy(folder, files, checker.rules)
+
+
+def _got(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+class _Checker:
+    """Collects rules and errors across the files of one folder."""
+
+    def __init__(self, reference: bool) -> None:
+        self.reference = reference
+        self.errors: list[str] = []
+        self.rules: list[Rule] = []
+        self.seen: dict[str, str] = {}  # rule name → file
+
+    def read_file(self, path: Path) -> None:
+        where = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self.errors.append(f"{where}: cannot read: {exc}")
+            return
+        try:
+            data = yamlsafe.load(text)
+        except yaml.YAMLError as exc:
+            self.errors.append(f"{where}: not valid YAML {yamlsafe.describe_error(exc)}")
+            return
+        if not isinstance(data, dict) or "rules" not in data:
+            got = "an empty file" if data is None else (
+                f"keys {', '.join(map(str, data))}" if isinstance(data, dict)
+                else _got(data)
+            )
+            self.errors.append(
+                f"{where}: expected a mapping with a `rules:` list, got {got}. "
+                "Write `rules:` followed by `- name: …` items"
+            )
+            return
+        for key in data:
+            if key not in FILE_KEYS:
+                self.errors.append(
+                    f"{where}: unknown top-level key {key!r}; a rule file has only `rules:`"
+                )
+        rules = data["rules"]
+        if not isinstance(rules, list) or not rules:
+            self.errors.append(
+                f"{where} → rules: expected a non-empty list of rules, got {_got(rules)}"
+            )
+            return
+        for index, raw in enumerate(rules):
+            rule = self._rule(where, index, raw)
+            if rule is not None:
+                self.rules.append(rule)
+
+    # ------------------------------------------------------------------ one rule
+
+    def _rule(self, where: str, index: int, raw: Any) -> Rule | None:
+        label = f"rule #{index + 1}"
+        if not isinstance(raw, dict):
+            self.errors.append(
+                f"{where}: {label}: expected a mapping with name, on and set, got {_got(raw)}"
+            )
+            return None
+        name = raw.get("name")
+        if isinstance(name, str) and name:
+            label = f"rule {name!r}"
+        before = len(self.errors)
+
+        def fail(key: str, message: str) -> None:
+            self.errors.append(f"{where}: {label} → {key}: {message}")
+
+        for key in raw:
+            if key not in RULE_KEYS:
+                hint = closest(str(key), RULE_KEYS)
+                fail(str(key), "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
+                     + f". Allowed keys: {', '.join(RULE_KEYS)}")
+        if name is None:
+            fail("name", "missing; every rule needs a name unique in the folder")
+        elif not isinstance(name, str) or not NAME_RE.match(name):
+            fail("name", f"expected lower-case letters, digits and dashes starting with a "
+                         f"letter, got {_got(name)}")
+        elif name in self.seen:
+            fail("name", f"duplicate: a rule named {name!r} is already in {self.seen[name]}; "
+                         "rule names must be unique across the folder")
+        else:
+            self.seen[name] = where
+        points = self._points(raw.get("on"), fail)
+        mode = raw.get("mode", "enforce")
+        if mode not in MODES:
+            fail("mode", f"expected enforce or audit, got {_got(mode)}")
+        description = raw.get("description", "")
+        if not isinstance(description, str):
+            fail("description", f"expected a string, got {_got(description)}")
+        rule = Rule(
+            name=name if isinstance(name, str) else "", file=where, points=points,
+            mode=mode if mode in MODES else "enforce",
+            description=description if isinstance(description, str) else "",
+        )
+        when = raw.get("when")
+        if "when" in raw:
+            if not isinstance(when, str) or not when.strip():
+                fail("when", f"expected a JMESPath expression as a string (quote it), "
+                             f"got {_got(when)}")
+            else:
+                rule.when_text = when
+                compiled = self._expression(when, points, fail, "when")
+                if compiled is not None:
+                    rule.when = compiled
+        self._set(rule, raw, fail)
+        return rule if len(self.errors) == before else None
+
+    def _points(self, raw: Any, fail: Any) -> tuple[str, ...]:
+        if raw is None:
+            fail("on", f"missing; name the point or points the rule applies at: "
+                       f"{', '.join(POINTS)}")
+            return ()
+        values = [raw] if isinstance(raw, str) else raw
+        if not isinstance(values, list) or not values:
+            fail("on", f"expected a point or a non-empty list of points, got {_got(raw)}")
+            return ()
+        out: list[str] = []
+        for value in values:
+            if value not in POINTS:
+                fail("on", unknown_point_message(value))
+            elif value in out:
+                fail("on", f"{value!r} is listed twice")
+            else:
+                out.append(value)
+        return tuple(p for p in POINTS if p in out)
+
+    def _set(self, rule: Rule, raw: dict[Any, Any], fail: Any) -> None:
+        values = raw.get("set")
+        if values is None:
+            fail("set", "missing; a rule sets at least one decision (e.g. proceed: false "
+                        "with a reason)")
+            return
+        if not isinstance(values, dict):
+            fail("set", f"expected a mapping of decision to value, got {_got(values)}")
+            return
+        if not values:
+            fail("set", "empty; a rule sets at least one decision")
+            return
+        rule.set_raw = dict(values)
+        per_point: dict[str, dict[str, Value]] = {p: {} for p in rule.points}
+        for key, value in values.items():
+            k = str(key)
+            bad_points = [p for p in rule.points if k not in settable(p)]
+            if bad_points:
+                fail(f"set.{k}", self._not_settable(k, bad_points))
+                continue
+            want = settable(rule.points[0])[k] if rule.points else ""
+            if k == "proceed" and value is True:
+                fail("set.proceed", "a policy may only refuse (proceed: false); it never sets "
+                                    "proceed: true, which would override another hook's "
+                                    "refusal. Remove the key, or narrow `when` instead")
+                continue
+            if want == "bool" and type(value) is not bool:
+                fix = "false" if k == "proceed" else "true or false"
+                fail(f"set.{k}", f"expected {fix} (bool), got {_got(value)}")
+                continue
+            if want == "str" and not isinstance(value, str):
+                fail(f"set.{k}", f"expected a string (quote it), got {_got(value)}")
+                continue
+            if isinstance(value, str):
+                templates = self._template(value, rule.points, fail, f"set.{k}")
+                if templates is None:
+                    continue
+                for p in rule.points:
+                    per_point[p][k] = templates[p] if templates else value
+            else:
+                for p in rule.points:
+                    per_point[p][k] = value
+        rule.values = per_point
+
+    @staticmethod
+    def _not_settable(key: str, points: list[str]) -> str:
+        parts: list[str] = []
+        for p in points:
+            fs = SPECS[p].field(key)
+            keys = list(settable(p))
+            if fs is not None and fs.role != DECISION:
+                parts.append(f"{key!r} is a fact at {p} (read-only); a rule sets decisions: "
+                             f"{', '.join(keys)}")
+            else:
+                hint = closest(key, keys)
+                parts.append(f"{p} has no decision {key!r}"
+                             + (f" (did you mean {hint!r}?)" if hint else "")
+                             + f"; decisions there: {', '.join(keys)}")
+        return "; ".join(parts)
+
+    # ------------------------------------------------------------------ expressions
+
+    def _template(
+        self, text: str, points: tuple[str, ...], fail: Any, key: str
+    ) -> dict[str, Template] | None:
+        """Per point, the compiled template; {} for a plain string; None after an error."""
+        if "{{" not in text and "}}" not in text:
+            return {}
+        pieces: list[tuple[str, str]] = []  # ("text", s) | ("expr", s)
+        pos = 0
+        ok = True
+        for m in TEMPLATE_RE.finditer(text):
+            pieces.append(("text", text[pos:m.start()]))
+            pieces.append(("expr", m.group(1).strip()))
+            pos = m.end()
+        pieces.append(("text", text[pos:]))
+        for kind, piece in pieces:
+            if kind == "text" and ("{{" in piece or "}}" in piece):
+                fail(key, f"unbalanced '{{{{' or '}}}}' in {text!r}; write a placeholder as "
+                          "{{ expression }}")
+                return None
+            if kind == "expr" and not piece:
+                fail(key, f"empty placeholder {{{{ }}}} in {text!r}")
+                return None
+        compiled: dict[str, list[str | CompiledExpression]] = {p: [] for p in points}
+        for kind, piece in pieces:
+            if kind == "text":
+                if piece:
+                    for p in points:
+                        compiled[p].append(piece)
+                continue
+            exprs = self._expression(piece, points, fail, f"{key} template {{{{ {piece} }}}}")
+            if exprs is None:
+                ok = False
+                continue
+            for p in points:
+                compiled[p].append(exprs[p])
+        if not ok:
+            return None
+        return {p: Template(text, tuple(parts)) for p, parts in compiled.items()}
+
+    def _expression(
+        self, text: str, points: tuple[str, ...], fail: Any, key: str
+    ) -> dict[str, CompiledExpression] | None:
+        """Compile `text` for each point and check the fields it reads; None after an error."""
+        if not points:  # `on` was already reported; still report a syntax error
+            try:
+                compile_expression(text, reference=self.reference)
+            except Exception as exc:
+                fail(key, describe_compile_error(text, exc))
+            return None
+        out: dict[str, CompiledExpression] = {}
+        for point in points:
+            try:
+                out[point] = compile_expression(
+                    text, field_types=field_types(point), reference=self.reference,
+                )
+            except Exception as exc:  # jmespath's parse/lexer/arity/unknown-function errors
+                fail(key, describe_compile_error(text, exc))
+                return None
+        problems = check_fields(root_paths(out[points[0]].ast), points)
+        for problem in problems:
+            fail(key, f"{text!r} {problem}")
+        return None if problems else out
+
+
+def describe_compile_error(text: str, exc: Exception) -> str:
+    """The expression, what is wrong with it and the column, from a jmespath exception."""
+    position = getattr(exc, "lex_position", None)
+    kind = type(exc).__name__
+    if kind == "IncompleteExpressionError":
+        return f"{text!r} is incomplete: it ends at column {len(text) + 1} where more was expected"
+    if kind == "LexerError":
+        message = getattr(exc, "message", "") or "unknown token"
+        value = getattr(exc, "lexer_value", "")
+        col = position + 1 if isinstance(position, int) else 1
+        return f"syntax error in {text!r} at column {col}: {message} ({value!r})"
+    if kind in ("ArityError", "VariadictArityError", "UnknownFunctionError"):
+        name = getattr(exc, "function_name", None)
+        if name is None:
+            m = re.search(r"function:?\s*([A-Za-z_][A-Za-z0-9_]*)", str(exc))
+            name = m.group(1) if m else ""
+        col = _column_of_call(text, name)
+        detail = str(exc).strip()
+        if kind == "UnknownFunctionError":
+            from the_loop.hooks.policy.functions import POLICY_FUNCTIONS
+
+            detail = f"unknown function {name}()"
+            names = sorted(set(_BUILTINS) | set(POLICY_FUNCTIONS))
+            hint = closest(name, names) if name else None
+            if hint:
+                detail += f" (did you mean {hint}()?)"
+            detail += f"; functions: {', '.join(names)}"
+        return f"{text!r} {detail}" + (f" at column {col}" if col else "")
+    if isinstance(position, int):
+        token = getattr(exc, "token_value", None)
+        what = f"unexpected {token!r}" if token not in (None, "") else "unexpected token"
+        return f"syntax error in {text!r} at column {position + 1}: {what}"
+    if kind == "EmptyExpressionError":
+        return "the expression is empty"
+    return f"{text!r} does not compile: {exc}"
+
+
+def _column_of_call(text: str, name: str) -> int:
+    if not name:
+        return 0
+    m = re.search(rf"\b{re.escape(name)}\s*\(", text)
+    return m.start() + 1 if m else 0
+
+
+_BUILTINS = (
+    "abs", "avg", "ceil", "contains", "ends_with", "floor", "join", "keys", "length", "map",
+    "max", "max_by", "merge", "min", "min_by", "not_null", "reverse", "sort", "sort_by",
+    "starts_with", "sum", "to_array", "to_number", "to_string", "type", "values",
+)
+
+
+def check_fields(paths: list[tuple[str, ...]], points: tuple[str, ...]) -> list[str]:
+    """One message per field chain that some of `points` does not have, with a suggestion."""
+    out: list[str] = []
+    for path in dict.fromkeys(p for p in paths if p):
+        lacking: dict[str, tuple[str, list[str]]] = {}
+        for point in points:
+            found = _path_problem(path, point)
+            if found is not None:
+                lacking[point] = found
+        if not lacking:
+            continue
+        what, valid = next(iter(lacking.values()))
+        at = ", ".join(lacking)
+        dotted = ".".join(path)
+        if not valid:  # a field of a scalar (actor.name) or of a WorkItem field
+            parent = what.rsplit(".", 1)[0]
+            out.append(
+                f"reads {dotted!r}, but {parent!r} has no fields at {at} (it is a "
+                f"{_type_of(parent, next(iter(lacking)))}); read {parent!r} itself"
+            )
+            continue
+        prefix, _, bad = what.rpartition(".")
+        names = sorted({n for _, (_, v) in lacking.items() for n in v})
+        hint = closest(bad, names)
+        text = f"reads {dotted!r}, but the context at {at} has no field {what!r}"
+        if hint:
+            text += f"; did you mean {(prefix + '.') if prefix else ''}{hint!r}?"
+        if len(lacking) == 1:
+            text += f" Valid: {', '.join(valid)}"
+        text += " (see `the-loop hooks points`)"
+        out.append(text)
+    return out
+
+
+def _type_of(dotted: str, point: str) -> str:
+    head, _, sub = dotted.partition(".")
+    fs = SPECS[point].field(head)
+    if fs is None:
+        return "unknown"
+    if sub:
+        return "int" if sub == "number" else "str"
+    return fs.type
+
+
+def _path_problem(path: tuple[str, ...], point: str) -> tuple[str, list[str]] | None:
+    """(the first missing field chain, the valid names at that level) or None when fine.
+
+    The valid list is empty when the chain reads into a value that has no fields.
+    """
+    spec = SPECS[point]
+    head = path[0]
+    fs = spec.field(head)
+    if fs is None:
+        return head, [f.name for f in spec.fields]
+    if len(path) == 1:
+        return None
+    if fs.type == "WorkItem":
+        sub = path[1]
+        if sub not in WORK_ITEM_FIELDS:
+            return f"{head}.{sub}", list(WORK_ITEM_FIELDS)
+        if len(path) > 2:
+            return f"{head}.{sub}.{path[2]}", []
+        return None
+    return f"{head}.{path[1]}", []
+
+
+def by_point(rules: list[Rule]) -> Mapping[str, list[Rule]]:
+    """Point → the rules that name it, in evaluation order (points in lifecycle order)."""
+    return {p: [r for r in rules if p in r.points] for p in POINTS}

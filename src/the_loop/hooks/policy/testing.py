@@ -1,0 +1,277 @@
+"""`the-loop policy test`: run a folder's rule test cases through the real chain and compare.
+
+Test files live in `<folder>/tests/*.yaml` with one key, `cases:`. Each case names a point,
+gives the context's fields as it enters the chain (`facts`; decisions such as the rendered
+`prompt` may be given too), and expects final decisions (`expect`) and, optionally, exactly
+the enforce rules that applied (`rules`) and the audit rules that matched (`audit`). A test
+file naming an unknown point, field, decision or rule is an error, never a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from the_loop import yamlsafe
+from the_loop.events import EventLog
+from the_loop.hooks.chain import Chain, Link
+from the_loop.hooks.points import (
+    DECISION,
+    POINTS,
+    SPECS,
+    check_value,
+    closest,
+    context_from_json,
+    context_to_json,
+    unknown_point_message,
+)
+from the_loop.hooks.policy.executor import PolicyExecutor
+from the_loop.hooks.policy.rules import Policy, read_policy, rule_files
+
+CASE_KEYS = ("name", "description", "point", "facts", "expect", "rules", "audit")
+HOOK = "policy"
+
+
+@dataclass
+class CaseResult:
+    """One case's verdict, with what the chain decided."""
+
+    file: str
+    name: str
+    point: str
+    passed: bool
+    problems: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+    audit: list[str] = field(default_factory=list)
+    decisions: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file, "name": self.name, "point": self.point, "passed": self.passed,
+            "problems": self.problems, "rules": self.rules, "audit": self.audit,
+            "decisions": self.decisions,
+        }
+
+
+@dataclass
+class TestReport:
+    """Every case's result, the test-file errors, and the rules no case exercised."""
+
+    folder: str
+    results: list[CaseResult] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    unexercised: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for r in self.results if r.passed)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for r in self.results if not r.passed)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.failed == 0 and bool(self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "folder": self.folder, "ok": self.ok, "passed": self.passed, "failed": self.failed,
+            "errors": self.errors, "unexercised": self.unexercised,
+            "cases": [r.to_json() for r in self.results],
+        }
+
+
+@dataclass
+class _Case:
+    file: str
+    name: str
+    point: str
+    facts: dict[str, Any]
+    expect: dict[str, Any]
+    rules: list[str] | None
+    audit: list[str] | None
+
+
+def run_tests(folder: Path, *, reference: bool = False) -> TestReport:
+    """Load the policy (raises `PolicyError`), then run every case in `folder/tests`."""
+    policy = read_policy(folder, reference=reference)
+    report = TestReport(str(folder))
+    tests = folder / "tests"
+    files = rule_files(tests) if tests.is_dir() else []
+    if not files:
+        report.errors.append(
+            f"{tests}: no test files (*.yaml); add one with a `cases:` list "
+            "(see docs/policy-guide.md)"
+        )
+        return report
+    cases: list[_Case] = []
+    for path in files:
+        cases.extend(_read_cases(path, policy, report.errors))
+    executor = PolicyExecutor(HOOK, policy)
+    chain = Chain([Link(HOOK, executor, frozenset(executor.points()))], log=EventLog())
+    executor.bind_log(chain.log)
+    exercised: set[str] = set()
+    for case in cases:
+        result = _run_case(chain, case)
+        exercised.update(result.rules, result.audit)
+        report.results.append(result)
+    report.unexercised = [r.name for r in policy.rules if r.name not in exercised]
+    return report
+
+
+def _run_case(chain: Chain, case: _Case) -> CaseResult:
+    result = CaseResult(case.file, case.name, case.point, passed=True)
+    ctx = context_from_json(case.point, case.facts)  # checked while reading
+    seen = len(chain.log.memory)
+    outcome = chain.invoke(ctx)
+    final = context_to_json(outcome.context)
+    result.decisions = {d.name: final[d.name] for d in SPECS[case.point].decisions}
+    for step in outcome.steps:
+        result.rules = list(step.detail.get("rules", []))
+        if step.error:
+            result.problems.append(f"the policy failed: {step.error}")
+    for record in chain.log.memory[seen:]:
+        if record["event"] == "hooks.audit":
+            result.audit = list(record.get("rules", []))
+            for error in record.get("errors", []):
+                result.problems.append(f"an audit rule failed: {error}")
+    for key, want in case.expect.items():
+        got = final[key]
+        if got != want:
+            result.problems.append(f"{key}: expected {want!r}, got {got!r}")
+    if case.rules is not None and result.rules != case.rules:
+        result.problems.append(
+            f"rules applied: expected {case.rules}, got {result.rules}"
+        )
+    if case.audit is not None and result.audit != case.audit:
+        result.problems.append(
+            f"audit rules matched: expected {case.audit}, got {result.audit}"
+        )
+    result.passed = not result.problems
+    return result
+
+
+def _read_cases(path: Path, policy: Policy, errors: list[str]) -> list[_Case]:
+    where = str(path)
+    try:
+        data = yamlsafe.load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        errors.append(f"{where}: not valid YAML {yamlsafe.describe_error(exc)}")
+        return []
+    except (OSError, UnicodeDecodeError) as exc:
+        errors.append(f"{where}: cannot read: {exc}")
+        return []
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list) or not data["cases"]:
+        errors.append(f"{where}: expected a mapping with a non-empty `cases:` list")
+        return []
+    for key in data:
+        if key != "cases":
+            errors.append(f"{where}: unknown top-level key {key!r}; a test file has only cases:")
+    out: list[_Case] = []
+    for index, raw in enumerate(data["cases"]):
+        case = _read_case(where, index, raw, policy, errors)
+        if case is not None:
+            out.append(case)
+    return out
+
+
+def _read_case(
+    where: str, index: int, raw: Any, policy: Policy, errors: list[str]
+) -> _Case | None:
+    label = f"case #{index + 1}"
+    if not isinstance(raw, dict):
+        errors.append(f"{where}: {label}: expected a mapping with name, point, facts, expect")
+        return None
+    name = raw.get("name")
+    if isinstance(name, str) and name:
+        label = f"case {name!r}"
+    before = len(errors)
+
+    def fail(key: str, message: str) -> None:
+        errors.append(f"{where}: {label} → {key}: {message}")
+
+    for key in raw:
+        if key not in CASE_KEYS:
+            hint = closest(str(key), CASE_KEYS)
+            fail(str(key), "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
+                 + f". Allowed keys: {', '.join(CASE_KEYS)}")
+    if not isinstance(name, str) or not name:
+        fail("name", "missing; every case needs a name")
+    point = raw.get("point")
+    if point not in POINTS:
+        fail("point", unknown_point_message(point) if point is not None else
+             f"missing; valid points: {', '.join(POINTS)}")
+        return None
+    facts = raw.get("facts") or {}
+    if not isinstance(facts, dict):
+        fail("facts", f"expected a mapping of the context's fields, got {facts!r}")
+    else:
+        try:
+            context_from_json(point, facts)
+        except ValueError as exc:
+            fail("facts", str(exc))
+    expect = raw.get("expect")
+    checked: dict[str, Any] = {}
+    if expect is not None:
+        if not isinstance(expect, dict) or not expect:
+            fail("expect", "expected a non-empty mapping of decision to its final value")
+        else:
+            checked = _check_expect(point, expect, fail)
+    rules = _rule_list(raw, "rules", point, policy, fail)
+    audit = _rule_list(raw, "audit", point, policy, fail)
+    if expect is None and rules is None and audit is None:
+        fail("expect", "missing; a case must expect decisions (and/or rules, audit), or it "
+                       "could never fail")
+    if len(errors) != before:
+        return None
+    return _Case(where, str(name), point, dict(facts), checked, rules, audit)
+
+
+def _check_expect(point: str, expect: dict[Any, Any], fail: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    decisions = [d.name for d in SPECS[point].decisions]
+    for key, value in expect.items():
+        fs = SPECS[point].field(str(key))
+        if fs is None or fs.role != DECISION:
+            hint = closest(str(key), decisions)
+            what = "a fact (facts never change)" if fs is not None else "not a decision"
+            fail(f"expect.{key}", f"{what} at {point}"
+                 + (f" (did you mean {hint!r}?)" if hint else "")
+                 + f"; decisions there: {', '.join(decisions)}")
+            continue
+        try:
+            out[str(key)] = check_value(fs, value, where=f"expect.{key}")
+        except ValueError as exc:
+            fail(f"expect.{key}", str(exc))
+    return out
+
+
+def _rule_list(
+    raw: dict[Any, Any], key: str, point: str, policy: Policy, fail: Any
+) -> list[str] | None:
+    if key not in raw:
+        return None
+    value = raw[key]
+    if value is None:
+        value = []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        fail(key, f"expected a list of rule names, got {value!r}")
+        return None
+    known = {r.name: r for r in policy.rules}
+    for name in value:
+        rule = known.get(name)
+        if rule is None:
+            hint = closest(name, list(known))
+            fail(key, f"no rule named {name!r} in the folder"
+                 + (f" (did you mean {hint!r}?)" if hint else ""))
+        elif point not in rule.points:
+            fail(key, f"rule {name!r} does not apply at {point} (its on: "
+                      f"{', '.join(rule.points)})")
+        elif rule.audit != (key == "audit"):
+            other = "audit" if rule.audit else "rules"
+            fail(key, f"rule {name!r} is in {rule.mode} mode; list it under {other}")
+    return list(value)
