@@ -172,4 +172,5 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from the_loop.hooks.serve_cli import serve
 
-    return serve(args)
+    code: int = serve(args)
+    return code

@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from the_loop.events import EventLog
-from the_loop.hooks.executor import Decisions, Executor, HookError, LifecycleHooks
-from the_loop.hooks.executor import default_points, handler_for
+from the_loop.hooks.executor import (
+    Decisions,
+    Executor,
+    HookError,
+    LifecycleHooks,
+    default_points,
+    handler_for,
+)
 from the_loop.hooks.points import DECISION, POINTS, SPECS, Context, WorkItem
 
 C = TypeVar("C", bound=Context)
@@ -223,14 +229,14 @@ class Chain:
                 "hooks.failed", point=shape.point, hook=name, error=error, work_item=ref,
                 required=required,
             )
-            if required and shape.proceed and getattr(state, "proceed") is not False:
+            if required and shape.proceed and state.__dict__["proceed"] is not False:
                 changes = {"proceed": False, "reason": f"required hook {name!r} failed: {error}"}
         if dropped:
             self.log.emit(
                 "hooks.dropped", point=shape.point, hook=name, dropped=sorted(set(dropped)),
                 work_item=ref,
             )
-        if changes and shape.proceed and getattr(state, "proceed") is False:
+        if changes and shape.proceed and state.__dict__["proceed"] is False:
             # A refusal sticks: keep the first refusal's proceed and reason.
             for key in ("proceed", "reason"):
                 if key in changes:

@@ -355,7 +355,8 @@ def _construct(entry: HookEntry) -> LifecycleHooks | Executor:
             )
         return cls
     try:
-        return cls(**entry.with_)
+        built: LifecycleHooks = cls(**entry.with_)
+        return built
     except (Exception, SystemExit) as exc:
         raise HooksConfigError(
             f"{entry.label}: constructing {cls.__name__}(**with) failed: "

@@ -52,7 +52,7 @@ _PROPS: dict[str, Any] = {
 
 
 def _variant(kind: str) -> dict[str, Any]:
-    keys = list(COMMON_KEYS) + [kind] + list(KIND_KEYS[kind])
+    keys = [*COMMON_KEYS, kind, *KIND_KEYS[kind]]
     return {
         "type": "object",
         "required": ["name", kind],
