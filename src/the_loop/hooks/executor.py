@@ -90,6 +90,19 @@ class LifecycleHooks:
         )
 
 
+def _document_methods() -> None:
+    """Each point's method carries the catalog's description of that point (R2.5)."""
+    from the_loop.hooks.points import SPECS, point_doc
+
+    for point, spec in SPECS.items():
+        getattr(LifecycleHooks, point).__doc__ = point_doc(spec).replace(
+            f"The context of `{point}`", f"Called at `{point}`", 1
+        ) + "\n\nReturn None to pass through, or a context of the same type."
+
+
+_document_methods()
+
+
 def handler_for(executor: LifecycleHooks | Executor, point: str) -> Handler:
     """The callable the chain invokes for `executor` at `point`."""
     if isinstance(executor, LifecycleHooks):

@@ -71,6 +71,8 @@ WORK_ITEM_DOCS: dict[str, str] = {
 WORK_ITEM_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(WorkItem))
 
 
+# `fact()` and `decision()` return a `dataclasses.field`, so a list or WorkItem default is
+# built per instance (ruff's RUF009 cannot see that; hence its noqa on such fields).
 def fact(default: Any, doc: str) -> Any:
     """A read-only field: what the loop tells the hook."""
     if isinstance(default, list):
@@ -92,9 +94,9 @@ class Context:
     POINT: ClassVar[str] = ""
     WHEN: ClassVar[str] = ""
 
-    work_item: WorkItem = fact(WorkItem(), "the work item (read-only record)")
+    work_item: WorkItem = fact(WorkItem(), "the work item (read-only record)")  # noqa: RUF009
     loop: str = fact("", "the loop's name (`loop:` in cli-config.yaml)")
-    labels: list[str] = fact([], "the work item's labels")
+    labels: list[str] = fact([], "the work item's labels")  # noqa: RUF009
 
 
 _PROCEED = "false refuses the operation; the loop records hooks.refused and comments once"
@@ -130,10 +132,12 @@ class SessionSpawn(Context):
     actor: str = fact("", "who caused the launch (login), or the loop")
     harness: str = fact("", "the harness name from cli-config.yaml")
     model: str = fact("", "the harness's model, if declared")
-    command: list[str] = fact([], "the harness argv that will be launched")
+    command: list[str] = fact([], "the harness argv that will be launched")  # noqa: RUF009
     cwd: str = fact("", "the workspace folder the process runs in")
     respawn: bool = fact(False, "true for a resume or respawn of an earlier session")
-    endpoint: WorkItem = fact(WorkItem(), "the work item or pull request the session is for")
+    endpoint: WorkItem = fact(  # noqa: RUF009
+        WorkItem(), "the work item or pull request the session is for"
+    )
     node: str = fact("", "the graph node the session works on")
     phase: str = fact("", "the phase of that node")
     prompt: str = decision(
@@ -157,7 +161,9 @@ class SessionSpawned(Context):
     pid: int = fact(0, "the harness process id")
     harness: str = fact("", "the harness name")
     model: str = fact("", "the harness's model, if declared")
-    endpoint: WorkItem = fact(WorkItem(), "the work item or pull request the session is for")
+    endpoint: WorkItem = fact(  # noqa: RUF009
+        WorkItem(), "the work item or pull request the session is for"
+    )
     respawn: bool = fact(False, "true for a resume or respawn")
     node: str = fact("", "the graph node the session works on")
     phase: str = fact("", "the phase of that node")
@@ -337,6 +343,23 @@ POINTS: dict[str, type[Context]] = {cls.POINT: cls for cls in CONTEXT_CLASSES}
 
 #: point name → its catalog entry, in lifecycle order.
 SPECS: dict[str, PointSpec] = {cls.POINT: _spec_of(cls) for cls in CONTEXT_CLASSES}
+
+
+def point_doc(spec: PointSpec) -> str:
+    """The docstring of a point's context class and `LifecycleHooks` method, from the catalog."""
+    lines = [f"The context of `{spec.name}`. Fires: {spec.when}.", "", "Decisions:"]
+    lines += [
+        f"    {d.name} ({d.type}, default {d.default!r}): {d.doc}; {d.applied}."
+        for d in spec.decisions
+    ]
+    lines += ["", "Facts (read-only; a changed fact is ignored):"]
+    lines += [f"    {f.name} ({f.type}): {f.doc}." for f in spec.facts]
+    return "\n".join(lines)
+
+
+# The SDK docstrings are the catalog table (R2.5): written once, here, from the specs.
+for _cls in CONTEXT_CLASSES:
+    _cls.__doc__ = point_doc(SPECS[_cls.POINT])
 
 
 def closest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
