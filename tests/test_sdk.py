@@ -1,0 +1,66 @@
+"""The SDK surface `the_loop.sdk.hooks` (R4.5): re-exports only, light to import."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+DESIGN_NAMES = {
+    "LifecycleHooks", "WorkItem", "WorkItemStart", "SessionSpawn", "SessionSpawned",
+    "WaitingForInput", "InputReceived", "PhaseChanged", "WorkItemComplete", "POINTS",
+    "handle_request", "HookServer",
+}
+
+
+def isort_key(name: str) -> tuple[int, str]:
+    """The order ruff's RUF022 keeps: CONSTANTS, then Classes, then functions, each sorted."""
+    return (0 if name.isupper() else 1 if name[:1].isupper() else 2, name)
+
+
+def test_r4_5_sdk_all_is_sorted_and_is_the_design_list() -> None:
+    from the_loop.sdk import hooks as sdk
+
+    assert sdk.__all__ == sorted(sdk.__all__, key=isort_key)
+    assert len(sdk.__all__) == len(set(sdk.__all__))
+    assert set(sdk.__all__) == DESIGN_NAMES
+
+
+def test_r4_5_sdk_is_re_exports_only() -> None:
+    from the_loop.sdk import hooks as sdk
+
+    public = {n for n in vars(sdk) if not n.startswith("_")}
+    assert public == set(sdk.__all__)
+    for name in sdk.__all__:
+        obj = getattr(sdk, name)
+        home = getattr(obj, "__module__", None) or "the_loop.hooks.points"
+        assert home.startswith("the_loop.hooks."), (name, home)
+
+
+PROBE = """
+import json, sys
+import the_loop.sdk.hooks
+heavy = ("fastapi", "uvicorn", "starlette", "mcp")
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy)))
+"""
+
+
+def test_r4_5_importing_the_sdk_loads_no_fastapi_uvicorn_starlette_or_mcp() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=False, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+
+
+def test_r4_1_a_hook_written_against_the_sdk_runs_in_a_chain() -> None:
+    from the_loop.hooks.chain import Chain
+    from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn, WorkItem
+
+    class Prefix(LifecycleHooks):
+        def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+            ctx.prompt = f"[{ctx.work_item.ref}] {ctx.prompt}"
+            return ctx
+
+    out = Chain.of(Prefix()).run(SessionSpawn(work_item=WorkItem(ref="local:a/b#1"), prompt="go"))
+    assert out.prompt == "[local:a/b#1] go"
