@@ -72,7 +72,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     tracker, db = tracker_of(args)
     try:
-        items = tracker.list(state=args.state)
+        items = tracker.items(state=args.state)
     finally:
         db.close()
     if args.json:

@@ -14,7 +14,7 @@ from typing import Any
 
 from the_loop.hooks.points import InputReceived
 from the_loop.runtime import harness as harness_mod
-from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, render
+from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, decided, render
 
 CONTROLS = ("approve", "reject", "stop")
 RESUME_PROMPT = (
@@ -65,13 +65,13 @@ def handle_input(loop: Loop, ref: str, text: str, *, actor: str, source: str,
     ))
     if outcome.refused:
         hook = outcome.refused_by
-        reason = str(getattr(outcome.context, "reason", "")) or "no reason given"
+        reason = str(decided(outcome, "reason")) or "no reason given"
         loop.post_once(ref, key or f"input:{ref}:{time.time_ns()}",
                        f"Input from @{actor} was dropped by hook `{hook}` at "
                        f"`input_received`: {reason}")
         loop.log.emit("input.refused", work_item=ref, hook=hook, reason=reason, actor=actor)
         return "refused"
-    final = str(getattr(outcome.context, "text"))
+    final = str(decided(outcome, "text"))
     control = classify(final)  # the text a hook returns is what is read or run
     done = "delivered"
     if control == "stop":
@@ -123,7 +123,7 @@ def poll_once(loop: Loop) -> Report:
     report.exited = reap(loop)
     loop.finish_pending()
     if loop.settings.arm_label:
-        for item in loop.tracker.list(state="open"):
+        for item in loop.tracker.items(state="open"):
             if loop.settings.arm_label in item.labels and loop.work(item.ref) is None:
                 loop.arm(item.ref, actor="label", source="label")
     for row in loop.db.conn.execute(
@@ -138,7 +138,7 @@ def poll_once(loop: Loop) -> Report:
             loop.complete(ref, source="tracker", actor=item.closed_by or "someone")
             report.closed.append(ref)
             continue
-        endpoints = [ref] + [i.ref for i in loop.tracker.list(state="open")
+        endpoints = [ref] + [i.ref for i in loop.tracker.items(state="open")
                              if i.parent == ref]
         for endpoint in endpoints:
             for c in loop.tracker.comments_after(endpoint, _cursor(loop, endpoint)):

@@ -7,6 +7,7 @@ The seven lifecycle points are fired here and only here, each by one visible
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -52,6 +53,11 @@ def failpoint(name: str) -> None:
     """Die here when $THE_LOOP_FAILPOINT names this step (crash-safety tests only)."""
     if os.environ.get(FAILPOINT_ENV) == name:
         os._exit(86)
+
+
+def decided(outcome: Outcome, name: str) -> Any:
+    """The final value of a decision after the chain ran."""
+    return outcome.context.__dict__[name]
 
 
 def render(template: str, **values: str) -> str:
@@ -176,7 +182,7 @@ class Loop:
             self.refuse(ref, key, "work_item_start", outcome, new_state="refused",
                         what="The start of this work item")
             self.log.emit("loop.start_refused", work_item=ref, hook=outcome.refused_by,
-                          reason=getattr(outcome.context, "reason", ""))
+                          reason=decided(outcome, "reason"))
             return "refused"
         with self.db.transaction() as conn:
             conn.execute("INSERT INTO settled VALUES (?, 'started', '', 1, ?)", (key, time.time()))
@@ -192,7 +198,7 @@ class Loop:
                what: str) -> None:
         """Settle a refusal, then post its one marked comment (crash-safe, never twice)."""
         hook = outcome.refused_by or "?"
-        reason = str(getattr(outcome.context, "reason", "")) or "no reason given"
+        reason = str(decided(outcome, "reason")) or "no reason given"
         body = f"{what} was refused by hook `{hook}` at `{point}`: {reason}"
         with self.db.transaction() as conn:
             conn.execute(
@@ -266,14 +272,14 @@ class Loop:
         if outcome.refused:
             key = f"spawn:{ref}:{harness_mod.new_session_id()}"
             self.log.emit("session.refused", work_item=ref, endpoint=target.ref,
-                          hook=outcome.refused_by, reason=getattr(outcome.context, "reason", ""))
+                          hook=outcome.refused_by, reason=decided(outcome, "reason"))
             if endpoint and endpoint != ref:
                 # A pull request's own session was refused: deliver into the ticket's session.
                 return self.spawn(ref, node, prompt=prompt, respawn=respawn, actor=actor)
             self.refuse(ref, key, "session_spawn", outcome, new_state="blocked",
                         what="A session launch for this work item")
             return False
-        final_prompt = str(getattr(outcome.context, "prompt"))
+        final_prompt = str(decided(outcome, "prompt"))
         sid = harness_mod.new_session_id()
         launched, proc = harness_mod.launch(
             h.command, prompt=final_prompt, cwd=path, config_path=self.config.path,
@@ -290,13 +296,13 @@ class Loop:
             )
             conn.execute("UPDATE work SET state='running', node=?, session_id=? WHERE ref=?",
                          (node.name, sid, ref))
-        self.log.emit("session.launched", work_item=ref, session_id=sid, pid=launched.pid,
-                      endpoint=target.ref, respawn=respawn)
+        self.log.emit("session.launched", work_item=ref, session_id=sid,
+                      session_pid=launched.pid, endpoint=target.ref, respawn=respawn)
         spawned = self.fire(SessionSpawned(
             **self.base(ref), session_id=sid, pid=launched.pid, harness=h.name, model=h.model,
             endpoint=target, respawn=respawn, node=node.name, phase=node.phase,
         ))
-        if getattr(spawned.context, "announce") is not False:
+        if decided(spawned, "announce") is not False:
             model = f", model {h.model}" if h.model else ""
             self.say(ref, f"Session `{sid}` started at {node.name} (harness {h.name}{model}).")
             self.log.emit("session.announced", work_item=ref, session_id=sid)
@@ -312,9 +318,10 @@ class Loop:
             **self.base(ref), kind="question", session_id=session_id or w["session_id"],
             node=node.name, phase=node.phase, question=question, summary=summary,
         ))
-        final_q = str(getattr(outcome.context, "question"))
-        final_s = str(getattr(outcome.context, "summary"))
-        body = f"**Question from the agent** (session `{session_id or w['session_id']}`)\n\n{final_q}"
+        final_q = str(decided(outcome, "question"))
+        final_s = str(decided(outcome, "summary"))
+        sid = session_id or w["session_id"]
+        body = f"**Question from the agent** (session `{sid}`)\n\n{final_q}"
         if final_s:
             body += f"\n\n_Summary:_ {final_s}"
         self.say(ref, body)
@@ -361,7 +368,7 @@ class Loop:
                 from_node=here.name, to_node=there.name, outcome=outcome_name,
                 terminal=there.terminal,
             ))
-            if getattr(outcome.context, "notify") is not False:
+            if decided(outcome, "notify") is not False:
                 self.channels.publish({
                     "type": "phase.completed" if there.terminal else "phase.changed",
                     "work_item": ref, "from_phase": here.phase, "to_phase": there.phase,
@@ -390,7 +397,7 @@ class Loop:
                          (key, time.time()))
             conn.execute("UPDATE work SET state='done' WHERE ref=?", (ref,))
         self.log.emit("item.completed", work_item=ref, source=source)
-        if getattr(outcome.context, "announce") is not False:
+        if decided(outcome, "announce") is not False:
             self.channels.publish({"type": "item.closed", "work_item": ref, "source": source,
                                    "actor": actor})
             self.log.emit("item.announced", work_item=ref)
@@ -407,19 +414,15 @@ class Loop:
         row = self.db.conn.execute("SELECT pid, exited FROM sessions WHERE id=?",
                                    (session_id,)).fetchone()
         if row and not row["exited"] and harness_mod.alive(int(row["pid"])):
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(row["pid"]), signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     def close(self, *, wait: float = 0.0) -> None:
         """Close the database; with `wait`, first let this process's sessions finish."""
         for proc in self.procs.values():
             if wait and proc.poll() is None:
-                try:
+                with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=wait)
-                except subprocess.TimeoutExpired:
-                    pass
         self.db.close()
 
 

@@ -6,7 +6,6 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from the_loop.config import Config
 from the_loop.errors import ConfigError

@@ -56,7 +56,7 @@ class LocalTracker:
         )
 
     def get(self, ref: str, *, comments: bool = True) -> Item:
-        item_id, repository, number = self._row(ref)
+        item_id, _, _ = self._row(ref)
         row = self.db.conn.execute("SELECT * FROM items WHERE id=?", (item_id,)).fetchone()
         return self._item(row, comments=comments)
 
@@ -79,7 +79,7 @@ class LocalTracker:
             parent=str(r["parent"]), closed_by=str(r["closed_by"]),  # type: ignore[index]
         )
 
-    def list(self, *, state: str | None = None) -> list[Item]:
+    def items(self, *, state: str | None = None) -> list[Item]:
         sql = "SELECT * FROM items" + (" WHERE state=?" if state else "") + " ORDER BY id"
         rows = self.db.conn.execute(sql, (state,) if state else ()).fetchall()
         return [self._item(r, comments=False) for r in rows]

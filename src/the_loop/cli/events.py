@@ -1,0 +1,60 @@
+"""`the-loop events`: read the event log as a person would (or as JSON lines)."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import time
+from typing import Any
+
+from the_loop.cli._common import add_json, config_of
+from the_loop.events import read_events
+from the_loop.runtime.settings import settings_of
+
+_SKIP = ("ts", "event", "source", "pid", "work_item")
+
+
+def register(sub: Any) -> None:
+    e = sub.add_parser("events", help="the event log, readable (--json for machines)")
+    e.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    e.add_argument("--event", default="*", metavar="GLOB", help="e.g. 'hooks.*'")
+    e.add_argument("--work-item", default="", metavar="REF")
+    add_json(e)
+    e.set_defaults(func=cmd_events)
+
+
+def line_of(record: dict[str, Any]) -> str:
+    when = time.strftime("%H:%M:%S", time.localtime(float(record.get("ts", 0))))
+    rest = " ".join(
+        f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v}"
+        for k, v in record.items() if k not in _SKIP
+    )
+    ref = record.get("work_item") or ""
+    return f"{when} {record.get('event', '?'):<18} {ref:<20} {rest}".rstrip()
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    path = settings_of(config_of(args)).events_path
+    want_ref = args.work_item
+
+    def keep(r: dict[str, Any]) -> bool:
+        if not fnmatch.fnmatchcase(str(r.get("event", "")), args.event):
+            return False
+        if want_ref:
+            ref = str(r.get("work_item", ""))
+            return ref == want_ref or ref.endswith(want_ref if "#" in want_ref
+                                                   else f"#{want_ref.lstrip('#')}")
+        return True
+
+    seen = 0
+    while True:
+        records = list(read_events(path))
+        for r in records[seen:]:
+            if keep(r):
+                print(json.dumps(r, ensure_ascii=False) if args.json else line_of(r),
+                      flush=True)
+        seen = len(records)
+        if not args.follow:
+            return 0
+        time.sleep(0.5)
