@@ -1,0 +1,36 @@
+"""Copy the example rule files in policies/ into the package, where `the-loop demo` finds them.
+
+The top-level policies/ folder is what an operator reads and copies; an installed
+the-loop has no checkout, so the demo ships a copy. tests/test_demo_policies.py fails
+when the two differ; run `python scripts/sync_demo_policies.py` to mend it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "policies"
+TARGET = ROOT / "src" / "the_loop" / "demo" / "policies"
+
+
+def rule_files(folder: Path) -> dict[str, str]:
+    return {p.name: p.read_text(encoding="utf-8")
+            for p in sorted(folder.iterdir()) if p.suffix in (".yaml", ".yml")}
+
+
+def main() -> int:
+    TARGET.mkdir(parents=True, exist_ok=True)
+    for old in TARGET.iterdir():
+        if old.suffix in (".yaml", ".yml"):
+            old.unlink()
+    for name in rule_files(SOURCE):
+        shutil.copyfile(SOURCE / name, TARGET / name)
+    print(f"copied {len(rule_files(TARGET))} rule files into {TARGET.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""The demo's packaged rule files are the example policies/ an operator reads."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _sync_module():  # type: ignore[no-untyped-def]
+    script = ROOT / "scripts" / "sync_demo_policies.py"
+    spec = importlib.util.spec_from_file_location("sync", script)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_demo_ships_the_example_policies_unchanged() -> None:
+    sync = _sync_module()
+    assert sync.rule_files(sync.SOURCE), "policies/ has no rule files"
+    assert sync.rule_files(sync.TARGET) == sync.rule_files(sync.SOURCE), (
+        "src/the_loop/demo/policies differs from policies/: run "
+        "`python scripts/sync_demo_policies.py`"
+    )
