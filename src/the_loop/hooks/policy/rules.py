@@ -366,7 +366,9 @@ class _Checker:
                     for p in points:
                         compiled[p].append(piece)
                 continue
-            exprs = self._expression(piece, points, fail, f"{key} template {{{{ {piece} }}}}")
+            exprs = self._expression(
+                piece, points, fail, key, shown=f"the placeholder {{{{ {piece} }}}}"
+            )
             if exprs is None:
                 ok = False
                 continue
@@ -377,14 +379,18 @@ class _Checker:
         return {p: Template(text, tuple(parts)) for p, parts in compiled.items()}
 
     def _expression(
-        self, text: str, points: tuple[str, ...], fail: Any, key: str
+        self, text: str, points: tuple[str, ...], fail: Any, key: str, *, shown: str = ""
     ) -> dict[str, CompiledExpression] | None:
-        """Compile `text` for each point and check the fields it reads; None after an error."""
+        """Compile `text` for each point and check the fields it reads; None after an error.
+
+        `shown` is how messages name the expression (default: the expression quoted).
+        """
+        shown = shown or repr(text)
         if not points:  # `on` was already reported; still report a syntax error
             try:
                 compile_expression(text, reference=self.reference)
             except Exception as exc:
-                fail(key, describe_compile_error(text, exc))
+                fail(key, describe_compile_error(shown, text, exc))
             return None
         out: dict[str, CompiledExpression] = {}
         for point in points:
@@ -393,56 +399,57 @@ class _Checker:
                     text, field_types=field_types(point), reference=self.reference,
                 )
             except Exception as exc:  # jmespath's parse/lexer/arity/unknown-function errors
-                fail(key, describe_compile_error(text, exc))
+                fail(key, describe_compile_error(shown, text, exc))
                 return None
-        problems = check_fields(root_paths(out[points[0]].ast), points)
+        problems = check_fields(root_paths(out[points[0]].ast), points, text)
         for problem in problems:
-            fail(key, f"{text!r} {problem}")
+            fail(key, f"{shown} {problem}")
         return None if problems else out
 
 
-def describe_compile_error(text: str, exc: Exception) -> str:
-    """The expression, what is wrong with it and the column, from a jmespath exception."""
+def describe_compile_error(shown: str, text: str, exc: Exception) -> str:
+    """What is wrong with expression `text` and at which column, from a jmespath exception."""
     position = getattr(exc, "lex_position", None)
     kind = type(exc).__name__
+    if kind == "EmptyExpressionError":
+        return f"{shown} is empty; write an expression or remove the key"
     if kind == "IncompleteExpressionError":
-        return f"{text!r} is incomplete: it ends at column {len(text) + 1} where more was expected"
+        return f"{shown} is incomplete: it ends at column {len(text) + 1} where more was expected"
     if kind == "LexerError":
         message = getattr(exc, "message", "") or "unknown token"
-        value = getattr(exc, "lexer_value", "")
         col = position + 1 if isinstance(position, int) else 1
-        return f"syntax error in {text!r} at column {col}: {message} ({value!r})"
-    if kind in ("ArityError", "VariadictArityError", "UnknownFunctionError"):
-        name = getattr(exc, "function_name", None)
-        if name is None:
-            m = re.search(r"function:?\s*([A-Za-z_][A-Za-z0-9_]*)", str(exc))
-            name = m.group(1) if m else ""
-        col = _column_of_call(text, name)
-        detail = str(exc).strip()
-        if kind == "UnknownFunctionError":
-            from the_loop.hooks.policy.functions import POLICY_FUNCTIONS
+        return f"syntax error in {shown} at column {col}: {message}"
+    if kind in ("ArityError", "VariadictArityError"):
+        name = str(getattr(exc, "function_name", ""))
+        want = getattr(exc, "expected_arity", "?")
+        got = getattr(exc, "actual_arity", "?")
+        least = "at least " if kind == "VariadictArityError" else ""
+        return (
+            f"{shown} calls {name}() with {got} argument(s) at column "
+            f"{_column_of_call(text, name)}; it takes {least}{want}"
+        )
+    if kind == "UnknownFunctionError":
+        from the_loop.hooks.policy.functions import POLICY_FUNCTIONS
 
-            detail = f"unknown function {name}()"
-            names = sorted(set(_BUILTINS) | set(POLICY_FUNCTIONS))
-            hint = closest(name, names) if name else None
-            if hint:
-                detail += f" (did you mean {hint}()?)"
-            detail += f"; functions: {', '.join(names)}"
-        return f"{text!r} {detail}" + (f" at column {col}" if col else "")
+        m = re.search(r"function:?\s*([A-Za-z_][A-Za-z0-9_]*)", str(exc))
+        name = m.group(1) if m else "?"
+        names = sorted(set(_BUILTINS) | set(POLICY_FUNCTIONS))
+        hint = closest(name, names)
+        return (
+            f"{shown} calls unknown function {name}() at column {_column_of_call(text, name)}"
+            + (f"; did you mean {hint}()?" if hint else "")
+            + f" Functions: {', '.join(names)}"
+        )
     if isinstance(position, int):
         token = getattr(exc, "token_value", None)
         what = f"unexpected {token!r}" if token not in (None, "") else "unexpected token"
-        return f"syntax error in {text!r} at column {position + 1}: {what}"
-    if kind == "EmptyExpressionError":
-        return "the expression is empty"
-    return f"{text!r} does not compile: {exc}"
+        return f"syntax error in {shown} at column {position + 1}: {what}"
+    return f"{shown} does not compile: {exc}"
 
 
 def _column_of_call(text: str, name: str) -> int:
-    if not name:
-        return 0
-    m = re.search(rf"\b{re.escape(name)}\s*\(", text)
-    return m.start() + 1 if m else 0
+    m = re.search(rf"\b{re.escape(name)}\s*\(", text) if name else None
+    return m.start() + 1 if m else 1
 
 
 _BUILTINS = (
@@ -452,8 +459,13 @@ _BUILTINS = (
 )
 
 
-def check_fields(paths: list[tuple[str, ...]], points: tuple[str, ...]) -> list[str]:
-    """One message per field chain that some of `points` does not have, with a suggestion."""
+def check_fields(
+    paths: list[tuple[str, ...]], points: tuple[str, ...], text: str = ""
+) -> list[str]:
+    """One message per field chain that some of `points` does not have, with a suggestion.
+
+    Given the expression's `text`, each message names the column where the chain is read.
+    """
     out: list[str] = []
     for path in dict.fromkeys(p for p in paths if p):
         lacking: dict[str, tuple[str, list[str]]] = {}
@@ -466,24 +478,33 @@ def check_fields(paths: list[tuple[str, ...]], points: tuple[str, ...]) -> list[
         what, valid = next(iter(lacking.values()))
         at = ", ".join(lacking)
         dotted = ".".join(path)
+        col = _column_of_path(text, what.split("."))
+        dotted_at = f"{dotted!r} at column {col}" if col else repr(dotted)
         if not valid:  # a field of a scalar (actor.name) or of a WorkItem field
             parent = what.rsplit(".", 1)[0]
             out.append(
-                f"reads {dotted!r}, but {parent!r} has no fields at {at} (it is a "
+                f"reads {dotted_at}, but {parent!r} has no fields at {at} (it is a "
                 f"{_type_of(parent, next(iter(lacking)))}); read {parent!r} itself"
             )
             continue
         prefix, _, bad = what.rpartition(".")
         names = sorted({n for _, (_, v) in lacking.items() for n in v})
         hint = closest(bad, names)
-        text = f"reads {dotted!r}, but the context at {at} has no field {what!r}"
+        message = f"reads {dotted_at}, but the context at {at} has no field {what!r}"
         if hint:
-            text += f"; did you mean {(prefix + '.') if prefix else ''}{hint!r}?"
+            message += f"; did you mean {((prefix + '.') if prefix else '') + hint!r}?"
         if len(lacking) == 1:
-            text += f" Valid: {', '.join(valid)}"
-        text += " (see `the-loop hooks points`)"
-        out.append(text)
+            message += f" Valid: {', '.join(valid)}"
+        message += " (see `the-loop hooks points`)"
+        out.append(message)
     return out
+
+
+def _column_of_path(text: str, names: list[str]) -> int:
+    """1-based column where the field chain `names` is first read in `text`, or 0."""
+    pattern = r"\s*\.\s*".join(rf'(?:{re.escape(n)}|"{re.escape(n)}")' for n in names)
+    m = re.search(rf"(?<![A-Za-z0-9_.'`]){pattern}(?![A-Za-z0-9_])", text)
+    return m.start() + 1 if m else 0
 
 
 def _type_of(dotted: str, point: str) -> str:

@@ -9,6 +9,7 @@ file naming an unknown point, field, decision or rule is an error, never a pass.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,7 @@ def _run_case(chain: Chain, case: _Case) -> CaseResult:
     for key, want in case.expect.items():
         got = final[key]
         if got != want:
-            result.problems.append(f"{key}: expected {want!r}, got {got!r}")
+            result.problems.append(f"{key}: expected {_show(want)}, got {_show(got)}")
     if case.rules is not None and result.rules != case.rules:
         result.problems.append(
             f"rules applied: expected {case.rules}, got {result.rules}"
@@ -153,6 +154,10 @@ def _run_case(chain: Chain, case: _Case) -> CaseResult:
         )
     result.passed = not result.problems
     return result
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _read_cases(path: Path, policy: Policy, errors: list[str]) -> list[_Case]:

@@ -1,0 +1,239 @@
+"""`the-loop policy check` and `the-loop policy test` as real processes (issue 5, items 6-8)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RULES = """\
+rules:
+  - name: trusted-prs-only
+    description: pull requests need the trusted label
+    on: session_spawn
+    when: "work_item.kind == 'pull-request' && !contains(labels, 'trusted')"
+    set: {proceed: false, reason: "needs trusted ({{ work_item.ref }})"}
+  - name: preamble
+    on: [session_spawn]
+    set: {prompt_prefix: "House rules. "}
+  - name: quiet
+    on: phase_changed
+    mode: audit
+    when: "contains(labels, 'quiet')"
+    set: {notify: false}
+"""
+
+CASES = """\
+cases:
+  - name: untrusted pr refused
+    point: session_spawn
+    facts:
+      work_item: {ref: "local:acme/app#2", kind: pull-request}
+      prompt: "go"
+    expect: {proceed: false, reason: "needs trusted (local:acme/app#2)"}
+    rules: [trusted-prs-only, preamble]
+  - name: issue gets the preamble
+    point: session_spawn
+    facts: {prompt: "go"}
+    expect: {proceed: true, prompt: "House rules. go"}
+  - name: quiet is only audited
+    point: phase_changed
+    facts: {labels: [quiet]}
+    expect: {notify: true}
+    audit: [quiet]
+"""
+
+
+def folder(tmp_path: Path, cases: str = CASES, rules: str = RULES) -> Path:
+    where = tmp_path / "policies"
+    (where / "tests").mkdir(parents=True, exist_ok=True)
+    (where / "rules.yaml").write_text(rules, encoding="utf-8")
+    (where / "tests" / "cases.yaml").write_text(textwrap.dedent(cases), encoding="utf-8")
+    return where
+
+
+# ------------------------------------------------------------------ check
+
+
+def test_i5_6_check_lists_the_rules_per_point(tmp_path: Path, run_cli: Any) -> None:
+    folder(tmp_path)
+    done = run_cli("policy", "check", "policies")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        "policies: 3 rule(s) in 1 file(s), all compiled and checked; 0 expression(s) fell "
+        "back to the reference interpreter"
+    )
+    assert lines[1] == "session_spawn:"
+    assert lines[2].split() == ["trusted-prs-only", "enforce", "rules.yaml", "pull", "requests",
+                                "need", "the", "trusted", "label"]
+    assert lines[3].split() == ["preamble", "enforce", "rules.yaml"]
+    assert lines[4:6] == ["phase_changed:", "  quiet             audit    rules.yaml"]
+    assert lines[6].startswith("no rules at: work_item_start, session_spawned")
+
+
+def test_i5_6_check_json(tmp_path: Path, run_cli: Any) -> None:
+    folder(tmp_path)
+    done = run_cli("policy", "check", "policies", "--json")
+    data = json.loads(done.stdout)
+    assert data["rules"] == 3 and data["compile_stats"]["fallback"] == 0
+    assert [r["name"] for r in data["points"]["session_spawn"]] == ["trusted-prs-only",
+                                                                    "preamble"]
+
+
+def test_i5_6_check_fails_listing_every_error(tmp_path: Path, run_cli: Any) -> None:
+    where = folder(tmp_path, rules="rules:\n"
+                   "  - {name: a, on: session_spawn, when: \"lables\", set: {proceed: false}}\n"
+                   "  - {name: b, on: work_item_start, set: {prompt: x}}\n")
+    (where / "z.yaml").write_text("rules: [", encoding="utf-8")
+    done = run_cli("policy", "check", "policies")
+    assert done.returncode == 1 and done.stdout == ""
+    err = done.stderr.splitlines()
+    assert err[0] == "the-loop: 3 errors in policy folder policies:"
+    assert err[1].startswith("  policies/rules.yaml: rule 'a' → when: 'lables' reads 'lables'")
+    assert err[2].startswith("  policies/rules.yaml: rule 'b' → set.prompt: work_item_start")
+    assert err[3].startswith("  policies/z.yaml: not valid YAML at line")
+
+
+def test_i5_6_check_defaults_to_policies_next_to_the_config(
+    tmp_path: Path, run_cli: Any, write_config: Any
+) -> None:
+    where = tmp_path / "conf"
+    folder(where)
+    config = write_config("loop: acme\n", folder=where)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = run_cli("--config", str(config), "policy", "check", cwd=elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{where / 'policies'}: 3 rule(s)")
+
+
+def test_i5_6_check_without_config_uses_dot_policies(tmp_path: Path, run_cli: Any) -> None:
+    folder(tmp_path)
+    done = run_cli("policy", "check")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("policies: 3 rule(s)")
+
+
+def test_i5_6_check_missing_folder(tmp_path: Path, run_cli: Any) -> None:
+    done = run_cli("policy", "check", "nowhere")
+    assert done.returncode == 1
+    assert "nowhere: no such folder" in done.stderr
+
+
+# ------------------------------------------------------------------ test
+
+
+def test_i5_7_test_passes_prints_one_line_per_case_and_a_summary(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    folder(tmp_path)
+    done = run_cli("policy", "test", "policies")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        "PASS  cases.yaml: untrusted pr refused  (session_spawn)",
+        "PASS  cases.yaml: issue gets the preamble  (session_spawn)",
+        "PASS  cases.yaml: quiet is only audited  (phase_changed)",
+        "3 passed, 0 failed",
+    ]
+
+
+def test_i5_7_test_exits_non_zero_on_a_wrong_expectation(tmp_path: Path, run_cli: Any) -> None:
+    folder(tmp_path, cases="""\
+        cases:
+          - name: wrongly expects a pull request to start
+            point: session_spawn
+            facts: {work_item: {kind: pull-request}}
+            expect: {proceed: true}
+          - name: wrong rules
+            point: session_spawn
+            facts: {prompt: "go"}
+            expect: {prompt: "House rules. go"}
+            rules: [trusted-prs-only]
+    """)
+    done = run_cli("policy", "test", "policies")
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == [
+        "FAIL  cases.yaml: wrongly expects a pull request to start  (session_spawn)",
+        "      proceed: expected true, got false",
+        "FAIL  cases.yaml: wrong rules  (session_spawn)",
+        "      rules applied: expected ['trusted-prs-only'], got ['preamble']",
+        "note: no case exercised: quiet",
+        "0 passed, 2 failed",
+    ]
+
+
+def test_i5_7_test_file_naming_unknown_point_fact_or_rule_fails(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    folder(tmp_path, cases="""\
+        cases:
+          - name: ok
+            point: session_spawn
+            expect: {proceed: true}
+          - name: bad point
+            point: session_start
+            expect: {proceed: true}
+          - name: bad fact
+            point: session_spawn
+            facts: {lables: [x]}
+            expect: {proceed: true}
+          - name: bad rule
+            point: session_spawn
+            expect: {proceed: true}
+            rules: [preambel]
+          - name: bad decision
+            point: work_item_start
+            expect: {prompt: x}
+          - name: expects nothing
+            point: work_item_start
+    """)
+    done = run_cli("policy", "test", "policies")
+    assert done.returncode == 1
+    out = done.stdout
+    assert "PASS  cases.yaml: ok  (session_spawn)" in out
+    assert "case 'bad point' → point: 'session_start' is not a lifecycle point" in out
+    assert "case 'bad fact' → facts: session_spawn has no field 'lables' (did you mean " \
+        "'labels'?)" in out
+    assert "case 'bad rule' → rules: no rule named 'preambel' in the folder (did you mean " \
+        "'preamble'?)" in out
+    assert "case 'bad decision' → expect.prompt: not a decision at work_item_start" in out
+    assert "case 'expects nothing' → expect: missing" in out
+    assert out.splitlines()[-1] == "1 passed, 0 failed, 5 test file error(s)"
+
+
+def test_i5_7_test_json_for_ci(tmp_path: Path, run_cli: Any) -> None:
+    folder(tmp_path)
+    done = run_cli("policy", "test", "policies", "--json")
+    assert done.returncode == 0
+    data = json.loads(done.stdout)
+    assert (data["ok"], data["passed"], data["failed"]) == (True, 3, 0)
+    assert data["cases"][0]["rules"] == ["trusted-prs-only", "preamble"]
+    assert data["cases"][2]["audit"] == ["quiet"]
+
+
+def test_i5_7_test_without_test_files_fails(tmp_path: Path, run_cli: Any) -> None:
+    where = folder(tmp_path)
+    (where / "tests" / "cases.yaml").unlink()
+    done = run_cli("policy", "test", "policies")
+    assert done.returncode == 1
+    assert "no test files" in done.stdout and "0 passed, 0 failed" in done.stdout
+
+
+def test_i5_7_test_on_a_folder_that_does_not_load_fails(tmp_path: Path, run_cli: Any) -> None:
+    folder(tmp_path, rules="rules:\n  - {name: a, on: session_spawn, set: {proceed: true}}\n")
+    done = run_cli("policy", "test", "policies")
+    assert done.returncode == 1
+    assert "set.proceed: a policy may only refuse" in done.stderr
+
+
+def test_i5_8_shipped_policies_pass_their_tests(run_cli: Any) -> None:
+    done = run_cli("policy", "test", "policies", cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].endswith("passed, 0 failed")
+    assert "note: no case exercised" not in done.stdout
+    check = run_cli("policy", "check", "policies", cwd=ROOT)
+    assert check.returncode == 0 and "0 expression(s) fell back" in check.stdout
