@@ -1,0 +1,606 @@
+"""The JSON-RPC 2.0 client executor for `url:` entries: one bounded POST per invocation.
+
+Contract, each rule tested in tests/test_remote_client.py:
+- One POST per call, body `{"jsonrpc":"2.0","method":<point>,"params":<context>,"id":<int>}`,
+  sent with a single write.
+- `timeoutSeconds` bounds the whole call — name resolution, connect, TLS, send and every
+  read — through one deadline; each socket operation gets only the time that is left, so a
+  server trickling one byte at a time cannot stretch it.
+- The bearer token is read from `$tokenEnv` at call time; unset or empty fails the call
+  before any connection is opened. The token never appears in an error message.
+- Redirects are never followed (a bearer token must not travel to another host); answers
+  larger than `MAX_RESPONSE` are refused without reading further.
+- The answer is checked (`jsonrpc`, `id`, exactly one of `result`/`error`, `result` null or
+  an object) and becomes `Decisions(values=<decision keys>, dropped=<the other keys>)`; the
+  chain type-checks the values and records `hooks.dropped` / `hooks.failed`.
+- Connections are kept alive in a small per-executor pool (thread-safe: a connection is used
+  by one call at a time). When a pooled connection turns out to be closed by the server, the
+  request is sent once more on a fresh connection — only if not one byte of an answer was
+  read. A resend is acceptable here: a server that closes an idle keep-alive connection has
+  not read the request on it, and a hook call asks for a decision about a context the loop
+  sends in full, so answering it twice gives the same answer. The resend carries the same
+  `id`, so a server with side effects (telemetry) can recognise a duplicate. Timeouts and
+  answers cut short after their first byte are never resent.
+- Every failure is a `HookError` whose message a person understands; nothing else escapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import itertools
+import json
+import os
+import select
+import socket
+import ssl
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from the_loop import __version__
+from the_loop.hooks.executor import Decisions, HookError
+from the_loop.hooks.points import POINTS, SPECS, Context, context_to_json
+
+MAX_RESPONSE = 1 << 20  # bytes of body
+MAX_HEAD = 64 * 1024  # bytes of status line + headers
+MAX_IDLE = 8  # idle keep-alive connections kept per executor
+_MAX_TEXT = 300  # characters of a server's message quoted in an error
+
+
+class _Closed(Exception):
+    """The server closed (or reset) the connection; `received` bytes of answer were read."""
+
+    def __init__(self, received: int) -> None:
+        super().__init__(received)
+        self.received = received
+
+
+class _Conn:
+    """One connection: its socket and the bytes read past the last answer."""
+
+    __slots__ = ("buf", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+
+class _Answer:
+    __slots__ = ("body", "keep", "reason", "status")
+
+    def __init__(self, status: int, reason: str, body: bytes, keep: bool) -> None:
+        self.status = status
+        self.reason = reason
+        self.body = body
+        self.keep = keep
+
+
+class RemoteExecutor:
+    """Calls a remote hook server over JSON-RPC 2.0; one instance per `url:` entry."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        url: str,
+        token_env: str = "",
+        headers: dict[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.name = name
+        self.url = url
+        self.token_env = token_env
+        self.headers = dict(headers or {})
+        self.timeout = float(timeout)
+        parts = urlsplit(url)
+        self._tls = parts.scheme == "https"
+        self._host = parts.hostname or "localhost"
+        self._port = parts.port or (443 if self._tls else 80)
+        netloc = parts.netloc.rpartition("@")[2]
+        path = parts.path or "/"
+        #: The URL as shown in messages: no query string (it may carry something private).
+        self.where = f"{parts.scheme}://{netloc}{path}"
+        target = path + (f"?{parts.query}" if parts.query else "")
+        lines = [
+            f"POST {target} HTTP/1.1", f"Host: {netloc}", "Content-Type: application/json",
+            "Accept: application/json", f"User-Agent: the-loop/{__version__}",
+        ]
+        lines += [f"{key}: {value}" for key, value in self.headers.items()]
+        self._head = ("\r\n".join(lines) + "\r\n").encode("utf-8")
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._idle: list[_Conn] = []
+        self._ssl: ssl.SSLContext | None = None
+        self._finalizer = weakref.finalize(self, _close_all, self._idle)
+
+    # ------------------------------------------------------------------ Executor protocol
+
+    def points(self) -> tuple[str, ...]:
+        """Every point: the server decides what it handles (`on:` narrows it)."""
+        return tuple(POINTS)
+
+    def handler(self, point: str) -> Callable[[Context], Decisions | None]:
+        def call(ctx: Context) -> Decisions | None:
+            return self.call(point, ctx)
+
+        return call
+
+    def close(self) -> None:
+        """Close the idle connections (the executor stays usable)."""
+        with self._lock:
+            _close_all(self._idle)
+
+    # ----------------------------------------------------------------------------- a call
+
+    def call(self, point: str, ctx: Context) -> Decisions | None:
+        """Send `ctx` to the server at `point`; the decisions it answers, or None."""
+        token = ""
+        if self.token_env:
+            token = os.environ.get(self.token_env, "")
+            if not token:
+                raise HookError(
+                    f"tokenEnv {self.token_env} is unset or empty, so nothing was sent to "
+                    f"{self.where}; export {self.token_env} in the loop's environment"
+                )
+            if any(c in token for c in "\r\n\0"):
+                raise HookError(
+                    f"the value of {self.token_env} (tokenEnv) contains a line break or NUL, "
+                    f"so nothing was sent to {self.where}"
+                )
+        try:
+            return self._call(point, ctx, token)
+        except HookError as exc:
+            raise HookError(_redact(str(exc), token)) from None
+        except Exception as exc:  # the one boundary: nothing foreign escapes
+            text = f"{self.where}: unexpected client error: {type(exc).__name__}: {exc}"
+            raise HookError(_redact(text, token)) from None
+
+    def _call(self, point: str, ctx: Context, token: str) -> Decisions | None:
+        req_id = next(self._ids)
+        body = json.dumps(
+            {"jsonrpc": "2.0", "method": point, "params": context_to_json(ctx), "id": req_id},
+            separators=(",", ":"),
+        ).encode("ascii")
+        head = self._head
+        if token:
+            head += f"Authorization: Bearer {token}\r\n".encode()
+        request = head + f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
+        deadline = time.monotonic() + self.timeout
+        answer = self._exchange(request, deadline)
+        if not 200 <= answer.status < 300:
+            raise HookError(
+                f"HTTP {answer.status} {answer.reason} from {self.where}"
+                + _server_says(answer.body)
+            )
+        if not answer.body:
+            raise HookError(
+                f"HTTP {answer.status} with an empty body from {self.where}; a call expects "
+                "a JSON-RPC response"
+            )
+        try:
+            doc = json.loads(answer.body)
+        except (ValueError, RecursionError):
+            raise HookError(
+                f"the answer from {self.where} is not JSON (it starts with "
+                f"{_quote(answer.body[:60].decode('utf-8', 'replace'))})"
+            ) from None
+        return _read_answer(self.where, point, req_id, doc)
+
+    # ------------------------------------------------------------------------- transport
+
+    def _exchange(self, request: bytes, deadline: float) -> _Answer:
+        for attempt in (1, 2):
+            conn, reused = self._acquire(deadline, fresh=attempt == 2)
+            try:
+                try:
+                    conn.sock.settimeout(_left(deadline))
+                    conn.sock.sendall(request)
+                except (BrokenPipeError, ConnectionResetError):
+                    raise _Closed(0) from None
+                answer = _read_response(conn, deadline, self.where, self.timeout)
+            except _Closed as exc:
+                conn.sock.close()
+                if exc.received == 0 and reused and attempt == 1:
+                    continue  # the server had closed the idle connection: resend once
+                if exc.received == 0:
+                    raise HookError(
+                        f"{self.where} closed the connection without answering"
+                    ) from None
+                raise HookError(
+                    f"{self.where} closed the connection in the middle of its answer"
+                ) from None
+            except TimeoutError:
+                conn.sock.close()
+                raise HookError(
+                    f"no complete answer from {self.where} within {self.timeout:g} s "
+                    "(timeoutSeconds); the call was abandoned"
+                ) from None
+            except ssl.SSLError as exc:
+                conn.sock.close()
+                raise HookError(f"TLS error talking to {self.where}: {exc.reason}") from None
+            except OSError as exc:
+                conn.sock.close()
+                raise HookError(
+                    f"network error talking to {self.where}: {exc.strerror or exc}"
+                ) from None
+            except BaseException:
+                conn.sock.close()
+                raise
+            if answer.keep:
+                self._release(conn)
+            else:
+                conn.sock.close()
+            return answer
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _acquire(self, deadline: float, *, fresh: bool = False) -> tuple[_Conn, bool]:
+        with self._lock:
+            if fresh:  # after a stale connection the others are likely stale too
+                _close_all(self._idle)
+            while self._idle:
+                conn = self._idle.pop()
+                if _still_open(conn.sock):
+                    return conn, True
+                conn.sock.close()
+        return _Conn(self._connect(deadline)), False
+
+    def _release(self, conn: _Conn) -> None:
+        with self._lock:
+            if len(self._idle) < MAX_IDLE and self._finalizer.alive:
+                self._idle.append(conn)
+                return
+        conn.sock.close()
+
+    def _connect(self, deadline: float) -> socket.socket:
+        hostport = f"{self._host}:{self._port}"
+        try:
+            infos = _resolve(self._host, self._port, deadline)
+        except TimeoutError:
+            raise HookError(
+                f"could not resolve {self._host} within {self.timeout:g} s (timeoutSeconds)"
+            ) from None
+        except OSError as exc:
+            raise HookError(
+                f"cannot resolve host {self._host!r} of {self.where}: {exc.strerror or exc}"
+            ) from None
+        failure: OSError | None = None
+        for family, kind, proto, _, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(_left(deadline))
+                sock.connect(addr)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self._tls:
+                    sock.settimeout(_left(deadline))
+                    return self._tls_context().wrap_socket(sock, server_hostname=self._host)
+                return sock
+            except TimeoutError:
+                sock.close()
+                raise HookError(
+                    f"could not connect to {hostport} ({self.where}) within "
+                    f"{self.timeout:g} s (timeoutSeconds)"
+                ) from None
+            except ssl.SSLCertVerificationError as exc:
+                sock.close()
+                raise HookError(
+                    f"TLS certificate of {hostport} rejected: {exc.verify_message}"
+                ) from None
+            except ssl.SSLError as exc:
+                sock.close()
+                raise HookError(f"TLS handshake with {hostport} failed: {exc.reason}") from None
+            except OSError as exc:
+                sock.close()
+                failure = exc
+        if isinstance(failure, ConnectionRefusedError):
+            raise HookError(
+                f"connection refused by {hostport} ({self.where}); is the hook server running?"
+            )
+        why = (failure.strerror or str(failure)) if failure else "no address"
+        raise HookError(f"cannot connect to {hostport} ({self.where}): {why}")
+
+    def _tls_context(self) -> ssl.SSLContext:
+        with self._lock:
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            return self._ssl
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _left(deadline: float) -> float:
+    """Seconds left before `deadline`; raises TimeoutError when none are."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("deadline passed")
+    return left
+
+
+def _close_all(conns: list[_Conn]) -> None:
+    while conns:
+        conns.pop().sock.close()
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """An idle connection is usable only if nothing (not even EOF) is waiting on it."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return False
+    try:
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(sock, select.POLLIN | select.POLLPRI)
+            return not poller.poll(0)
+        readable, _, _ = select.select([sock], [], [], 0)
+        return not readable
+    except (OSError, ValueError):
+        return False
+
+
+_AddrInfo = list[tuple[Any, Any, int, str, Any]]
+
+
+def _resolve(host: str, port: int, deadline: float) -> _AddrInfo:
+    """getaddrinfo bounded by the deadline (a literal address needs no lookup)."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    box: list[Any] = []
+
+    def lookup() -> None:
+        try:
+            box.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            box.append(exc)
+
+    worker = threading.Thread(target=lookup, name=f"resolve {host}", daemon=True)
+    worker.start()
+    worker.join(_left(deadline))
+    if not box:
+        raise TimeoutError("name resolution")
+    if isinstance(box[0], OSError):
+        raise box[0]
+    result: _AddrInfo = box[0]
+    return result
+
+
+class _Reader:
+    """Reads an answer from one connection; every recv gets only the time left."""
+
+    __slots__ = ("buf", "deadline", "received", "sock")
+
+    def __init__(self, conn: _Conn, deadline: float) -> None:
+        self.sock = conn.sock
+        self.buf = conn.buf
+        self.deadline = deadline
+        self.received = 0
+
+    def fill(self) -> None:
+        self.sock.settimeout(_left(self.deadline))
+        try:
+            data = self.sock.recv(65536)
+        except (ConnectionResetError, BrokenPipeError):
+            raise _Closed(self.received) from None
+        if not data:
+            raise _Closed(self.received)
+        self.received += len(data)
+        self.buf += data
+
+    def line(self, limit: int, where: str) -> bytes:
+        while True:
+            end = self.buf.find(b"\n")
+            if end >= 0:
+                out = bytes(self.buf[: end + 1])
+                del self.buf[: end + 1]
+                return out
+            if len(self.buf) > limit:
+                raise HookError(f"the answer from {where} has a header line over {limit} bytes")
+            self.fill()
+
+    def exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self.fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def until_close(self, cap: int, where: str) -> bytes:
+        with contextlib.suppress(_Closed):
+            while len(self.buf) <= cap:
+                self.fill()
+        if len(self.buf) > cap:
+            raise HookError(_too_large(where, f"more than {cap} bytes"))
+        out = bytes(self.buf)
+        self.buf.clear()
+        return out
+
+
+def _too_large(where: str, size: str) -> str:
+    return (
+        f"the answer from {where} is too large ({size}; the cap is {MAX_RESPONSE} bytes); "
+        "nothing was read past the cap"
+    )
+
+
+def _read_response(conn: _Conn, deadline: float, where: str, timeout: float) -> _Answer:
+    """Read one HTTP/1.x answer: status, headers, body (framed by length, chunks or close)."""
+    r = _Reader(conn, deadline)
+    bad = f"the answer from {where} is not valid HTTP"
+    while True:
+        status_line = r.line(MAX_HEAD, where).decode("latin-1").rstrip("\r\n")
+        version, _, rest = status_line.partition(" ")
+        code, _, reason = rest.partition(" ")
+        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
+            raise HookError(f"{bad} (status line {_quote(status_line[:80])})")
+        status = int(code)
+        headers: dict[str, str] = {}
+        size = len(status_line)
+        while True:
+            raw = r.line(MAX_HEAD, where)
+            size += len(raw)
+            if size > MAX_HEAD:
+                raise HookError(f"{bad} (headers over {MAX_HEAD} bytes)")
+            text = raw.decode("latin-1").rstrip("\r\n")
+            if not text:
+                break
+            name, colon, value = text.partition(":")
+            if not colon:
+                raise HookError(f"{bad} (header line {_quote(text[:80])})")
+            key = name.strip().lower()
+            value = value.strip()
+            if key in headers and key != "content-length":
+                headers[key] += ", " + value
+            elif key in headers and headers[key] != value:
+                raise HookError(f"{bad} (conflicting Content-Length headers)")
+            else:
+                headers[key] = value
+        if status == 101:
+            raise HookError(f"HTTP 101 from {where}: switching protocols is not part of a call")
+        if status >= 200:
+            break  # 1xx interim answers (100 Continue) are skipped
+    if 300 <= status < 400:
+        target = headers.get("location", "")
+        raise HookError(
+            f"HTTP {status} {reason} from {where}"
+            + (f" redirecting to {_quote(target[:200])}" if target else "")
+            + ": redirects are never followed (a bearer token must not travel to another "
+            "host); set url to the final address"
+        )
+    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+    keep = "close" not in tokens and (version == "HTTP/1.1" or "keep-alive" in tokens)
+    encoding = headers.get("transfer-encoding", "").lower()
+    if status in (204, 304):
+        body = b""
+    elif encoding:
+        if encoding.rsplit(",", 1)[-1].strip() != "chunked":
+            raise HookError(f"{bad} (unsupported Transfer-Encoding {_quote(encoding)})")
+        body = _read_chunked(r, where, bad)
+    elif "content-length" in headers:
+        length_text = headers["content-length"]
+        if not length_text.isdigit():
+            raise HookError(f"{bad} (Content-Length {_quote(length_text[:40])})")
+        length = int(length_text)
+        if length > MAX_RESPONSE:
+            raise HookError(_too_large(where, f"Content-Length {length}"))
+        body = r.exactly(length)
+    else:
+        keep = False
+        body = r.until_close(MAX_RESPONSE, where)
+    if r.buf:
+        keep = False  # bytes nobody asked for: never reuse this connection
+    return _Answer(status, reason, body, keep)
+
+
+def _read_chunked(r: _Reader, where: str, bad: str) -> bytes:
+    body = bytearray()
+    while True:
+        size_line = r.line(MAX_HEAD, where).split(b";", 1)[0].strip()
+        try:
+            size = int(size_line, 16)
+        except ValueError:
+            raise HookError(
+                f"{bad} (chunk size {_quote(size_line[:40].decode('latin-1'))})"
+            ) from None
+        if size < 0:
+            raise HookError(f"{bad} (negative chunk size)")
+        if size == 0:
+            while r.line(MAX_HEAD, where).strip():
+                pass  # trailers
+            return bytes(body)
+        if len(body) + size > MAX_RESPONSE:
+            raise HookError(_too_large(where, "a chunked body over the cap"))
+        body += r.exactly(size)
+        if r.line(MAX_HEAD, where).strip():
+            raise HookError(f"{bad} (chunk not followed by CRLF)")
+
+
+def _read_answer(where: str, point: str, req_id: int, doc: Any) -> Decisions | None:
+    """Check a JSON-RPC response and turn its result into a patch of decisions."""
+    bad = f"the answer from {where} is not a JSON-RPC 2.0 response"
+    if not isinstance(doc, dict):
+        raise HookError(f"{bad}: expected an object, got {_json_type(doc)}")
+    if doc.get("jsonrpc") != "2.0":
+        raise HookError(f'{bad}: "jsonrpc" must be "2.0", got {_short(doc.get("jsonrpc"))}')
+    has_result, has_error = "result" in doc, "error" in doc
+    if has_result == has_error:
+        which = "both" if has_result else "neither"
+        raise HookError(f'{bad}: it must carry exactly one of "result" and "error", got {which}')
+    answer_id = doc.get("id")
+    id_matches = type(answer_id) is int and answer_id == req_id
+    if has_error and (id_matches or answer_id is None):
+        raise HookError(_error_text(where, doc["error"]))
+    if not id_matches:
+        raise HookError(f"{bad}: its id {_short(answer_id)} does not match the request's {req_id}")
+    result = doc["result"]
+    if result is None:
+        return None
+    if not isinstance(result, dict):
+        raise HookError(
+            f"the result from {where} must be null or an object of decisions, got "
+            f"{_json_type(result)}"
+        )
+    decisions = {d.name for d in SPECS[point].decisions}
+    values = {k: v for k, v in result.items() if k in decisions}
+    dropped = [k for k in result if k not in decisions]
+    return Decisions(values=values, dropped=dropped)
+
+
+def _error_text(where: str, error: Any) -> str:
+    if not (
+        isinstance(error, dict)
+        and type(error.get("code")) is int
+        and isinstance(error.get("message"), str)
+    ):
+        return (
+            f"the answer from {where} carries a malformed error member (expected "
+            f'{{"code": int, "message": str}}, got {_short(error)})'
+        )
+    text = f"JSON-RPC error {error['code']} {_quote(error['message'])} from {where}"
+    if "data" in error:
+        text += f" (data: {_short(error['data'])})"
+    return text
+
+
+def _server_says(body: bytes) -> str:
+    """A short quote of an error page: the JSON-RPC message when there is one."""
+    if not body:
+        return ""
+    try:
+        doc = json.loads(body)
+        message = doc["error"]["message"]
+        if isinstance(message, str):
+            return f": {_quote(message)}"
+    except (ValueError, RecursionError, KeyError, TypeError):
+        pass
+    text = " ".join(body[:_MAX_TEXT].decode("utf-8", "replace").split())
+    return f": {_quote(text)}" if text else ""
+
+
+def _quote(text: str) -> str:
+    if len(text) > _MAX_TEXT:
+        text = text[:_MAX_TEXT] + "…"
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _short(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "…"
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _redact(text: str, token: str) -> str:
+    return text.replace(token, "[redacted]") if token else text
