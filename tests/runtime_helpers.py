@@ -1,0 +1,286 @@
+"""Helpers for the runtime tests: a loop folder, the CLI in a subprocess, the log and the db.
+
+`LoopDir(tmp_path)` writes a `cli-config.yaml` (a recording harness by default), runs
+`python -m the_loop --config …` in a fresh interpreter, reads `events.jsonl` and the
+tracker, waits for the harness processes the loop launched, and kills what is left at
+`close()` (use it as a context manager so a failing test leaks nothing).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing, redirect_stderr, redirect_stdout, suppress
+from pathlib import Path
+from typing import Any
+
+from the_loop.events import read_events
+
+#: A harness that records what it was launched with: one JSON line per launch in argv[1]
+#: (stdin, the THE_LOOP_* environment, its cwd), then says so on stdout (the session log).
+RECORD_HARNESS = '''\
+import json, os, sys
+prompt = sys.stdin.read()
+env = {k: v for k, v in os.environ.items() if k.startswith("THE_LOOP_")}
+with open(sys.argv[1], "a", encoding="utf-8") as f:
+    f.write(json.dumps({"prompt": prompt, "env": env, "cwd": os.getcwd()}) + "\\n")
+print(f"recorder: got {len(prompt)} characters for {env.get('THE_LOOP_WORK_ITEM')}")
+'''
+
+#: A short graph: one agent node, one human gate, done (fewer processes than the builtin).
+SHORT_GRAPH = """\
+start: write
+nodes:
+  - {name: write, phase: writing, actor: agent, prompt: "Write {title} ({ref})."}
+  - {name: review, phase: review, actor: human,
+     request: "GRAPH-REQUEST: review the draft, reply /approve or /reject."}
+  - {name: done, phase: done, terminal: true}
+edges:
+  - {from: write, outcome: done, to: review}
+  - {from: review, outcome: approved, to: done}
+  - {from: review, outcome: rejected, to: write}
+"""
+
+HARNESSES = {
+    "record": "[python3, {script}, {out}]",
+    "demo": "[python3, -m, the_loop.demo.agent]",
+}
+
+#: Compiled bytecode for the child interpreters (the environment may forbid writing it
+#: next to the sources); shared by every test of the run, so each import compiles once.
+PYCACHE = Path(tempfile.gettempdir()) / f"the-loop-test-pyc-{os.getuid()}"
+
+
+class LoopDir:
+    """One loop's folder: cli-config.yaml, stateDir, hooks, and the processes it started."""
+
+    def __init__(self, root: Path, extra: str = "", *, harness: str = "record",
+                 graph: str = "short", channels: str = "") -> None:
+        self.root = root
+        self.config = root / "cli-config.yaml"
+        self.state = root / ".the-loop"
+        self.home = root / "_home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.recorded = root / "harness.jsonl"
+        self.script = root / "record_harness.py"
+        self.script.write_text(RECORD_HARNESS, encoding="utf-8")
+        self.channel = self.state / "channel.jsonl"
+        self.write_config(extra, harness=harness, graph=graph, channels=channels)
+
+    # ------------------------------------------------------------------ setup
+    def write_config(self, extra: str = "", *, harness: str = "record", graph: str = "short",
+                     channels: str = "") -> Path:
+        """(Re)write cli-config.yaml; `extra` is appended YAML (e.g. a hooks: list)."""
+        if graph == "short":
+            (self.root / "graph.yaml").write_text(SHORT_GRAPH, encoding="utf-8")
+            graph = "graph.yaml"
+        command = HARNESSES[harness].format(script=json.dumps(str(self.script)),
+                                            out=json.dumps(str(self.recorded)))
+        text = (
+            "loop: acme\nstateDir: .the-loop\ntracker: {kind: local, repository: acme/app}\n"
+            f"harness: {harness}\nharnesses:\n  - name: {harness}\n    command: {command}\n"
+            f"    model: m-1\ngraph: {graph}\n"
+        )
+        text += channels or "channels:\n  - {kind: file, path: channel.jsonl}\n"
+        text += textwrap.dedent(extra)
+        self.config.write_text(text, encoding="utf-8")
+        return self.config
+
+    def write(self, rel: str, text: str) -> Path:
+        """A file next to cli-config.yaml (a hook module, a policy, a graph)."""
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return path
+
+    # ------------------------------------------------------------------ the CLI
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("THE_LOOP_")}
+        env["HOME"] = str(self.home)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+        env.update(extra or {})
+        return env
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "the_loop", "--config", str(self.config), *args]
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, ok: bool = True,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run the CLI to completion; with ok=True a non-zero exit fails the test."""
+        done = subprocess.run(self.argv(*args), cwd=self.root, env=self.env(env), text=True,
+                              capture_output=True, timeout=timeout, check=False)
+        if ok and done.returncode != 0:
+            raise AssertionError(f"the-loop {' '.join(args)} exited {done.returncode}:\n"
+                                 f"{done.stdout}\n{done.stderr}")
+        return done
+
+    def run(self, *args: str) -> tuple[int, str, str]:
+        """The CLI in this process (for commands that launch nothing): (code, out, err)."""
+        from the_loop.cli import main
+
+        out, err = io.StringIO(), io.StringIO()
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(["--config", str(self.config), *args])
+            except SystemExit as exc:
+                code = int(exc.code or 0)
+        return code, out.getvalue(), err.getvalue()
+
+    def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.argv(*args), cwd=self.root, env=self.env(env), text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def add(self, title: str = "Add a login page", *args: str) -> str:
+        return self.cli("items", "add", title, *args).stdout.strip()
+
+    def poll(self, *, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """`poll --once`, then wait for every session the loop has launched to end."""
+        done = self.cli("poll", "--once", env=env)
+        self.wait_sessions()
+        return done
+
+    def reply(self, ref: str, text: str, actor: str = "alice") -> str:
+        done = self.cli("reply", ref, text, "--actor", actor)
+        self.wait_sessions()
+        return done.stdout.strip()
+
+    # ------------------------------------------------------------------ reading
+    def events(self, pattern: str = "") -> list[dict[str, Any]]:
+        path = self.state / "events.jsonl"
+        records = list(read_events(path)) if path.exists() else []
+        return [r for r in records if not pattern or r["event"] == pattern]
+
+    def names(self) -> list[str]:
+        return [r["event"] for r in self.events()]
+
+    def points(self, point: str = "") -> list[dict[str, Any]]:
+        return [r for r in self.events("lifecycle.point") if not point or r["point"] == point]
+
+    def db(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(self.state / "loop.db"), timeout=30)
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        if not (self.state / "loop.db").exists():
+            return []
+        with closing(self.db()) as conn:
+            return [dict(r) for r in conn.execute(sql, params).fetchall()]
+
+    def work(self, ref: str) -> dict[str, Any]:
+        rows = self.query("SELECT * FROM work WHERE ref=?", ref)
+        return rows[0] if rows else {}
+
+    def item(self, ref: str) -> dict[str, Any]:
+        """The item as `items show --json` gives it, read through the tracker in-process."""
+        from the_loop.runtime.db import Database
+        from the_loop.runtime.tracker import LocalTracker
+
+        db = Database(self.state / "loop.db")
+        try:
+            return LocalTracker(db, "acme/app").get(ref).to_json()
+        finally:
+            db.close()
+
+    def comments(self, ref: str, author: str = "the-loop") -> list[str]:
+        return [c["body"] for c in self.item(ref)["comments"] if c["author"] == author]
+
+    def launches(self) -> list[dict[str, Any]]:
+        """What the recording harness received, one record per launch."""
+        if not self.recorded.exists():
+            return []
+        return [json.loads(line) for line in self.recorded.read_text().splitlines() if line]
+
+    def channel_messages(self) -> list[dict[str, Any]]:
+        if not self.channel.exists():
+            return []
+        return [json.loads(line) for line in self.channel.read_text().splitlines() if line]
+
+    # ------------------------------------------------------------------ processes
+    def session_pids(self) -> list[int]:
+        return [int(r["pid"]) for r in self.query("SELECT pid FROM sessions")]
+
+    def wait_sessions(self, timeout: float = 30.0) -> None:
+        """Until every harness process the loop registered has ended (new ones included)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            live = [pid for pid in self.session_pids() if alive(pid)]
+            if not live:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"harness processes still running after {timeout} s: "
+                                     f"{live}")
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        """Kill whatever the loop launched and is still running, and wait for it."""
+        for pid in self.session_pids():
+            if alive(pid):
+                with suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+        until(lambda: not any(alive(p) for p in self.session_pids()), timeout=10)
+
+    def __enter__(self) -> LoopDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def alive(pid: int) -> bool:
+    """Whether a process is running (a zombie or a missing pid is not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def until(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll `cond` until it is truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def before(names: list[str], first: str, then: str, start: int = 0) -> bool:
+    """The first `first` at or after `start` comes before the first `then` after it."""
+    i = names.index(first, start)
+    return then in names[i + 1:]
+
+
+def order_of(records: list[dict[str, Any]], key: Callable[[dict[str, Any]], bool]) -> int:
+    """Index of the first record matching `key` (ValueError when none)."""
+    for i, r in enumerate(records):
+        if key(r):
+            return i
+    raise ValueError("no matching record")
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    return port
+
+
+def iter_lines(path: Path) -> Iterator[str]:
+    yield from (path.read_text().splitlines() if path.exists() else [])
