@@ -229,7 +229,7 @@ def _parse_on(e: _Entry, raw: Any) -> tuple[str, ...] | None:
         )
     out: list[str] = []
     for value in values:
-        if value not in POINTS:
+        if not isinstance(value, str) or value not in POINTS:
             raise e.fail("on", unknown_point_message(value))
         if value in out:
             raise e.fail("on", f"{value!r} is listed twice")
