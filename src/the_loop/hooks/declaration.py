@@ -189,9 +189,14 @@ def _parse_entry(index: int, item: dict[Any, Any], base_dir: Path) -> HookEntry:
         raise e.fail("with", f"{bad[0]!r} is not a valid keyword argument name")
     token_env = item.get("tokenEnv", "")
     if not isinstance(token_env, str) or (token_env and not ENV_RE.match(token_env)):
+        # The value is not echoed: an operator who got this wrong may have pasted the token.
+        got = (
+            "a string that is not a variable name (value not shown in case it is the token)"
+            if isinstance(token_env, str) else f"a value of type {type(token_env).__name__}"
+        )
         raise e.fail(
-            "tokenEnv", f"expected the NAME of an environment variable (e.g. "
-            f"COMPLIANCE_TOKEN), got {_got(token_env)}; never put the token itself here",
+            "tokenEnv", f"expected the NAME of an environment variable (letters, digits and "
+            f"_, e.g. COMPLIANCE_TOKEN), got {got}; never put the token itself here",
         )
     headers = _parse_headers(e, item.get("headers", {}))
     timeout = item.get("timeoutSeconds", DEFAULT_TIMEOUT)
@@ -271,6 +276,15 @@ def is_loopback(host: str) -> bool:
 def _check_url(e: _Entry, url: str, has_token: bool) -> None:
     try:
         parts = urlsplit(url)
+    except ValueError as exc:
+        raise e.fail("url", f"not a valid URL ({exc})") from None
+    # Before any message that repeats the URL: credentials in it must never be echoed.
+    if "@" in parts.netloc:
+        raise e.fail(
+            "url", "credentials in the URL are not allowed (URL not shown); put the token in "
+            "an environment variable and name it with tokenEnv",
+        )
+    try:
         _ = parts.port
     except ValueError as exc:
         raise e.fail("url", f"not a valid URL ({exc}): {url!r}") from None
@@ -278,8 +292,6 @@ def _check_url(e: _Entry, url: str, has_token: bool) -> None:
         raise e.fail(
             "url", f"expected https://host/path (or http:// to a loopback host), got {url!r}",
         )
-    if parts.username or parts.password:
-        raise e.fail("url", "credentials in the URL are not allowed; use tokenEnv")
     if parts.scheme == "http" and not is_loopback(parts.hostname):
         why = " and a bearer token must never cross a network in clear" if has_token else ""
         raise e.fail(
