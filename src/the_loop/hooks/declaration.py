@@ -493,7 +493,8 @@ def chain_from_config(config: Any, *, log: EventLog | None = None) -> Chain:
     return chain
 
 
-_CACHE: dict[str, Chain] = {}
+#: config path → (the chain, or the empty chain after a failure; the failure or None).
+_CACHE: dict[str, tuple[Chain, HooksConfigError | None]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -501,17 +502,19 @@ def chain_once(config: Any, *, strict: bool, log: EventLog | None = None) -> Cha
     """The process's chain for `config`, loaded at most once.
 
     strict (daemons): a bad declaration raises `HooksConfigError`. Not strict (one-shot
-    commands): it is recorded as hooks.load_failed and an empty chain is returned.
+    commands): it is recorded as hooks.load_failed and an empty chain is returned. The
+    outcome is kept either way: a strict caller after a failed load still gets the error,
+    never the empty chain, and nothing is imported a second time.
     """
     key = str(config.path)
     with _CACHE_LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
-        try:
-            chain = chain_from_config(config, log=log)
-        except HooksConfigError:
-            if strict:
-                raise
-            chain = Chain(log=log if log is not None else log_for(config))
-        _CACHE[key] = chain
-        return chain
+        if key not in _CACHE:
+            try:
+                _CACHE[key] = (chain_from_config(config, log=log), None)
+            except HooksConfigError as exc:
+                empty = Chain(log=log if log is not None else log_for(config))
+                _CACHE[key] = (empty, exc)
+        chain, error = _CACHE[key]
+    if error is not None and strict:
+        raise error
+    return chain
