@@ -147,7 +147,7 @@ def _parse_entry(index: int, item: dict[Any, Any], base_dir: Path) -> HookEntry:
     name = item.get("name")
     if name is None:
         raise e.fail("name", "missing; every entry needs a name matching ^[a-z][a-z0-9-]*$")
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise e.fail(
             "name", f"expected a name matching ^[a-z][a-z0-9-]*$ (lower-case letters, digits "
             f"and dashes, starting with a letter), got {_got(name)}",
@@ -188,7 +188,7 @@ def _parse_entry(index: int, item: dict[Any, Any], base_dir: Path) -> HookEntry:
     if bad:
         raise e.fail("with", f"{bad[0]!r} is not a valid keyword argument name")
     token_env = item.get("tokenEnv", "")
-    if not isinstance(token_env, str) or (token_env and not ENV_RE.match(token_env)):
+    if not isinstance(token_env, str) or (token_env and not ENV_RE.fullmatch(token_env)):
         # The value is not echoed: an operator who got this wrong may have pasted the token.
         got = (
             "a string that is not a variable name (value not shown in case it is the token)"
@@ -249,7 +249,7 @@ def _parse_headers(e: _Entry, raw: Any) -> dict[str, str]:
         raise e.fail("headers", f"expected a mapping of header name to value, got {_got(raw)}")
     out: dict[str, str] = {}
     for key, value in raw.items():
-        if not isinstance(key, str) or not HEADER_RE.match(key):
+        if not isinstance(key, str) or not HEADER_RE.fullmatch(key):
             raise e.fail("headers", f"{key!r} is not a valid HTTP header name")
         why = FORBIDDEN_HEADERS.get(key.lower())
         if why:
