@@ -172,7 +172,7 @@ def _parse_entry(index: int, item: dict[Any, Any], base_dir: Path) -> HookEntry:
     if not isinstance(target, str) or not target.strip():
         raise e.fail(kind, f"expected a non-empty string, got {_got(target)}")
     resolved = _resolve_target(e, kind, target, base_dir)
-    on = _parse_on(e, item.get("on"))
+    on = _parse_on(e, item["on"]) if "on" in item else None
     required = _bool(e, item, "required", False)
     enabled = _bool(e, item, "enabled", True)
     executor = item.get("executor", "")
@@ -223,14 +223,14 @@ def _bool(e: _Entry, item: dict[Any, Any], key: str, default: bool) -> bool:
     return value
 
 
-def _parse_on(e: _Entry, raw: Any) -> tuple[str, ...] | None:
-    if raw is None:
-        return None
+def _parse_on(e: _Entry, raw: Any) -> tuple[str, ...]:
+    # An empty `on:` is refused rather than read as "every point": `on` only ever narrows.
     values = [raw] if isinstance(raw, str) else raw
     if not isinstance(values, list) or not values:
         raise e.fail(
             "on", f"expected a point or a non-empty list of points, got {_got(raw)}. "
-            f"Valid points: {', '.join(POINTS)}",
+            f"Valid points: {', '.join(POINTS)}; leave `on` out to run at every point the "
+            "executor handles",
         )
     out: list[str] = []
     for value in values:
