@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -237,3 +238,71 @@ def test_i5_8_shipped_policies_pass_their_tests(run_cli: Any) -> None:
     assert "note: no case exercised" not in done.stdout
     check = run_cli("policy", "check", "policies", cwd=ROOT)
     assert check.returncode == 0 and "0 expression(s) fell back" in check.stdout
+
+
+# ------------------------------------------------------------------ the guide (item 9)
+
+GUIDE = ROOT / "docs" / "policy-guide.md"
+
+
+def _table_after(marker: str) -> list[list[str]]:
+    lines = GUIDE.read_text(encoding="utf-8").split(marker, 1)[1].splitlines()[1:]
+    rows = []
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def _names(cell: str) -> list[str]:
+    return re.findall(r"`([a-z_]+)`", cell)
+
+
+def test_i5_9_guide_table_of_readable_and_settable_fields_matches_the_catalog() -> None:
+    from the_loop.hooks.points import SPECS
+    from the_loop.hooks.policy.rules import settable
+
+    rows = _table_after("<!-- policy-settable")
+    assert [_names(r[0])[0] for r in rows] == list(SPECS)
+    common = {"work_item", "loop", "labels"}
+    for point_cell, reads, sets in rows:
+        point = _names(point_cell)[0]
+        assert _names(reads) == [f.name for f in SPECS[point].facts if f.name not in common]
+        assert _names(sets) == list(settable(point))
+
+
+def test_i5_5_guide_documents_every_function_with_an_example_that_loads() -> None:
+    from the_loop.hooks.points import POINTS
+    from the_loop.hooks.policy.compiler import compile_expression, root_paths
+    from the_loop.hooks.policy.functions import POLICY_FUNCTIONS
+    from the_loop.hooks.policy.rules import check_fields, field_types
+
+    rows = _table_after("<!-- policy-functions")
+    documented = {r[0].strip("`"): r[2].strip("`") for r in rows}
+    assert sorted(documented) == sorted(signature for signature, _, _ in
+                                        POLICY_FUNCTIONS.values())
+    for example in documented.values():
+        ok = [p for p in POINTS
+              if not check_fields(root_paths(compile_expression(
+                  example, field_types=field_types(p)).ast), (p,))]
+        assert ok, f"{example!r} reads a field no point has"
+
+
+def test_i5_9_guide_rule_examples_load_and_match_the_shipped_files(tmp_path: Path) -> None:
+    import yaml
+
+    from the_loop.hooks.policy import load_policy
+
+    blocks = re.findall(r"```yaml\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
+    rule_blocks = [b for b in blocks if "\nrules:" in "\n" + b]
+    assert len(rule_blocks) >= 4
+    for i, block in enumerate(rule_blocks):
+        where = tmp_path / str(i)
+        where.mkdir()
+        (where / "rules.yaml").write_text(block, encoding="utf-8")
+        load_policy("guide", where)  # raises on any error
+        first = block.splitlines()[0]
+        if first.startswith("# ") and first.endswith(".yaml"):
+            shipped = ROOT / "policies" / first[2:]
+            assert yaml.safe_load(block) == yaml.safe_load(shipped.read_text(encoding="utf-8"))

@@ -38,19 +38,9 @@ class _Step:
     constants: tuple[tuple[str, Any], ...]
     templates: tuple[tuple[str, Template], ...]
 
-    def matches(self, data: dict[str, Any]) -> bool:
-        if self.when is None:
-            return True
-        try:
-            result = self.when.search(data)
-        except Exception as exc:  # any failure inside an expression, never silent
-            raise _RuntimeFailure(self._where("when", self.when_text, exc)) from None
-        # JMESPath truthiness: false, null, "", [] and {} are false; everything else is true.
-        if result is True:
-            return True
-        if result is False or result is None:
-            return False
-        return not (result == "" or result == [] or result == {})
+    def failure(self, exc: Exception) -> str:
+        """The message for this rule's `when` failing at run time."""
+        return self._where("when", self.when_text, exc)
 
     def values(self, data: dict[str, Any]) -> dict[str, Any]:
         if not self.templates:
@@ -148,20 +138,35 @@ class PolicyExecutor:
         self, point: str, steps: tuple[_Step, ...], ctx: Context
     ) -> Decisions | None:
         data = context_to_json(ctx)
+        audit_errors: list[str] = []
+        # Pass 1, the hot loop: which rules match. Every `when` reads the same `data`.
+        hits: list[_Step] = []
+        for step in steps:
+            when = step.when
+            if when is not None:
+                try:
+                    r = when.search(data)
+                except Exception as exc:  # any failure inside an expression, never silent
+                    if step.audit:  # a rule on trial: record it, never change the outcome
+                        audit_errors.append(step.failure(exc))
+                        continue
+                    raise HookError(step.failure(exc)) from None
+                # JMESPath truth: false, null, "", [] and {} are false; all else is true.
+                if r is not True and (r is False or r is None or r == "" or r == [] or r == {}):
+                    continue
+            hits.append(step)
+        # Pass 2: what the matching rules decide, in rule order.
         values: dict[str, Any] = {}
         applied: list[str] = []
         affixes: dict[str, tuple[list[str], list[str]]] = {}
         audited: list[str] = []
         would: dict[str, dict[str, Any]] = {}
-        audit_errors: list[str] = []
         refused = False
-        for step in steps:
+        for step in hits:
             try:
-                if not step.matches(data):
-                    continue
                 decided = step.values(data)
             except _RuntimeFailure as exc:
-                if step.audit:  # an audit rule is on trial: record, never change the outcome
+                if step.audit:
                     audit_errors.append(str(exc))
                     continue
                 raise HookError(str(exc)) from None
@@ -176,10 +181,7 @@ class PolicyExecutor:
                     target, side = affix
                     pre, post = affixes.setdefault(target, ([], []))
                     (pre if side == "prefix" else post).append(value)
-                elif key == "proceed" or key == "reason":
-                    if not refused:
-                        values[key] = value
-                else:
+                elif not refused or (key != "proceed" and key != "reason"):
                     values[key] = value
             if decided.get("proceed") is False and not refused:
                 refused = True
