@@ -16,29 +16,39 @@ from the_loop.hooks.points import POINTS
 
 _POINT = {"enum": list(POINTS), "description": "a lifecycle point (the-loop hooks points)"}
 
+# https:// to any host, or http:// to a loopback host only; never credentials before the host.
+_LOOPBACK = r"(([a-z0-9-]+\.)*localhost|localhost\.localdomain|127(\.[0-9]{1,3}){3}|\[::1\])"
+_URL = rf"^(https://[^/?#@\s]+|http://{_LOOPBACK}(:[0-9]+)?)([/?#]\S*)?$"
+
+
+def _any_case(word: str) -> str:
+    """A regex matching `word` in any letter case (JSON Schema regexes have no flags)."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+
+
+_FORBIDDEN = "^(" + "|".join(_any_case(h) for h in sorted(FORBIDDEN_HEADERS)) + ")$"
+
 _PROPS: dict[str, Any] = {
     "name": {"type": "string", "pattern": "^[a-z][a-z0-9-]*$", "description": "unique name"},
     "module": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$",
                "description": "an installed dotted module defining a LifecycleHooks subclass"},
-    "path": {"type": "string", "minLength": 1,
+    "path": {"type": "string", "pattern": "\\S",
              "description": "a .py file: absolute, ~/…, or relative to this file's folder"},
-    "url": {"type": "string", "pattern": "^https?://",
+    "url": {"type": "string", "pattern": _URL,
             "description": "https://…, or http:// to a loopback host"},
-    "policy": {"type": "string", "minLength": 1,
+    "policy": {"type": "string", "pattern": "\\S",
                "description": "a folder of YAML rule files, relative to this file's folder"},
     "executor": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
                  "description": "the class to use when the module defines several"},
-    "with": {"type": "object", "description": "constructor keyword arguments",
+    "with": {"type": ["object", "null"], "description": "constructor keyword arguments",
              "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}},
     "tokenEnv": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$",
                  "description": "NAME of the environment variable holding the bearer token"},
     "headers": {
-        "type": "object", "description": "non-secret request headers",
+        "type": ["object", "null"], "description": "non-secret request headers",
         "propertyNames": {
             "pattern": "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
-            "not": {"enum": sorted(
-                {h for k in FORBIDDEN_HEADERS for h in (k, k.title(), k.upper())}
-            )},
+            "not": {"pattern": _FORBIDDEN},
         },
         "additionalProperties": {"type": "string", "pattern": "^[^\\r\\n]*$"},
     },
