@@ -62,4 +62,10 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A session launched by a process that has since exited is reparented; until its new
+    # parent reaps it, it is a zombie that kill(0) still finds. A zombie has ended.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return True  # no procfs (not Linux): kill(0) is all we know
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
