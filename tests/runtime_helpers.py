@@ -36,6 +36,43 @@ with open(sys.argv[1], "a", encoding="utf-8") as f:
 print(f"recorder: got {len(prompt)} characters for {env.get('THE_LOOP_WORK_ITEM')}")
 '''
 
+#: A hook that records every context it sees (facts and decisions) as JSON lines in `out`.
+#: Declare it with `recorder_entry(path)`; read back with `LoopDir.seen()`.
+RECORDER_HOOK = '''\
+import dataclasses, json
+from the_loop.sdk.hooks import LifecycleHooks
+
+
+class Recorder(LifecycleHooks):
+    def __init__(self, out):
+        self.out = out
+
+    def _record(self, ctx):
+        with open(self.out, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"point": ctx.POINT, **dataclasses.asdict(ctx)}) + "\\n")
+
+    def work_item_start(self, ctx):
+        self._record(ctx)
+
+    def session_spawn(self, ctx):
+        self._record(ctx)
+
+    def session_spawned(self, ctx):
+        self._record(ctx)
+
+    def waiting_for_input(self, ctx):
+        self._record(ctx)
+
+    def input_received(self, ctx):
+        self._record(ctx)
+
+    def phase_changed(self, ctx):
+        self._record(ctx)
+
+    def work_item_complete(self, ctx):
+        self._record(ctx)
+'''
+
 #: A short graph: one agent node, one human gate, done (fewer processes than the builtin).
 SHORT_GRAPH = """\
 start: write
@@ -194,6 +231,18 @@ class LoopDir:
 
     def comments(self, ref: str, author: str = "the-loop") -> list[str]:
         return [c["body"] for c in self.item(ref)["comments"] if c["author"] == author]
+
+    def add_recorder(self) -> str:
+        """Write the recording hook; returns its hooks: entry (YAML list item)."""
+        self.write("hooks/recorder.py", RECORDER_HOOK)
+        out = json.dumps(str(self.root / "seen.jsonl"))
+        return f"  - {{name: recorder, path: hooks/recorder.py, with: {{out: {out}}}}}\n"
+
+    def seen(self, point: str = "") -> list[dict[str, Any]]:
+        """The contexts the recording hook saw, in order."""
+        path = self.root / "seen.jsonl"
+        records = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+        return [r for r in records if not point or r["point"] == point]
 
     def launches(self) -> list[dict[str, Any]]:
         """What the recording harness received, one record per launch."""
