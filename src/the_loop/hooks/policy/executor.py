@@ -11,6 +11,7 @@ at run time raises `HookError` naming file, rule and expression, so the chain re
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -74,8 +75,6 @@ class _Step:
 
 def render_value(value: Any) -> str:
     """A template result as text: strings as they are, null as empty, others as JSON."""
-    import json
-
     if isinstance(value, str):
         return value
     if value is None:
@@ -101,8 +100,8 @@ def _steps(rules: list[Rule], point: str) -> tuple[_Step, ...]:
 class PolicyExecutor:
     """An `Executor` over a checked `Policy`: one handler per point its rules name.
 
-    `log` is where `hooks.audit` goes: the chain's event log once `bind_log(chain.log)` has
-    been called (the declaration loader does this), an in-memory log before.
+    `log` is where `hooks.audit` goes: whoever builds the chain calls `bind_log(chain.log)`;
+    until then audit events stay in an in-memory log of the executor's own.
     """
 
     def __init__(
@@ -116,6 +115,11 @@ class PolicyExecutor:
         allowed = set(points) if points is not None else set(POINTS)
         self._points = tuple(p for p in POINTS if p in named and p in allowed)
         self._steps = {p: _steps(policy.rules, p) for p in self._points}
+        # The hot loop's view: (the condition's evaluator or None, the step), per point.
+        self._plans: dict[str, tuple[tuple[Callable[[Any], Any] | None, _Step], ...]] = {
+            p: tuple((s.when.search if s.when is not None else None, s) for s in steps)
+            for p, steps in self._steps.items()
+        }
 
     def bind_log(self, log: EventLog) -> None:
         """Record audit events in `log` (the chain's event log)."""
@@ -132,20 +136,18 @@ class PolicyExecutor:
         steps = self._steps.get(point, ())
         if not steps:
             return _pass
-        return lambda ctx: self.evaluate(point, steps, ctx)
+        return lambda ctx: self.evaluate(point, ctx)
 
-    def evaluate(
-        self, point: str, steps: tuple[_Step, ...], ctx: Context
-    ) -> Decisions | None:
+    def evaluate(self, point: str, ctx: Context) -> Decisions | None:
+        """The decisions of the rules at `point` for `ctx`, or None when no enforce rule applied."""
         data = context_to_json(ctx)
         audit_errors: list[str] = []
         # Pass 1, the hot loop: which rules match. Every `when` reads the same `data`.
         hits: list[_Step] = []
-        for step in steps:
-            when = step.when
-            if when is not None:
+        for search, step in self._plans[point]:
+            if search is not None:
                 try:
-                    r = when.search(data)
+                    r = search(data)
                 except Exception as exc:  # any failure inside an expression, never silent
                     if step.audit:  # a rule on trial: record it, never change the outcome
                         audit_errors.append(step.failure(exc))

@@ -1,0 +1,136 @@
+"""Messages for expressions that fail the load: syntax, unknown functions, arity, unknown fields.
+
+Each message names the expression (as the caller shows it) and the column, and suggests the
+closest valid name. Used by `rules.py` for `when` and for `{{ }}` placeholders.
+"""
+
+from __future__ import annotations
+
+import re
+
+from the_loop.hooks.points import SPECS, WORK_ITEM_FIELDS, closest
+
+
+def describe_compile_error(shown: str, text: str, exc: Exception) -> str:
+    """What is wrong with expression `text` and at which column, from a jmespath exception."""
+    position = getattr(exc, "lex_position", None)
+    kind = type(exc).__name__
+    if kind == "EmptyExpressionError":
+        return f"{shown} is empty; write an expression or remove the key"
+    if kind == "IncompleteExpressionError":
+        return f"{shown} is incomplete: it ends at column {len(text) + 1} where more was expected"
+    if kind == "LexerError":
+        message = getattr(exc, "message", "") or "unknown token"
+        col = position + 1 if isinstance(position, int) else 1
+        return f"syntax error in {shown} at column {col}: {message}"
+    if kind in ("ArityError", "VariadictArityError"):
+        name = str(getattr(exc, "function_name", ""))
+        want = getattr(exc, "expected_arity", "?")
+        got = getattr(exc, "actual_arity", "?")
+        least = "at least " if kind == "VariadictArityError" else ""
+        return (
+            f"{shown} calls {name}() with {got} argument(s) at column "
+            f"{_column_of_call(text, name)}; it takes {least}{want}"
+        )
+    if kind == "UnknownFunctionError":
+        from the_loop.hooks.policy.functions import PolicyFunctions
+
+        m = re.search(r"function:?\s*([A-Za-z_][A-Za-z0-9_]*)", str(exc))
+        name = m.group(1) if m else "?"
+        names = sorted(PolicyFunctions.FUNCTION_TABLE)  # JMESPath's built-ins and ours
+        hint = closest(name, names)
+        return (
+            f"{shown} calls unknown function {name}() at column {_column_of_call(text, name)}"
+            + (f"; did you mean {hint}()?" if hint else "")
+            + f" Functions: {', '.join(names)}"
+        )
+    if isinstance(position, int):
+        token = getattr(exc, "token_value", None)
+        what = f"unexpected {token!r}" if token not in (None, "") else "unexpected token"
+        return f"syntax error in {shown} at column {position + 1}: {what}"
+    return f"{shown} does not compile: {exc}"
+
+
+def _column_of_call(text: str, name: str) -> int:
+    m = re.search(rf"\b{re.escape(name)}\s*\(", text) if name else None
+    return m.start() + 1 if m else 1
+
+
+def check_fields(
+    paths: list[tuple[str, ...]], points: tuple[str, ...], text: str = ""
+) -> list[str]:
+    """One message per field chain that some of `points` does not have, with a suggestion.
+
+    Given the expression's `text`, each message names the column where the chain is read.
+    """
+    out: list[str] = []
+    for path in dict.fromkeys(p for p in paths if p):
+        lacking: dict[str, tuple[str, list[str]]] = {}
+        for point in points:
+            found = _path_problem(path, point)
+            if found is not None:
+                lacking[point] = found
+        if not lacking:
+            continue
+        what, valid = next(iter(lacking.values()))
+        at = ", ".join(lacking)
+        dotted = ".".join(path)
+        col = _column_of_path(text, what.split("."))
+        dotted_at = f"{dotted!r} at column {col}" if col else repr(dotted)
+        if not valid:  # a field of a scalar (actor.name) or of a WorkItem field
+            parent = what.rsplit(".", 1)[0]
+            out.append(
+                f"reads {dotted_at}, but {parent!r} has no fields at {at} (it is a "
+                f"{_type_of(parent, next(iter(lacking)))}); read {parent!r} itself"
+            )
+            continue
+        prefix, _, bad = what.rpartition(".")
+        names = sorted({n for _, (_, v) in lacking.items() for n in v})
+        hint = closest(bad, names)
+        message = f"reads {dotted_at}, but the context at {at} has no field {what!r}"
+        if hint:
+            message += f"; did you mean {((prefix + '.') if prefix else '') + hint!r}?"
+        if len(lacking) == 1:
+            message += f" Valid: {', '.join(valid)}"
+        message += " (see `the-loop hooks points`)"
+        out.append(message)
+    return out
+
+
+def _column_of_path(text: str, names: list[str]) -> int:
+    """1-based column where the field chain `names` is first read in `text`, or 0."""
+    pattern = r"\s*\.\s*".join(rf'(?:{re.escape(n)}|"{re.escape(n)}")' for n in names)
+    m = re.search(rf"(?<![A-Za-z0-9_.'`]){pattern}(?![A-Za-z0-9_])", text)
+    return m.start() + 1 if m else 0
+
+
+def _type_of(dotted: str, point: str) -> str:
+    head, _, sub = dotted.partition(".")
+    fs = SPECS[point].field(head)
+    if fs is None:
+        return "unknown"
+    if sub:
+        return "int" if sub == "number" else "str"
+    return fs.type
+
+
+def _path_problem(path: tuple[str, ...], point: str) -> tuple[str, list[str]] | None:
+    """(the first missing field chain, the valid names at that level) or None when fine.
+
+    The valid list is empty when the chain reads into a value that has no fields.
+    """
+    spec = SPECS[point]
+    head = path[0]
+    fs = spec.field(head)
+    if fs is None:
+        return head, [f.name for f in spec.fields]
+    if len(path) == 1:
+        return None
+    if fs.type == "WorkItem":
+        sub = path[1]
+        if sub not in WORK_ITEM_FIELDS:
+            return f"{head}.{sub}", list(WORK_ITEM_FIELDS)
+        if len(path) > 2:
+            return f"{head}.{sub}.{path[2]}", []
+        return None
+    return f"{head}.{path[1]}", []
