@@ -1,0 +1,179 @@
+"""Questions, gates and a person's input through real processes: waiting_for_input and
+input_received decide what is posted and what is delivered (issue 7: items 2, 3, 8;
+R2.7, R3.6)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime_helpers import LoopDir
+
+REWORD_HOOK = '''
+from the_loop.sdk.hooks import LifecycleHooks, WaitingForInput
+
+
+class Reword(LifecycleHooks):
+    def waiting_for_input(self, ctx: WaitingForInput) -> WaitingForInput:
+        ctx.question = f"[{ctx.kind}] HOOK: {ctx.question}"
+        ctx.summary = "HOOK SUMMARY"
+        return ctx
+'''
+
+REDACT_HOOK = '''
+from the_loop.sdk.hooks import InputReceived, LifecycleHooks
+
+
+class Redact(LifecycleHooks):
+    def input_received(self, ctx: InputReceived) -> InputReceived:
+        ctx.text = ctx.text.replace("hunter2", "[redacted]")
+        return ctx
+'''
+
+DROP_POLICY = """
+rules:
+  - name: no-mallory
+    on: input_received
+    when: "actor == 'mallory'"
+    set:
+      proceed: false
+      reason: "{{ actor }} may not talk to agents"
+"""
+
+
+@pytest.fixture
+def ld(tmp_path: Path) -> Iterator[LoopDir]:
+    with LoopDir(tmp_path) as d:
+        yield d
+
+
+def running(ld: LoopDir, title: str = "Add a login page") -> str:
+    """A work item started by the poller, its first session launched and ended."""
+    ref = ld.add(title)
+    ld.cli("start", ref, "--actor", "alice")
+    ld.poll()
+    assert ld.work(ref)["state"] == "running"
+    return ref
+
+
+def test_r2_7_question_and_summary_replaced_by_hook(ld: LoopDir) -> None:
+    """`the-loop ask` posts the hook's question and summary, not the agent's."""
+    ld.write("hooks/reword.py", REWORD_HOOK)
+    ld.write_config("hooks:\n  - {name: reword, path: hooks/reword.py}\n")
+    ref = running(ld)
+    done = ld.cli("ask", "Which users?", "--summary", "agent summary", "--work-item", ref)
+    assert done.stdout.strip() == "asked: [question] HOOK: Which users?"
+
+    question = ld.comments(ref)[-1]
+    assert question.startswith("**Question from the agent**")
+    assert "[question] HOOK: Which users?" in question and "HOOK SUMMARY" in question
+    assert "agent summary" not in question
+    events = ld.events()
+    [point] = [i for i, r in enumerate(events)
+               if r["event"] == "lifecycle.point" and r["point"] == "waiting_for_input"]
+    assert events[point]["decisions"] == {"question": "[question] HOOK: Which users?",
+                                          "summary": "HOOK SUMMARY"}
+    assert events[point + 1]["event"] == "question.posted"
+    assert ld.work(ref)["state"] == "waiting"
+
+
+def test_r2_7_gate_request_is_the_graphs_text_and_hook_change_is_ignored(ld: LoopDir) -> None:
+    """Entering a human gate fires waiting_for_input (kind gate); a hook's question or
+    summary there is not posted, and hooks.ignored records it."""
+    ld.write("hooks/reword.py", REWORD_HOOK)
+    ld.write_config("hooks:\n  - {name: reword, path: hooks/reword.py}\n")
+    ref = running(ld)
+    assert ld.cli("graph", "complete", "--work-item", ref).stdout.strip() == \
+        "advanced to review"
+
+    assert ld.comments(ref)[-1] == \
+        "GRAPH-REQUEST: review the draft, reply /approve or /reject."
+    assert not any("HOOK" in c for c in ld.comments(ref))
+    [ignored] = ld.events("hooks.ignored")
+    assert (ignored["point"], ignored["hook"], ignored["fields"]) == (
+        "waiting_for_input", "reword", ["question", "summary"])
+    names = ld.names()
+    assert names.index("lifecycle.point", names.index("phase.changed")) < \
+        names.index("hooks.ignored") < names.index("gate.entered")
+    assert ld.work(ref)["state"] == "gate"
+
+
+def test_r2_7_input_text_replaced_is_what_the_resumed_session_gets(ld: LoopDir) -> None:
+    """A hook's `text` at input_received is what the resumed session's prompt carries."""
+    ld.write("hooks/redact.py", REDACT_HOOK)
+    ld.write_config("hooks:\n  - {name: redact, path: hooks/redact.py}\n")
+    ref = running(ld)
+    assert ld.reply(ref, "Use password hunter2 for the test account") == f"{ref}: resumed"
+
+    resumed = ld.launches()[-1]
+    assert resumed["prompt"].startswith(f"Resuming {ref}")
+    assert "Use password [redacted] for the test account" in resumed["prompt"]
+    assert "hunter2" not in resumed["prompt"]
+    names = ld.names()
+    i = names.index("lifecycle.point", names.index("poll.cycle"))
+    assert ld.events()[i]["point"] == "input_received"
+    assert i < names.index("session.launched", i) < names.index("input.delivered", i)
+    [delivered] = ld.events("input.delivered")
+    assert (delivered["kind"], delivered["done"]) == ("comment", "resumed")
+
+
+def test_r2_7_input_refused_is_dropped_with_one_marked_comment(ld: LoopDir) -> None:
+    """proceed: false at input_received: nothing delivered, one comment, hooks.refused —
+    by `reply` and by a comment the poller finds, each once."""
+    ld.write("policies/input.yaml", DROP_POLICY)
+    ld.write_config("hooks:\n  - {name: house, policy: policies}\n")
+    ref = running(ld)
+    assert ld.reply(ref, "Delete the database", actor="mallory") == f"{ref}: refused"
+    ld.cli("items", "comment", ref, "Really, delete it", "--author", "mallory")
+    ld.poll()
+    ld.poll()
+
+    drops = [c for c in ld.comments(ref) if "was dropped" in c]
+    assert len(drops) == 2
+    assert drops[0].startswith("Input from @mallory was dropped by hook `house` at "
+                               "`input_received`: mallory may not talk to agents")
+    assert all("<!-- the-loop:input:" in c for c in drops)
+    assert [(r["point"], r["hook"]) for r in ld.events("hooks.refused")] == [
+        ("input_received", "house")] * 2
+    assert len(ld.events("input.refused")) == 2
+    assert ld.events("input.delivered") == []
+    assert not any("elete" in launch["prompt"] for launch in ld.launches())
+
+
+def test_stop_disarms_and_later_comments_are_not_input(ld: LoopDir) -> None:
+    """`/stop` (a control command) stops the item; the poller then ignores its comments."""
+    ref = running(ld)
+    assert ld.reply(ref, "/stop") == f"{ref}: stopped"
+    assert ld.work(ref)["state"] == "stopped"
+    [disarmed] = ld.events("loop.disarmed")
+    assert disarmed["why"] == "/stop by alice"
+    assert ld.comments(ref)[-1] == f"Stopped by @alice; re-arm with `the-loop start {ref}`."
+    [point] = ld.points("input_received")
+    assert point["decisions"]["text"] == "/stop"
+
+    ld.cli("items", "comment", ref, "are you there?", "--author", "bob")
+    ld.poll()
+    assert len(ld.points("input_received")) == 1
+    assert len(ld.launches()) == 1
+
+
+def test_r3_6_ask_with_a_broken_declaration_records_load_failed_and_posts(
+        ld: LoopDir) -> None:
+    """A one-shot command runs without hooks when the declaration cannot load."""
+    ref = running(ld)
+    ld.write_config("hooks:\n  - {name: ghost, path: hooks/missing.py}\n")
+    done = ld.cli("ask", "Which users?", "--work-item", ref)
+    assert done.stdout.strip() == "asked: Which users?"
+    assert "Which users?" in ld.comments(ref)[-1]
+    [failed] = ld.events("hooks.load_failed")
+    assert failed["source"] == "ask"
+    assert "hooks[0] ('ghost') → path: no file at" in failed["error"]
+    [point] = ld.points("waiting_for_input")
+    assert point["hooks"] == [] and point["source"] == "ask"
+    assert ld.work(ref)["state"] == "waiting"
+
+    assert ld.cli("graph", "complete", "--work-item", ref).stdout.strip() == \
+        "advanced to review"
+    assert [r["source"] for r in ld.events("hooks.load_failed")] == ["ask", "graph"]
