@@ -99,6 +99,16 @@ def test_i5_6_check_fails_listing_every_error(tmp_path: Path, run_cli: Any) -> N
     assert err[3].startswith("  policies/z.yaml: not valid YAML at line")
 
 
+def test_i5_6_check_json_lists_every_error_for_ci(tmp_path: Path, run_cli: Any) -> None:
+    folder(tmp_path, rules="rules:\n  - {name: a, on: session_spawn, set: {proceed: true}}\n"
+                           "  - {name: b, on: session_spawn, set: {}}\n")
+    for command in ("check", "test"):
+        done = run_cli("policy", command, "policies", "--json")
+        assert done.returncode == 1
+        data = json.loads(done.stdout)
+        assert data["ok"] is False and len(data["errors"]) == 2
+
+
 def test_i5_6_check_defaults_to_policies_next_to_the_config(
     tmp_path: Path, run_cli: Any, write_config: Any
 ) -> None:

@@ -45,18 +45,24 @@ def _stats_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from the_loop.hooks.policy import read_policy
+    from the_loop.hooks.policy import PolicyError, read_policy
     from the_loop.hooks.policy.compiler import compile_stats
 
     folder = policy_dir(args)
     before = dict(compile_stats())
-    policy = read_policy(folder)  # PolicyError → exit 1 with every error listed
+    try:
+        policy = read_policy(folder)
+    except PolicyError as exc:
+        if not args.json:
+            raise  # exit 1, every error listed on stderr
+        print_json({"folder": str(folder), "ok": False, "errors": exc.errors})
+        return 1
     stats = _stats_delta(before, dict(compile_stats()))
     fallback = stats.get("fallback", 0)
     by_point = {p: policy.rules_at(p) for p in POINTS}
     if args.json:
         print_json({
-            "folder": str(folder), "files": [f.name for f in policy.files],
+            "folder": str(folder), "ok": True, "files": [f.name for f in policy.files],
             "rules": len(policy.rules), "compile_stats": stats,
             "points": {
                 p: [{"name": r.name, "mode": r.mode, "file": Path(r.file).name,
@@ -85,10 +91,18 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
+    from the_loop.hooks.policy import PolicyError
     from the_loop.hooks.policy.testing import run_tests
 
     folder = policy_dir(args)
-    report = run_tests(folder)  # PolicyError → exit 1 with every error listed
+    try:
+        report = run_tests(folder)
+    except PolicyError as exc:
+        if not args.json:
+            raise  # exit 1, every error listed on stderr
+        print_json({"folder": str(folder), "ok": False, "passed": 0, "failed": 0,
+                    "errors": exc.errors, "cases": []})
+        return 1
     if args.json:
         print_json(report.to_json())
         return 0 if report.ok else 1
