@@ -77,6 +77,7 @@ def _relabel(text: str, label: str, names: dict[str, str]) -> str:
     """Turn the loader's `hooks[0] ('served') → key: …` into `--key: …`."""
     if text.startswith(f"{label} → "):
         key, _, rest = text[len(label) + 3:].partition(": ")
+        rest = rest.replace("name one with executor:", f"name one with {names['executor']}")
         return f"{names.get(key, key)}: {rest}"
     if text.startswith(f"{label}: "):
         return f"{names['with']}: {text[len(label) + 2:]}"
