@@ -1,0 +1,201 @@
+"""The policy engine's own JMESPath functions.
+
+They are available in two forms that behave identically:
+
+* :class:`PolicyFunctions`, a :class:`jmespath.functions.Functions` subclass for the reference
+  interpreter: ``jmespath.search(expr, data, Options(custom_functions=PolicyFunctions()))``;
+* :data:`POLICY_FUNCTION_SPECS`, the plain implementations plus the arity and type information the
+  compiler (:mod:`the_loop.hooks.policy.compiler`) uses to check calls at compile time and to call
+  the functions from generated code.
+
+Both forms take their signatures from the same ``@signature`` declarations, so the arity and the
+argument types are checked the same way (``ArityError`` / ``JMESPathTypeError``, exactly as for the
+built-in functions). :data:`POLICY_FUNCTIONS` describes each function for generated docs.
+
+Functions
+---------
+``regex_match(string $pattern, string $subject) -> boolean``
+    True when the Python regular expression ``pattern`` matches *anywhere* in ``subject``
+    (``re.search`` semantics: anchor with ``^``/``$`` yourself). An invalid pattern raises
+    :class:`InvalidValueError` (a ``JMESPathError``, hence a ``ValueError``, like the reference's
+    other invalid-value errors).
+``glob_match(string $pattern, string $subject) -> boolean``
+    True when ``subject`` matches the shell-style ``pattern`` as a whole
+    (``fnmatch.fnmatchcase``: ``*``, ``?``, ``[seq]``, ``[!seq]``; case-sensitive, and ``*``
+    matches ``/`` too).
+``lower(string $subject) -> string`` / ``upper(string $subject) -> string``
+    ``str.lower()`` / ``str.upper()`` (full Unicode case mapping).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jmespath.exceptions import JMESPathError
+from jmespath.functions import Functions, signature
+
+__all__ = [
+    "POLICY_FUNCTIONS",
+    "POLICY_FUNCTION_SPECS",
+    "FunctionSpec",
+    "InvalidValueError",
+    "PolicyFunctions",
+    "glob_match",
+    "lower",
+    "regex_match",
+    "upper",
+]
+
+
+class InvalidValueError(JMESPathError):
+    """An argument has the right type but a value the function cannot use (a bad regex)."""
+
+
+def regex_match(pattern: str, subject: str) -> bool:
+    """``re.search(pattern, subject) is not None``; a bad pattern raises InvalidValueError."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        raise InvalidValueError(
+            f"In function regex_match(), invalid regular expression {pattern!r}: {exc}"
+        ) from None
+    return compiled.search(subject) is not None
+
+
+def glob_match(pattern: str, subject: str) -> bool:
+    """``fnmatch.fnmatchcase(subject, pattern)``."""
+    return fnmatch.fnmatchcase(subject, pattern)
+
+
+def lower(subject: str) -> str:
+    """``subject.lower()``."""
+    return subject.lower()
+
+
+def upper(subject: str) -> str:
+    """``subject.upper()``."""
+    return subject.upper()
+
+
+_STRING: Any = {"types": ["string"]}
+
+
+class PolicyFunctions(Functions):
+    """The built-in JMESPath functions plus the policy functions, for the reference interpreter."""
+
+    @signature(_STRING, _STRING)
+    def _func_regex_match(self, pattern: str, subject: str) -> bool:
+        return regex_match(pattern, subject)
+
+    @signature(_STRING, _STRING)
+    def _func_glob_match(self, pattern: str, subject: str) -> bool:
+        return glob_match(pattern, subject)
+
+    @signature(_STRING)
+    def _func_lower(self, subject: str) -> str:
+        return lower(subject)
+
+    @signature(_STRING)
+    def _func_upper(self, subject: str) -> str:
+        return upper(subject)
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """What the compiler needs to know about a policy function.
+
+    ``arg_types`` holds one tuple of JMESPath type names per declared parameter (``()`` means any
+    type), exactly as in the ``@signature`` declaration; ``variadic`` means the last parameter
+    repeats (``min_args`` or more arguments), otherwise exactly ``min_args`` arguments are required.
+    ``returns`` lists the JMESPath types the function can return. ``impl`` is the plain
+    implementation: it expects arguments that already passed the type check.
+    """
+
+    name: str
+    arg_types: tuple[tuple[str, ...], ...]
+    variadic: bool
+    returns: tuple[str, ...]
+    impl: Callable[..., Any]
+    signature: str
+    doc: str
+    example: str
+
+    @property
+    def min_args(self) -> int:
+        return len(self.arg_types)
+
+    def accepts(self, count: int) -> bool:
+        """True when a call with ``count`` arguments has the right arity."""
+        return count >= self.min_args if self.variadic else count == self.min_args
+
+
+def _spec(
+    name: str,
+    impl: Callable[..., Any],
+    returns: tuple[str, ...],
+    sig: str,
+    doc: str,
+    example: str,
+) -> FunctionSpec:
+    declared = PolicyFunctions.FUNCTION_TABLE[name]["signature"]
+    return FunctionSpec(
+        name=name,
+        arg_types=tuple(tuple(arg["types"]) for arg in declared),
+        variadic=bool(declared and declared[-1].get("variadic")),
+        returns=returns,
+        impl=impl,
+        signature=sig,
+        doc=doc,
+        example=example,
+    )
+
+
+#: name -> FunctionSpec, for the compiler.
+POLICY_FUNCTION_SPECS: Mapping[str, FunctionSpec] = {
+    spec.name: spec
+    for spec in (
+        _spec(
+            "regex_match",
+            regex_match,
+            ("boolean",),
+            "regex_match(string $pattern, string $subject) -> boolean",
+            "True when the Python regular expression matches anywhere in the subject "
+            "(re.search; anchor with ^ and $); an invalid pattern is an invalid-value error.",
+            "regex_match('^release/', work_item.ref)",
+        ),
+        _spec(
+            "glob_match",
+            glob_match,
+            ("boolean",),
+            "glob_match(string $pattern, string $subject) -> boolean",
+            "True when the whole subject matches the shell-style pattern "
+            "(fnmatch.fnmatchcase: *, ?, [seq], [!seq]; case-sensitive, * also matches /).",
+            "glob_match('docs/*.md', path)",
+        ),
+        _spec(
+            "lower",
+            lower,
+            ("string",),
+            "lower(string $subject) -> string",
+            "The subject in lower case (str.lower).",
+            "lower(work_item.title)",
+        ),
+        _spec(
+            "upper",
+            upper,
+            ("string",),
+            "upper(string $subject) -> string",
+            "The subject in upper case (str.upper).",
+            "upper(work_item.kind)",
+        ),
+    )
+}
+
+#: name -> (signature, one-line doc, example), for generated documentation.
+POLICY_FUNCTIONS: Mapping[str, tuple[str, str, str]] = {
+    name: (spec.signature, spec.doc, spec.example) for name, spec in POLICY_FUNCTION_SPECS.items()
+}
