@@ -79,7 +79,7 @@ def handle_input(loop: Loop, ref: str, text: str, *, actor: str, source: str,
         done = "stopped"
     elif control in ("approve", "reject") and w["state"] == "gate":
         loop.advance(ref, "approved" if control == "approve" else "rejected", actor=actor)
-        done = control + "d"
+        done = "approved" if control == "approve" else "rejected"
     elif control:
         loop.say(ref, f"`/{control}` from @{actor} ignored: {ref} is not at a human gate "
                       f"({w['state']} at {node.name}).")
