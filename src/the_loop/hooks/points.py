@@ -376,9 +376,8 @@ def unknown_point_message(name: object) -> str:
     text = f"{name!r} is not a lifecycle point"
     if isinstance(name, str) and (name.startswith("hooks.") or "." in name):
         text += " (it looks like an event type; events are records, not hook points)"
-    if hint:
-        text += f"; did you mean {hint!r}?"
-    return text + f". Valid points: {', '.join(POINTS)}"
+    text += f"; did you mean {hint!r}?" if hint else "."
+    return text + f" Valid points: {', '.join(POINTS)}"
 
 
 def context_to_json(ctx: Context) -> dict[str, Any]:
