@@ -9,6 +9,7 @@ from typing import Any
 
 from the_loop.cli._common import add_json, config_of, print_json
 from the_loop.errors import UsageError
+from the_loop.events import EventLog
 from the_loop.hooks.declaration import parse_hooks
 from the_loop.hooks.points import (
     POINTS,
@@ -135,7 +136,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(f"--context: {exc}") from None
     config = config_of(args)
-    chain = chain_from_config(config)
+    # A dry run: the chain's events stay in memory, so the loop's event log never shows a
+    # decision or refusal for a work item that does not exist.
+    chain = chain_from_config(config, log=EventLog())
     outcome = chain.invoke(ctx)
     final = context_to_json(outcome.context)
     trace = [step.to_json() for step in outcome.steps]
