@@ -178,7 +178,15 @@ class LoopDir:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def add(self, title: str = "Add a login page", *args: str) -> str:
-        return self.cli("items", "add", title, *args).stdout.strip()
+        """`items add` (in-process: it launches nothing); returns the ref."""
+        code, out, err = self.run("items", "add", title, *args)
+        assert code == 0, err
+        return out.strip()
+
+    def start(self, ref: str, actor: str = "alice") -> None:
+        """`start REF` (in-process: arming launches nothing; the poller starts it)."""
+        code, out, err = self.run("start", ref, "--actor", actor)
+        assert code == 0 and "armed" in out, err
 
     def poll(self, *, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """`poll --once`, then wait for every session the loop has launched to end."""

@@ -47,7 +47,7 @@ def ld(tmp_path: Path) -> Iterator[LoopDir]:
 def at_gate(ld: LoopDir) -> str:
     """A work item whose agent node completed: it waits at the review gate."""
     ref = ld.add("Add a login page")
-    ld.cli("start", ref, "--actor", "alice")
+    ld.start(ref)
     ld.poll()
     ld.cli("graph", "complete", "--work-item", ref, "--summary", "drafted")
     assert ld.work(ref)["state"] == "gate"
@@ -113,7 +113,7 @@ def test_a_person_closing_the_ticket_fires_work_item_complete_from_the_tracker(
     person as actor), then announces the closure on the channels."""
     ld.write_config("hooks:\n" + ld.add_recorder())
     ref = ld.add()
-    ld.cli("start", ref)
+    ld.start(ref)
     ld.poll()
     ld.cli("items", "close", ref, "--actor", "dave")
     assert ld.poll().stdout.startswith("started 0, inputs 0, closed 1")
@@ -161,7 +161,7 @@ def test_webhook_channels_post_json_and_a_failing_one_is_recorded(ld: LoopDir) -
             f"  - {{kind: webhook, url: 'http://127.0.0.1:{port}/hook', "
             "tokenEnv: CHAT_TOKEN}\n"))
         ref = ld.add()
-        ld.cli("start", ref)
+        ld.start(ref)
         ld.poll()
         ld.cli("graph", "complete", "--work-item", ref, env={"CHAT_TOKEN": "s3cret-token"})
         ld.cli("reply", ref, "/approve", env={"CHAT_TOKEN": "s3cret-token"})

@@ -52,7 +52,7 @@ def ld(tmp_path: Path) -> Iterator[LoopDir]:
 def running(ld: LoopDir, title: str = "Add a login page") -> str:
     """A work item started by the poller, its first session launched and ended."""
     ref = ld.add(title)
-    ld.cli("start", ref, "--actor", "alice")
+    ld.start(ref)
     ld.poll()
     assert ld.work(ref)["state"] == "running"
     return ref

@@ -42,7 +42,7 @@ def test_r2_6_spawn_refused_by_a_policy_rule_starts_no_process(ld: LoopDir) -> N
     """)
     ld.write_config("hooks:\n  - {name: house, policy: policies}\n")
     ref = ld.add()
-    ld.cli("start", ref)
+    ld.start(ref)
     ld.poll()
 
     assert ld.launches() == [] and ld.query("SELECT * FROM sessions") == []
@@ -68,7 +68,7 @@ def test_r2_7_announce_false_skips_the_session_comment_only(ld: LoopDir) -> None
     ld.write("hooks/quiet.py", ANNOUNCE_OFF_HOOK)
     ld.write_config("hooks:\n  - {name: quiet, path: hooks/quiet.py}\n")
     ref = ld.add()
-    ld.cli("start", ref)
+    ld.start(ref)
     ld.poll()
 
     assert len(ld.launches()) == 1
@@ -96,7 +96,7 @@ def test_r2_6_pull_request_session_refused_goes_to_the_ticket_session(ld: LoopDi
     ld.write_config("hooks:\n  - {name: house, policy: policies}\n" + ld.add_recorder())
     ticket = ld.add("Add a login page")
     pr = ld.add("Login page", "--kind", "pull-request", "--for", ticket)
-    ld.cli("start", ticket)
+    ld.start(ticket)
     ld.poll()
     ld.cli("items", "comment", pr, "Please rename the button.", "--author", "bob")
     ld.poll()
@@ -125,7 +125,7 @@ def test_a_pull_request_session_launches_with_the_pr_as_endpoint(ld: LoopDir) ->
     ld.write_config("hooks:\n" + ld.add_recorder())
     ticket = ld.add("Add a login page")
     pr = ld.add("Login page", "--kind", "pull-request", "--for", ticket)
-    ld.cli("start", ticket)
+    ld.start(ticket)
     ld.poll()
     ld.cli("items", "comment", pr, "Nit: spacing.", "--author", "bob")
     ld.poll()
@@ -139,7 +139,7 @@ def test_dead_session_is_respawned_once_through_session_spawn(ld: LoopDir) -> No
     session_spawn), then the item is blocked with a comment."""
     ld.write_config("hooks:\n" + ld.add_recorder())
     ref = ld.add()
-    ld.cli("start", ref)
+    ld.start(ref)
     ld.poll()
     ld.poll()  # reaps the first session, respawns
     ld.poll()  # reaps the respawn: blocked
@@ -167,7 +167,7 @@ def test_workspace_is_a_git_worktree_when_repository_names_a_local_repo(ld: Loop
     git("commit", "-q", "-m", "init", cwd=repo)
     ld.write_config("repository: app\n")
     ref = ld.add()
-    ld.cli("start", ref)
+    ld.start(ref)
     ld.poll()
 
     [prepared] = ld.events("workspace.prepared")

@@ -133,7 +133,7 @@ def test_r2_6_start_refused_by_required_remote_hook_that_is_down(ld: LoopDir) ->
             timeoutSeconds: 2
     """)
     ref = ld.add()
-    ld.cli("start", ref)
+    ld.start(ref)
     assert ld.poll().stdout.startswith("started 0,")
 
     [point] = ld.points("work_item_start")
@@ -166,7 +166,7 @@ def test_r2_6_refusal_survives_a_crash_between_comment_and_settle(ld: LoopDir) -
             path: hooks/gate.py
     """)
     ref = ld.add()
-    ld.cli("start", ref)
+    ld.start(ref)
     crashed = ld.cli("poll", "--once", ok=False,
                      env={"THE_LOOP_FAILPOINT": "after-refusal-comment"})
     assert crashed.returncode == 86
@@ -196,7 +196,7 @@ def test_r3_6_poller_refuses_to_start_on_a_broken_declaration(ld: LoopDir, hooks
     (ld.root / "policies").mkdir()
     ld.write_config(f"hooks:\n  {hooks}\n")
     ref = ld.add()
-    ld.cli("start", ref)
+    ld.start(ref)
     done = ld.cli("poll", "--once", ok=False)
     assert done.returncode == 1
     assert "refusing to start" in done.stderr and named in done.stderr
@@ -229,8 +229,8 @@ def test_arm_label_arms_a_labelled_ticket_once(ld: LoopDir) -> None:
 def test_start_twice_is_one_arming(ld: LoopDir) -> None:
     """A second `start` of an armed item says so and arms nothing new."""
     ref = ld.add()
-    ld.cli("start", ref)
-    assert "already armed (armed)" in ld.cli("start", ref).stdout
+    ld.start(ref)
+    assert "already armed (armed)" in ld.run("start", ref)[1]
     assert len(ld.events("loop.armed")) == 1
 
 
@@ -243,13 +243,12 @@ def scenario(ld: LoopDir) -> dict[str, Any]:
     """Every point once: start, spawn, ask, answer (resume), complete, gate, approve, close;
     returns what a person or a channel would see, with session ids normalised."""
     ref = ld.add("Add a login page")
-    ld.cli("start", ref, "--actor", "alice")
+    ld.start(ref)
     ld.poll()
     ld.cli("ask", "Which users?", "--summary", "one question", "--work-item", ref)
     ld.reply(ref, "Admins first.")
     ld.cli("graph", "complete", "--work-item", ref, "--summary", "drafted")
     ld.reply(ref, "/approve")
-    ld.poll()
     item = ld.item(ref)
     runtime = []
     for r in ld.events():
