@@ -188,12 +188,14 @@ def _parse_entry(index: int, item: dict[Any, Any], base_dir: Path) -> HookEntry:
     if bad:
         raise e.fail("with", f"{bad[0]!r} is not a valid keyword argument name")
     token_env = item.get("tokenEnv", "")
-    if not isinstance(token_env, str) or (token_env and not ENV_RE.fullmatch(token_env)):
+    if not isinstance(token_env, str) or ("tokenEnv" in item and not ENV_RE.fullmatch(token_env)):
         # The value is not echoed: an operator who got this wrong may have pasted the token.
-        got = (
-            "a string that is not a variable name (value not shown in case it is the token)"
-            if isinstance(token_env, str) else f"a value of type {type(token_env).__name__}"
-        )
+        if not isinstance(token_env, str):
+            got = f"a value of type {type(token_env).__name__}"
+        elif not token_env:
+            got = "an empty string (leave tokenEnv out to send no token)"
+        else:
+            got = "a string that is not a variable name (value not shown in case it is the token)"
         raise e.fail(
             "tokenEnv", f"expected the NAME of an environment variable (letters, digits and "
             f"_, e.g. COMPLIANCE_TOKEN), got {got}; never put the token itself here",
