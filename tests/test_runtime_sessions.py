@@ -179,3 +179,30 @@ def test_workspace_is_a_git_worktree_when_repository_names_a_local_repo(ld: Loop
     [launch] = ld.launches()
     assert launch["cwd"] == str(path)
     assert ld.work(ref)["state"] == "running"
+
+
+@pytest.mark.parametrize(("config", "named"), [
+    ("repository: not-a-repo\n", "cannot create a git worktree for local:acme/app#1"),
+    ("harnesses:\n  - {name: gone, command: [no-such-harness-binary]}\n",
+     "cannot launch 'no-such-harness-binary': No such file or directory"),
+])
+def test_a_session_that_cannot_start_blocks_the_item_and_the_poller_goes_on(
+        ld: LoopDir, config: str, named: str) -> None:
+    """A workspace or harness failure is the item's, not the daemon's: poll exits 0, the
+    item is blocked with one comment saying why, and it is not retried."""
+    (ld.root / "not-a-repo").mkdir()
+    ld.config.write_text("loop: acme\nstateDir: .the-loop\n" + config, encoding="utf-8")
+    ref = ld.add()
+    ld.start(ref)
+    done = ld.poll()
+    assert "Traceback" not in done.stderr
+    assert ld.work(ref)["state"] == "blocked"
+    [comment] = ld.comments(ref)
+    assert comment.startswith("A session for this work item could not start: ")
+    assert named in comment and f"re-arm with `the-loop start {ref}`" in comment
+    [failed] = ld.events("session.failed")
+    assert named in failed["error"]
+    assert ld.query("SELECT * FROM sessions") == []
+
+    ld.poll()
+    assert len(ld.comments(ref)) == 1 and len(ld.events("session.failed")) == 1

@@ -42,6 +42,8 @@ EVENT_TYPES: dict[str, str] = {
     "session.launched": "a harness process was launched; fields: work_item, session_id, pid",
     "session.refused": "a launch was refused; fields: work_item, hook, reason",
     "session.exited": "a harness process ended; fields: session_id, code",
+    "session.failed": "a session could not start (its workspace or its harness command "
+                      "failed); the item is blocked; fields: work_item, error",
     "session.announced": "the session-started comment was posted; fields: session_id",
     "question.posted": "an agent's question was posted; fields: work_item, session_id",
     "gate.entered": "a human gate was entered; fields: work_item, node",

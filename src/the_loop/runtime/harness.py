@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from the_loop.config import ENV_VAR
+from the_loop.errors import LoopError
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,10 @@ def launch(
     argv: tuple[str, ...] | list[str], *, prompt: str, cwd: Path, config_path: Path | None,
     work_item: str, session_id: str, log_dir: Path, extra_env: dict[str, str] | None = None,
 ) -> tuple[Launched, subprocess.Popen[bytes]]:
-    """Start the process; the prompt goes to stdin, which is then closed."""
+    """Start the process; the prompt goes to stdin, which is then closed.
+
+    Raises `LoopError` when the command cannot be started (not found, not executable).
+    """
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{session_id}.log"
     env = dict(os.environ)
@@ -35,10 +39,16 @@ def launch(
     env["THE_LOOP_SESSION"] = session_id
     env.update(extra_env or {})
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            list(argv), stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-            cwd=str(cwd), env=env, start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                list(argv), stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                cwd=str(cwd), env=env, start_new_session=True,
+            )
+        except OSError as exc:
+            raise LoopError(
+                f"cannot launch {argv[0]!r}: {exc.strerror or exc} (check `harnesses:` "
+                "→ command in cli-config.yaml)"
+            ) from None
     assert proc.stdin is not None
     try:
         proc.stdin.write(prompt.encode("utf-8"))

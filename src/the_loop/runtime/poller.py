@@ -90,8 +90,9 @@ def handle_input(loop: Loop, ref: str, text: str, *, actor: str, source: str,
                         actor=actor, text=final, phase=node.phase)
         if w["session_id"]:
             loop.terminate(str(w["session_id"]))
-        loop.spawn(ref, node, prompt=prompt, respawn=True, actor=actor, endpoint=endpoint)
-        done = "resumed"
+        launched = loop.spawn(ref, node, prompt=prompt, respawn=True, actor=actor,
+                              endpoint=endpoint)
+        done = "resumed" if launched else "not resumed"
     else:
         done = "recorded"
     loop.log.emit("input.delivered", work_item=ref, kind=kind, actor=actor, done=done,

@@ -262,7 +262,12 @@ class Loop:
         h = self.settings.harnesses[self.settings.harness]
         target = self.tracker.work_item(endpoint or ref)
         wi = self.tracker.work_item(ref)
-        path, is_git = workspace.prepare(self.settings.state_dir, wi, self.settings.git_repository)
+        try:
+            path, is_git = workspace.prepare(self.settings.state_dir, wi,
+                                             self.settings.git_repository)
+        except LoopError as exc:
+            self.launch_failed(ref, str(exc))
+            return False
         self.log.emit("workspace.prepared", work_item=ref, path=str(path), git=is_git)
         outcome = self.fire(SessionSpawn(
             **self.base(ref), actor=actor, harness=h.name, model=h.model,
@@ -281,11 +286,15 @@ class Loop:
             return False
         final_prompt = str(decided(outcome, "prompt"))
         sid = harness_mod.new_session_id()
-        launched, proc = harness_mod.launch(
-            h.command, prompt=final_prompt, cwd=path, config_path=self.config.path,
-            work_item=ref, session_id=sid, log_dir=self.settings.state_dir / "sessions",
-            extra_env={"THE_LOOP_NODE": node.name},
-        )
+        try:
+            launched, proc = harness_mod.launch(
+                h.command, prompt=final_prompt, cwd=path, config_path=self.config.path,
+                work_item=ref, session_id=sid, log_dir=self.settings.state_dir / "sessions",
+                extra_env={"THE_LOOP_NODE": node.name},
+            )
+        except LoopError as exc:
+            self.launch_failed(ref, str(exc))
+            return False
         self.procs[sid] = proc
         with self.db.transaction() as conn:
             conn.execute(
@@ -307,6 +316,13 @@ class Loop:
             self.say(ref, f"Session `{sid}` started at {node.name} (harness {h.name}{model}).")
             self.log.emit("session.announced", work_item=ref, session_id=sid)
         return True
+
+    def launch_failed(self, ref: str, error: str) -> None:
+        """A session could not start: block the item (never half-running), say why once."""
+        self.set_work(ref, state="blocked", session_id="")
+        self.say(ref, f"A session for this work item could not start: {error}. Fix it, then "
+                      f"re-arm with `the-loop start {ref}`.")
+        self.log.emit("session.failed", work_item=ref, error=error)
 
     # ------------------------------------------------------------------ agent side
     def ask(self, ref: str, question: str, *, summary: str = "", session_id: str = "") -> str:
