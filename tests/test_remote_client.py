@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import socketserver
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,7 +53,7 @@ class Scripted:
     """A raw HTTP/1.1 server on 127.0.0.1:0; `respond(req, sock, stop)` writes the answer
     and returns "keep" or "close". Records every connection and request."""
 
-    def __init__(self, respond: Respond) -> None:
+    def __init__(self, respond: Respond, tls: ssl.SSLContext | None = None) -> None:
         self.respond = respond
         self.requests: list[Request] = []
         self.connections = 0
@@ -63,6 +66,17 @@ class Scripted:
                 conn_no = outer.connections
                 sock: socket.socket = self.request
                 sock.settimeout(5)
+                if tls is None:
+                    self.serve(sock, conn_no)
+                    return
+                try:
+                    wrapped = tls.wrap_socket(sock, server_side=True)
+                except OSError:
+                    return
+                with wrapped:
+                    self.serve(wrapped, conn_no)
+
+            def serve(self, sock: socket.socket, conn_no: int) -> None:
                 buf = b""
                 while not outer.stop.is_set():
                     try:
@@ -457,6 +471,50 @@ def test_chunked_and_close_delimited_answers_are_read(scripted: Any, remote: Any
     server = scripted(raw(closing))
     out = remote(server.url).call("session_spawn", SessionSpawn())
     assert out is not None and dict(out.values) == {"prompt": "chunked"}
+
+
+# -------------------------------------------------------------------------------- TLS
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[Scripted, Path]]:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server = Scripted(rpc_result({"prompt": "over tls"}), tls=context)
+    server.url = server.url.replace("http://127.0.0.1", "https://localhost")
+    yield server, cert
+    server.close()
+
+
+def test_https_with_a_trusted_certificate_keeps_the_connection(
+    tls_server: tuple[Scripted, Path], remote: Any, monkeypatch: Any
+) -> None:
+    server, cert = tls_server
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    ex = remote(server.url)
+    for _ in range(3):
+        out = ex.call("session_spawn", SessionSpawn())
+        assert out is not None and dict(out.values) == {"prompt": "over tls"}
+    assert server.connections == 1
+
+
+def test_https_with_an_untrusted_certificate_is_refused(
+    tls_server: tuple[Scripted, Path], remote: Any, monkeypatch: Any, tmp_path: Path
+) -> None:
+    server, _ = tls_server
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "no-such-bundle.pem"))
+    with pytest.raises(HookError, match=r"TLS certificate of localhost:\d+ rejected"):
+        remote(server.url).call("session_spawn", SessionSpawn())
+    assert server.requests == []
 
 
 # ---------------------------------------------------------- declared in cli-config.yaml

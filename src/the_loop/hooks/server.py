@@ -28,6 +28,7 @@ import io
 import json
 import socket
 import socketserver
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -85,9 +86,10 @@ def served_points(executor: AnyExecutor) -> tuple[str, ...]:
     return default_points(executor)
 
 
-def _handle(executor: AnyExecutor, body: bytes) -> bytes:
+def _handle(executor: AnyExecutor, body: bytes | str) -> bytes:
     try:
-        doc = json.loads(bytes(body), parse_constant=_no_constant)
+        text = body if isinstance(body, str) else bytes(body)
+        doc = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         why = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON"
         return _dumps(_error(None, PARSE_ERROR, f"parse error: the body is {why}"))
@@ -306,6 +308,11 @@ class _HTTPServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         self.server_name = str(host)
         self.server_port = int(port)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], OSError):
+            return  # a client that went away is not worth a traceback
+        super().handle_error(request, client_address)
 
     def track(self, sock: socket.socket, add: bool) -> None:
         with self.hook._lock:
