@@ -177,3 +177,15 @@ def test_r3_6_ask_with_a_broken_declaration_records_load_failed_and_posts(
     assert ld.cli("graph", "complete", "--work-item", ref).stdout.strip() == \
         "advanced to review"
     assert [r["source"] for r in ld.events("hooks.load_failed")] == ["ask", "graph"]
+
+
+def test_ask_at_a_human_gate_is_refused_and_the_gate_still_passes(ld: LoopDir) -> None:
+    """An agent that asks after completing its node cannot take the gate from the person."""
+    ref = running(ld)
+    ld.cli("graph", "complete", "--work-item", ref)
+    done = ld.cli("ask", "One more thing?", "--work-item", ref, ok=False)
+    assert done.returncode == 1
+    assert f"{ref} is at review, a human gate" in done.stderr
+    assert ld.points("waiting_for_input")[-1]["decisions"]["question"] == ""
+    assert ld.work(ref)["state"] == "gate"
+    assert ld.reply(ref, "/approve") == f"{ref}: approved"

@@ -206,3 +206,20 @@ def test_a_session_that_cannot_start_blocks_the_item_and_the_poller_goes_on(
 
     ld.poll()
     assert len(ld.comments(ref)) == 1 and len(ld.events("session.failed")) == 1
+
+
+def test_comments_on_a_pull_request_before_arming_are_not_input(ld: LoopDir) -> None:
+    """Input is what people write after the arming, on the ticket and its pull requests."""
+    ticket = ld.add("Add a login page")
+    pr = ld.add("Login page", "--kind", "pull-request", "--for", ticket)
+    ld.run("items", "comment", ticket, "old note", "--author", "bob")
+    ld.run("items", "comment", pr, "old review", "--author", "bob")
+    ld.start(ticket)
+    ld.poll()
+    assert ld.points("input_received") == []
+    assert len(ld.launches()) == 1
+
+    ld.run("items", "comment", pr, "new review", "--author", "bob")
+    ld.poll()
+    [point] = ld.points("input_received")
+    assert point["decisions"]["text"] == "new review"

@@ -148,7 +148,12 @@ class Loop:
         item = self.tracker.get(ref)
         if item.state != "open":
             raise LoopError(f"{ref} is closed; only an open ticket or pull request can start")
-        last = item.comments[-1].id if item.comments else 0
+        # Input is what people write after the arming: on the ticket and on its pull requests.
+        cursors = {ref: item.comments[-1].id if item.comments else 0}
+        for pr in self.tracker.items(state="open"):
+            if pr.parent == ref:
+                comments = self.tracker.get(pr.ref).comments
+                cursors[pr.ref] = comments[-1].id if comments else 0
         with self.db.transaction() as conn:
             row = conn.execute("SELECT state, arm_seq FROM work WHERE ref=?", (ref,)).fetchone()
             if row is not None and row["state"] in ACTIVE:
@@ -161,8 +166,9 @@ class Loop:
                 "actor=excluded.actor, source=excluded.source, respawns=0, "
                 "updated=excluded.updated", (ref, seq, actor, source, time.time()),
             )
-            conn.execute("INSERT INTO cursors VALUES (?, ?) ON CONFLICT(ref) DO UPDATE SET "
-                         "last=excluded.last", (ref, last))
+            for endpoint, last in cursors.items():
+                conn.execute("INSERT INTO cursors VALUES (?, ?) ON CONFLICT(ref) DO UPDATE "
+                             "SET last=excluded.last", (endpoint, last))
         self.log.emit("loop.armed", work_item=ref, actor=actor, source=source)
         return True
 
@@ -330,6 +336,9 @@ class Loop:
         ref = self.tracker.resolve(ref)
         w = self._active(ref)
         node = self.graph.node(w["node"]) if w["node"] else self.graph.node(self.graph.start)
+        if node.actor != "agent" or w["state"] == "gate":
+            raise LoopError(f"{ref} is at {node.name}, a human gate, waiting for a person's "
+                            "/approve or /reject; an agent asks only at an agent node")
         outcome = self.fire(WaitingForInput(
             **self.base(ref), kind="question", session_id=session_id or w["session_id"],
             node=node.name, phase=node.phase, question=question, summary=summary,
@@ -342,7 +351,7 @@ class Loop:
             body += f"\n\n_Summary:_ {final_s}"
         self.say(ref, body)
         self.set_work(ref, state="waiting")
-        self.log.emit("question.posted", work_item=ref, session_id=session_id)
+        self.log.emit("question.posted", work_item=ref, session_id=sid)
         return final_q
 
     def graph_complete(self, ref: str, *, summary: str = "", actor: str = "agent") -> str:
