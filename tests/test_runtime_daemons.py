@@ -77,6 +77,7 @@ def test_serve_control_plane_items_input_and_webhook(ld: LoopDir) -> None:
     ld.write_config("serve: {tokenEnv: LOOP_TOKEN}\n")
     gate = ld.add("At the gate")
     running = ld.add("Running")
+    pr = ld.add("Its pull request", "--kind", "pull-request", "--for", running)
     ld.start(gate)
     ld.start(running)
     ld.poll()
@@ -98,8 +99,8 @@ def test_serve_control_plane_items_input_and_webhook(ld: LoopDir) -> None:
 
         status, items = api.call("GET", "/items")
         assert status == 200
-        assert [(i["ref"], i["loop"]["state"]) for i in items] == [
-            (gate, "gate"), (running, "running")]
+        assert [(i["ref"], (i["loop"] or {}).get("state")) for i in items] == [
+            (gate, "gate"), (running, "running"), (pr, None)]
         status, shown = api.call("GET", "/items/1")
         assert (status, shown["ref"], shown["loop"]["node"]) == (200, gate, "review")
         assert shown["comments"][-1]["body"].startswith("GRAPH-REQUEST")
@@ -110,6 +111,15 @@ def test_serve_control_plane_items_input_and_webhook(ld: LoopDir) -> None:
             200, {"ref": gate, "done": "recorded"})
         assert api.call("POST", "/items/1/input", {"text": "/approve", "actor": "alice"}) \
             == (200, {"ref": gate, "done": "approved"})
+        # A review on the running item's pull request resumes the ticket's work there;
+        # the session serve launched is collected when it ends (no zombie while serving).
+        assert api.call("POST", "/webhook", {"event": "comment", "ref": pr,
+                                             "author": "bob", "body": "Rename it"}) == (
+            200, {"ref": pr, "done": "resumed"})
+        [session] = ld.query("SELECT * FROM sessions WHERE endpoint=?", pr)
+        until(lambda: not Path(f"/proc/{session['pid']}").exists(), timeout=30,
+              what="serve to collect its finished harness process")
+        assert "Rename it" in ld.launches()[-1]["prompt"]
         assert api.call("POST", "/webhook", {"event": "closed", "ref": running,
                                              "actor": "dave"}) == (
             200, {"ref": running, "done": "closed"})
@@ -121,7 +131,7 @@ def test_serve_control_plane_items_input_and_webhook(ld: LoopDir) -> None:
     assert proc.returncode == 0, err
 
     inputs = [(p["source"], p["decisions"]["text"]) for p in ld.points("input_received")]
-    assert inputs == [("serve", "Looks fine"), ("serve", "/approve")]
+    assert inputs == [("serve", "Looks fine"), ("serve", "/approve"), ("serve", "Rename it")]
     assert ld.item(gate)["state"] == "closed" and ld.work(gate)["state"] == "done"
     assert [(c["author"], c["body"]) for c in ld.item(gate)["comments"][-2:]] == [
         ("bob", "Looks fine"), ("alice", "/approve")]

@@ -36,6 +36,14 @@ class ControlServer(ThreadingHTTPServer):
         self.lock = threading.Lock()
         super().__init__((host, port), _Handler)
 
+    def service_actions(self) -> None:
+        """Between requests: collect the harness processes this server launched that ended
+        (a resume or a gate's next node), so none lingers as a zombie while serve runs."""
+        with self.lock:
+            for sid, proc in list(self.loop.procs.items()):
+                if proc.poll() is not None:
+                    del self.loop.procs[sid]
+
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
@@ -138,7 +146,11 @@ class _Handler(BaseHTTPRequestHandler):
                 raise LoopError("a comment event needs author and body (strings)")
             cid = loop.tracker.comment(ref, body, author=author)
             _advance_cursor(loop, ref, cid)
-            done = handle_input(loop, ref, body, actor=author, source="comment",
+            # A review on a pull request is input for the ticket it belongs to.
+            parent = loop.tracker.get(ref, comments=False).parent
+            target = parent if parent and loop.work(ref) is None else ref
+            done = handle_input(loop, target, body, actor=author, source="comment",
+                                endpoint=ref if target != ref else "",
                                 key=f"input:{ref}:{cid}")
             return {"ref": ref, "done": done}
         if event == "closed":
