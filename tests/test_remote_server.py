@@ -307,7 +307,7 @@ def test_handle_request_never_raises_on_random_bytes(body: bytes) -> None:
     assert_valid_answer(body, handle_request(Gate(), body))
 
 
-@examples(400)
+@examples(300)
 @given(JSON.map(encode))
 def test_handle_request_never_raises_on_random_json(body: bytes) -> None:
     assert_valid_answer(body, handle_request(Gate(), body))

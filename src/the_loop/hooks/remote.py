@@ -26,12 +26,9 @@ Contract, each rule tested in tests/test_remote_client.py:
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import itertools
 import json
 import os
-import select
 import socket
 import ssl
 import threading
@@ -44,39 +41,23 @@ from urllib.parse import urlsplit
 from the_loop import __version__
 from the_loop.hooks.executor import Decisions, HookError
 from the_loop.hooks.points import POINTS, SPECS, Context, context_to_json
+from the_loop.hooks.remote_http import (
+    MAX_RESPONSE,
+    MAX_TEXT,
+    Answer,
+    Closed,
+    Conn,
+    close_all,
+    left,
+    quote,
+    read_response,
+    resolve,
+    still_open,
+)
 
-MAX_RESPONSE = 1 << 20  # bytes of body
-MAX_HEAD = 64 * 1024  # bytes of status line + headers
+__all__ = ["MAX_RESPONSE", "RemoteExecutor"]
+
 MAX_IDLE = 8  # idle keep-alive connections kept per executor
-_MAX_TEXT = 300  # characters of a server's message quoted in an error
-
-
-class _Closed(Exception):
-    """The server closed (or reset) the connection; `received` bytes of answer were read."""
-
-    def __init__(self, received: int) -> None:
-        super().__init__(received)
-        self.received = received
-
-
-class _Conn:
-    """One connection: its socket and the bytes read past the last answer."""
-
-    __slots__ = ("buf", "sock")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = bytearray()
-
-
-class _Answer:
-    __slots__ = ("body", "keep", "reason", "status")
-
-    def __init__(self, status: int, reason: str, body: bytes, keep: bool) -> None:
-        self.status = status
-        self.reason = reason
-        self.body = body
-        self.keep = keep
 
 
 class RemoteExecutor:
@@ -113,9 +94,9 @@ class RemoteExecutor:
         self._head = ("\r\n".join(lines) + "\r\n").encode("utf-8")
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._idle: list[_Conn] = []
+        self._idle: list[Conn] = []
         self._ssl: ssl.SSLContext | None = None
-        self._finalizer = weakref.finalize(self, _close_all, self._idle)
+        self._finalizer = weakref.finalize(self, close_all, self._idle)
 
     # ------------------------------------------------------------------ Executor protocol
 
@@ -132,7 +113,7 @@ class RemoteExecutor:
     def close(self) -> None:
         """Close the idle connections (the executor stays usable)."""
         with self._lock:
-            _close_all(self._idle)
+            close_all(self._idle)
 
     # ----------------------------------------------------------------------------- a call
 
@@ -186,23 +167,23 @@ class RemoteExecutor:
         except (ValueError, RecursionError):
             raise HookError(
                 f"the answer from {self.where} is not JSON (it starts with "
-                f"{_quote(answer.body[:60].decode('utf-8', 'replace'))})"
+                f"{quote(answer.body[:60].decode('utf-8', 'replace'))})"
             ) from None
         return _read_answer(self.where, point, req_id, doc)
 
     # ------------------------------------------------------------------------- transport
 
-    def _exchange(self, request: bytes, deadline: float) -> _Answer:
+    def _exchange(self, request: bytes, deadline: float) -> Answer:
         for attempt in (1, 2):
             conn, reused = self._acquire(deadline, fresh=attempt == 2)
             try:
                 try:
-                    conn.sock.settimeout(_left(deadline))
+                    conn.sock.settimeout(left(deadline))
                     conn.sock.sendall(request)
                 except (BrokenPipeError, ConnectionResetError):
-                    raise _Closed(0) from None
-                answer = _read_response(conn, deadline, self.where, self.timeout)
-            except _Closed as exc:
+                    raise Closed(0) from None
+                answer = read_response(conn, deadline, self.where)
+            except Closed as exc:
                 conn.sock.close()
                 if exc.received == 0 and reused and attempt == 1:
                     continue  # the server had closed the idle connection: resend once
@@ -237,18 +218,18 @@ class RemoteExecutor:
             return answer
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _acquire(self, deadline: float, *, fresh: bool = False) -> tuple[_Conn, bool]:
+    def _acquire(self, deadline: float, *, fresh: bool = False) -> tuple[Conn, bool]:
         with self._lock:
             if fresh:  # after a stale connection the others are likely stale too
-                _close_all(self._idle)
+                close_all(self._idle)
             while self._idle:
                 conn = self._idle.pop()
-                if _still_open(conn.sock):
+                if still_open(conn.sock):
                     return conn, True
                 conn.sock.close()
-        return _Conn(self._connect(deadline)), False
+        return Conn(self._connect(deadline)), False
 
-    def _release(self, conn: _Conn) -> None:
+    def _release(self, conn: Conn) -> None:
         with self._lock:
             if len(self._idle) < MAX_IDLE and self._finalizer.alive:
                 self._idle.append(conn)
@@ -258,7 +239,7 @@ class RemoteExecutor:
     def _connect(self, deadline: float) -> socket.socket:
         hostport = f"{self._host}:{self._port}"
         try:
-            infos = _resolve(self._host, self._port, deadline)
+            infos = resolve(self._host, self._port, deadline)
         except TimeoutError:
             raise HookError(
                 f"could not resolve {self._host} within {self.timeout:g} s (timeoutSeconds)"
@@ -271,11 +252,11 @@ class RemoteExecutor:
         for family, kind, proto, _, addr in infos:
             sock = socket.socket(family, kind, proto)
             try:
-                sock.settimeout(_left(deadline))
+                sock.settimeout(left(deadline))
                 sock.connect(addr)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if self._tls:
-                    sock.settimeout(_left(deadline))
+                    sock.settimeout(left(deadline))
                     return self._tls_context().wrap_socket(sock, server_hostname=self._host)
                 return sock
             except TimeoutError:
@@ -307,217 +288,6 @@ class RemoteExecutor:
             if self._ssl is None:
                 self._ssl = ssl.create_default_context()
             return self._ssl
-
-
-# ---------------------------------------------------------------------------- helpers
-
-
-def _left(deadline: float) -> float:
-    """Seconds left before `deadline`; raises TimeoutError when none are."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError("deadline passed")
-    return left
-
-
-def _close_all(conns: list[_Conn]) -> None:
-    while conns:
-        conns.pop().sock.close()
-
-
-def _still_open(sock: socket.socket) -> bool:
-    """An idle connection is usable only if nothing (not even EOF) is waiting on it."""
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return False
-    try:
-        if hasattr(select, "poll"):
-            poller = select.poll()
-            poller.register(sock, select.POLLIN | select.POLLPRI)
-            return not poller.poll(0)
-        readable, _, _ = select.select([sock], [], [], 0)
-        return not readable
-    except (OSError, ValueError):
-        return False
-
-
-_AddrInfo = list[tuple[Any, Any, int, str, Any]]
-
-
-def _resolve(host: str, port: int, deadline: float) -> _AddrInfo:
-    """getaddrinfo bounded by the deadline (a literal address needs no lookup)."""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    else:
-        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    box: list[Any] = []
-
-    def lookup() -> None:
-        try:
-            box.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
-        except OSError as exc:
-            box.append(exc)
-
-    worker = threading.Thread(target=lookup, name=f"resolve {host}", daemon=True)
-    worker.start()
-    worker.join(_left(deadline))
-    if not box:
-        raise TimeoutError("name resolution")
-    if isinstance(box[0], OSError):
-        raise box[0]
-    result: _AddrInfo = box[0]
-    return result
-
-
-class _Reader:
-    """Reads an answer from one connection; every recv gets only the time left."""
-
-    __slots__ = ("buf", "deadline", "received", "sock")
-
-    def __init__(self, conn: _Conn, deadline: float) -> None:
-        self.sock = conn.sock
-        self.buf = conn.buf
-        self.deadline = deadline
-        self.received = 0
-
-    def fill(self) -> None:
-        self.sock.settimeout(_left(self.deadline))
-        try:
-            data = self.sock.recv(65536)
-        except (ConnectionResetError, BrokenPipeError):
-            raise _Closed(self.received) from None
-        if not data:
-            raise _Closed(self.received)
-        self.received += len(data)
-        self.buf += data
-
-    def line(self, limit: int, where: str) -> bytes:
-        while True:
-            end = self.buf.find(b"\n")
-            if end >= 0:
-                out = bytes(self.buf[: end + 1])
-                del self.buf[: end + 1]
-                return out
-            if len(self.buf) > limit:
-                raise HookError(f"the answer from {where} has a header line over {limit} bytes")
-            self.fill()
-
-    def exactly(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            self.fill()
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-    def until_close(self, cap: int, where: str) -> bytes:
-        with contextlib.suppress(_Closed):
-            while len(self.buf) <= cap:
-                self.fill()
-        if len(self.buf) > cap:
-            raise HookError(_too_large(where, f"more than {cap} bytes"))
-        out = bytes(self.buf)
-        self.buf.clear()
-        return out
-
-
-def _too_large(where: str, size: str) -> str:
-    return (
-        f"the answer from {where} is too large ({size}; the cap is {MAX_RESPONSE} bytes); "
-        "nothing was read past the cap"
-    )
-
-
-def _read_response(conn: _Conn, deadline: float, where: str, timeout: float) -> _Answer:
-    """Read one HTTP/1.x answer: status, headers, body (framed by length, chunks or close)."""
-    r = _Reader(conn, deadline)
-    bad = f"the answer from {where} is not valid HTTP"
-    while True:
-        status_line = r.line(MAX_HEAD, where).decode("latin-1").rstrip("\r\n")
-        version, _, rest = status_line.partition(" ")
-        code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
-            raise HookError(f"{bad} (status line {_quote(status_line[:80])})")
-        status = int(code)
-        headers: dict[str, str] = {}
-        size = len(status_line)
-        while True:
-            raw = r.line(MAX_HEAD, where)
-            size += len(raw)
-            if size > MAX_HEAD:
-                raise HookError(f"{bad} (headers over {MAX_HEAD} bytes)")
-            text = raw.decode("latin-1").rstrip("\r\n")
-            if not text:
-                break
-            name, colon, value = text.partition(":")
-            if not colon:
-                raise HookError(f"{bad} (header line {_quote(text[:80])})")
-            key = name.strip().lower()
-            value = value.strip()
-            if key in headers and key != "content-length":
-                headers[key] += ", " + value
-            elif key in headers and headers[key] != value:
-                raise HookError(f"{bad} (conflicting Content-Length headers)")
-            else:
-                headers[key] = value
-        if status == 101:
-            raise HookError(f"HTTP 101 from {where}: switching protocols is not part of a call")
-        if status >= 200:
-            break  # 1xx interim answers (100 Continue) are skipped
-    if 300 <= status < 400:
-        target = headers.get("location", "")
-        raise HookError(
-            f"HTTP {status} {reason} from {where}"
-            + (f" redirecting to {_quote(target[:200])}" if target else "")
-            + ": redirects are never followed (a bearer token must not travel to another "
-            "host); set url to the final address"
-        )
-    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
-    keep = "close" not in tokens and (version == "HTTP/1.1" or "keep-alive" in tokens)
-    encoding = headers.get("transfer-encoding", "").lower()
-    if status in (204, 304):
-        body = b""
-    elif encoding:
-        if encoding.rsplit(",", 1)[-1].strip() != "chunked":
-            raise HookError(f"{bad} (unsupported Transfer-Encoding {_quote(encoding)})")
-        body = _read_chunked(r, where, bad)
-    elif "content-length" in headers:
-        length_text = headers["content-length"]
-        if not length_text.isdigit():
-            raise HookError(f"{bad} (Content-Length {_quote(length_text[:40])})")
-        length = int(length_text)
-        if length > MAX_RESPONSE:
-            raise HookError(_too_large(where, f"Content-Length {length}"))
-        body = r.exactly(length)
-    else:
-        keep = False
-        body = r.until_close(MAX_RESPONSE, where)
-    if r.buf:
-        keep = False  # bytes nobody asked for: never reuse this connection
-    return _Answer(status, reason, body, keep)
-
-
-def _read_chunked(r: _Reader, where: str, bad: str) -> bytes:
-    body = bytearray()
-    while True:
-        size_line = r.line(MAX_HEAD, where).split(b";", 1)[0].strip()
-        try:
-            size = int(size_line, 16)
-        except ValueError:
-            raise HookError(
-                f"{bad} (chunk size {_quote(size_line[:40].decode('latin-1'))})"
-            ) from None
-        if size < 0:
-            raise HookError(f"{bad} (negative chunk size)")
-        if size == 0:
-            while r.line(MAX_HEAD, where).strip():
-                pass  # trailers
-            return bytes(body)
-        if len(body) + size > MAX_RESPONSE:
-            raise HookError(_too_large(where, "a chunked body over the cap"))
-        body += r.exactly(size)
-        if r.line(MAX_HEAD, where).strip():
-            raise HookError(f"{bad} (chunk not followed by CRLF)")
 
 
 def _read_answer(where: str, point: str, req_id: int, doc: Any) -> Decisions | None:
@@ -561,7 +331,7 @@ def _error_text(where: str, error: Any) -> str:
             f"the answer from {where} carries a malformed error member (expected "
             f'{{"code": int, "message": str}}, got {_short(error)})'
         )
-    text = f"JSON-RPC error {error['code']} {_quote(error['message'])} from {where}"
+    text = f"JSON-RPC error {error['code']} {quote(error['message'])} from {where}"
     if "data" in error:
         text += f" (data: {_short(error['data'])})"
     return text
@@ -575,17 +345,11 @@ def _server_says(body: bytes) -> str:
         doc = json.loads(body)
         message = doc["error"]["message"]
         if isinstance(message, str):
-            return f": {_quote(message)}"
+            return f": {quote(message)}"
     except (ValueError, RecursionError, KeyError, TypeError):
         pass
-    text = " ".join(body[:_MAX_TEXT].decode("utf-8", "replace").split())
-    return f": {_quote(text)}" if text else ""
-
-
-def _quote(text: str) -> str:
-    if len(text) > _MAX_TEXT:
-        text = text[:_MAX_TEXT] + "…"
-    return json.dumps(text, ensure_ascii=False)
+    text = " ".join(body[:MAX_TEXT].decode("utf-8", "replace").split())
+    return f": {quote(text)}" if text else ""
 
 
 def _short(value: Any) -> str:
@@ -593,7 +357,7 @@ def _short(value: Any) -> str:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         text = repr(value)
-    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "…"
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
 
 
 def _json_type(value: Any) -> str:
