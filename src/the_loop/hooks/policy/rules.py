@@ -9,7 +9,6 @@ decisions. Nothing is evaluated here; the executor (`executor.py`) runs what thi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -405,8 +404,3 @@ class _Checker:
         for problem in problems:
             fail(key, f"{shown} {problem}")
         return None if problems else out
-
-
-def by_point(rules: list[Rule]) -> Mapping[str, list[Rule]]:
-    """Point → the rules that name it, in evaluation order (points in lifecycle order)."""
-    return {p: [r for r in rules if p in r.points] for p in POINTS}
