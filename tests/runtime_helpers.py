@@ -173,6 +173,12 @@ class LoopDir:
                 code = int(exc.code or 0)
         return code, out.getvalue(), err.getvalue()
 
+    def ok(self, *args: str) -> str:
+        """`run` that must succeed; returns stdout."""
+        code, out, err = self.run(*args)
+        assert code == 0, f"the-loop {' '.join(args)} exited {code}: {err}"
+        return out
+
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         return subprocess.Popen(self.argv(*args), cwd=self.root, env=self.env(env), text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -81,7 +81,7 @@ def test_serve_control_plane_items_input_and_webhook(ld: LoopDir) -> None:
     ld.start(gate)
     ld.start(running)
     ld.poll()
-    ld.cli("graph", "complete", "--work-item", gate)
+    ld.ok("graph", "complete", "--work-item", gate)
 
     proc = ld.popen("serve", "--port", "0", env={"LOOP_TOKEN": TOKEN})
     try:

@@ -44,12 +44,16 @@ def ld(tmp_path: Path) -> Iterator[LoopDir]:
         yield d
 
 
-def at_gate(ld: LoopDir) -> str:
+def at_gate(ld: LoopDir, *, in_process: bool = True) -> str:
     """A work item whose agent node completed: it waits at the review gate."""
     ref = ld.add("Add a login page")
     ld.start(ref)
     ld.poll()
-    ld.cli("graph", "complete", "--work-item", ref, "--summary", "drafted")
+    args = ("graph", "complete", "--work-item", ref, "--summary", "drafted")
+    if in_process:
+        ld.ok(*args)
+    else:
+        ld.cli(*args)
     assert ld.work(ref)["state"] == "gate"
     return ref
 
@@ -61,7 +65,7 @@ def test_r2_7_notify_false_skips_that_phase_message_only(ld: LoopDir) -> None:
     and review → done is published."""
     ld.write("hooks/quiet.py", QUIET_REVIEW_HOOK)
     ld.write_config("hooks:\n  - {name: quiet, path: hooks/quiet.py}\n")
-    ref = at_gate(ld)
+    ref = at_gate(ld, in_process=False)
     assert ld.item(ref)["labels"] == ["loop:review"]
     assert ld.channel_messages() == []
     [point] = ld.points("phase_changed")

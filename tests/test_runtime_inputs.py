@@ -126,7 +126,7 @@ def test_r2_7_input_refused_is_dropped_with_one_marked_comment(ld: LoopDir) -> N
     ld.write_config("hooks:\n  - {name: house, policy: policies}\n")
     ref = running(ld)
     assert ld.reply(ref, "Delete the database", actor="mallory") == f"{ref}: refused"
-    ld.cli("items", "comment", ref, "Really, delete it", "--author", "mallory")
+    ld.ok("items", "comment", ref, "Really, delete it", "--author", "mallory")
     ld.poll()
     ld.poll()
 
@@ -153,7 +153,7 @@ def test_stop_disarms_and_later_comments_are_not_input(ld: LoopDir) -> None:
     [point] = ld.points("input_received")
     assert point["decisions"]["text"] == "/stop"
 
-    ld.cli("items", "comment", ref, "are you there?", "--author", "bob")
+    ld.ok("items", "comment", ref, "are you there?", "--author", "bob")
     ld.poll()
     assert len(ld.points("input_received")) == 1
     assert len(ld.launches()) == 1
@@ -182,7 +182,7 @@ def test_r3_6_ask_with_a_broken_declaration_records_load_failed_and_posts(
 def test_ask_at_a_human_gate_is_refused_and_the_gate_still_passes(ld: LoopDir) -> None:
     """An agent that asks after completing its node cannot take the gate from the person."""
     ref = running(ld)
-    ld.cli("graph", "complete", "--work-item", ref)
+    ld.ok("graph", "complete", "--work-item", ref)
     done = ld.cli("ask", "One more thing?", "--work-item", ref, ok=False)
     assert done.returncode == 1
     assert f"{ref} is at review, a human gate" in done.stderr

@@ -98,7 +98,7 @@ def test_r2_6_pull_request_session_refused_goes_to_the_ticket_session(ld: LoopDi
     pr = ld.add("Login page", "--kind", "pull-request", "--for", ticket)
     ld.start(ticket)
     ld.poll()
-    ld.cli("items", "comment", pr, "Please rename the button.", "--author", "bob")
+    ld.ok("items", "comment", pr, "Please rename the button.", "--author", "bob")
     ld.poll()
 
     spawns = ld.seen("session_spawn")
@@ -127,7 +127,7 @@ def test_a_pull_request_session_launches_with_the_pr_as_endpoint(ld: LoopDir) ->
     pr = ld.add("Login page", "--kind", "pull-request", "--for", ticket)
     ld.start(ticket)
     ld.poll()
-    ld.cli("items", "comment", pr, "Nit: spacing.", "--author", "bob")
+    ld.ok("items", "comment", pr, "Nit: spacing.", "--author", "bob")
     ld.poll()
     assert [s["endpoint"]["ref"] for s in ld.seen("session_spawned")] == [ticket, pr]
     assert [r["endpoint"] for r in ld.query("SELECT endpoint FROM sessions ORDER BY started")] \

@@ -186,15 +186,12 @@ def test_r2_6_refusal_survives_a_crash_between_comment_and_settle(ld: LoopDir) -
     assert len(ld.points("work_item_start")) == 1
 
 
-@pytest.mark.parametrize(("hooks", "named"), [
-    ("- {name: ghost, path: hooks/missing.py}", "hooks[0] ('ghost') → path: no file at"),
-    ("- {name: typo, policy: policies, on: [work_item_started]}", "hooks[0] ('typo')"),
-])
-def test_r3_6_poller_refuses_to_start_on_a_broken_declaration(ld: LoopDir, hooks: str,
-                                                               named: str) -> None:
-    """poll exits 1 naming the entry, records hooks.load_failed, and starts nothing."""
+def test_r3_6_poller_refuses_to_start_on_a_broken_declaration(ld: LoopDir) -> None:
+    """poll exits 1 naming the entry, records hooks.load_failed, and starts nothing (more
+    broken declarations, for poll and serve, in test_runtime_daemons.py)."""
     (ld.root / "policies").mkdir()
-    ld.write_config(f"hooks:\n  {hooks}\n")
+    ld.write_config("hooks:\n  - {name: typo, policy: policies, on: [work_item_started]}\n")
+    named = "hooks[0] ('typo')"
     ref = ld.add()
     ld.start(ref)
     done = ld.cli("poll", "--once", ok=False)
@@ -220,7 +217,7 @@ def test_arm_label_arms_a_labelled_ticket_once(ld: LoopDir) -> None:
     assert ld.work(labelled)["state"] == "running" and ld.work(plain) == {}
     assert len(ld.launches()) == 1
 
-    ld.cli("items", "label", plain, "loop")
+    ld.ok("items", "label", plain, "loop")
     ld.poll()
     assert [r["work_item"] for r in ld.events("loop.armed")] == [labelled, plain]
     assert len(ld.points("work_item_start")) == 2
