@@ -345,11 +345,6 @@ def test_i5_4_compiled_and_reference_interpreter_agree_on_the_examples(point_ctx
     assert [s.detail for s in a.steps] == [s.detail for s in b.steps]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs declaration.build_chain to call bind_log(chain.log) on each executor that "
-    "has it (proposed in the issue-5 report); remove this marker with that change",
-)
 def test_i5_4_audit_of_a_declared_entry_reaches_the_chains_log(
     tmp_path: Path, write_config: Any
 ) -> None:

@@ -339,7 +339,12 @@ def build_chain(entries: list[HookEntry], *, log: EventLog | None = None) -> Cha
                 )
             points = tuple(p for p in entry.on if p in defaults or entry.kind == "url")
         links.append(Link(entry.name, executor, frozenset(points), entry.required))
-    return Chain(links, log=log)
+    chain = Chain(links, log=log)
+    for link in links:  # executors that record their own events (policy audit) share the log
+        bind = getattr(link.executor, "bind_log", None)
+        if bind is not None:
+            bind(chain.log)
+    return chain
 
 
 def _construct(entry: HookEntry) -> LifecycleHooks | Executor:
