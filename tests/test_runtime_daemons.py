@@ -209,3 +209,18 @@ def test_events_command_readable_filtered_and_json(ld: LoopDir) -> None:
     assert [(r["event"], r["work_item"]) for r in as_json] == [
         ("loop.armed", one), ("loop.started", one)]
     assert all({"ts", "source", "pid"} <= set(r) for r in as_json)
+
+
+def test_events_follow_prints_new_events_as_they_come(ld: LoopDir) -> None:
+    """`events --follow` keeps reading; Ctrl-C ends it with exit 130."""
+    ref = ld.add()
+    proc = ld.popen("events", "--follow", "--event", "loop.*")
+    try:
+        ld.start(ref)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert " loop.armed " in line and ref in line
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted" in err

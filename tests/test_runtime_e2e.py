@@ -128,6 +128,11 @@ def test_e2e_arming_to_close_seven_points_in_order_each_before_what_it_decides(
     assert [g["node"] for g in gates] == [f"{p}-review" for p in PHASES]
 
     # What the hooks saw matches what happened.
+    assert {r["point"]: r["work_item"] for r in ld.seen()}["work_item_complete"] == {
+        "ref": ref, "tracker": "local", "host": "", "owner": "acme", "repo": "app",
+        "repository": "acme/app", "number": 1, "kind": "issue", "url": "local://acme/app/1",
+        "id": "1"}
+    assert all(r["loop"] == "acme" for r in ld.seen())
     [question] = [r for r in ld.seen("waiting_for_input") if r["kind"] == "question"]
     assert (question["node"], question["question"]) == (
         "requirements", "Which users should the first version serve?")
