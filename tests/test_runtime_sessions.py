@@ -223,3 +223,16 @@ def test_comments_on_a_pull_request_before_arming_are_not_input(ld: LoopDir) -> 
     ld.poll()
     [point] = ld.points("input_received")
     assert point["decisions"]["text"] == "new review"
+
+
+def test_reply_on_a_pull_request_is_input_for_its_ticket(ld: LoopDir) -> None:
+    """`the-loop reply PR TEXT`: delivered into the ticket's work with the PR as endpoint
+    (it used to be ignored, and the poller then skipped the comment too)."""
+    ticket = ld.add("Add a login page")
+    pr = ld.add("Login page", "--kind", "pull-request", "--for", ticket)
+    ld.start(ticket)
+    ld.poll()
+    assert ld.reply(pr, "Please add a test.", actor="bob") == f"{pr}: resumed"
+    [launched] = [r for r in ld.events("session.launched") if r["respawn"]]
+    assert launched["endpoint"] == pr and launched["work_item"] == ticket
+    assert "Please add a test." in ld.launches()[-1]["prompt"]

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from the_loop.errors import LoopError
-from the_loop.runtime.poller import _advance_cursor, handle_input, reply
+from the_loop.runtime.poller import _advance_cursor, handle_input, input_target, reply
 from the_loop.runtime.service import Loop
 
 MAX_BODY = 1 << 20
@@ -146,12 +146,9 @@ class _Handler(BaseHTTPRequestHandler):
                 raise LoopError("a comment event needs author and body (strings)")
             cid = loop.tracker.comment(ref, body, author=author)
             _advance_cursor(loop, ref, cid)
-            # A review on a pull request is input for the ticket it belongs to.
-            parent = loop.tracker.get(ref, comments=False).parent
-            target = parent if parent and loop.work(ref) is None else ref
+            target, endpoint = input_target(loop, ref)  # a review goes to its ticket
             done = handle_input(loop, target, body, actor=author, source="comment",
-                                endpoint=ref if target != ref else "",
-                                key=f"input:{ref}:{cid}")
+                                endpoint=endpoint, key=f"input:{ref}:{cid}")
             return {"ref": ref, "done": done}
         if event == "closed":
             actor = data.get("actor") if isinstance(data.get("actor"), str) else "someone"

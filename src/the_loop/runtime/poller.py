@@ -105,7 +105,18 @@ def reply(loop: Loop, ref: str, text: str, *, actor: str, source: str = "reply")
     ref = loop.tracker.resolve(ref)
     cid = loop.tracker.comment(ref, text, author=actor)
     _advance_cursor(loop, ref, cid)
-    return handle_input(loop, ref, text, actor=actor, source=source, key=f"input:{ref}:{cid}")
+    target, endpoint = input_target(loop, ref)
+    return handle_input(loop, target, text, actor=actor, source=source, endpoint=endpoint,
+                        key=f"input:{ref}:{cid}")
+
+
+def input_target(loop: Loop, ref: str) -> tuple[str, str]:
+    """(work item, endpoint) for input written on `ref`: a pull request that is not itself
+    armed belongs to its ticket, with the pull request as the endpoint."""
+    parent = loop.tracker.get(ref, comments=False).parent
+    if parent and loop.work(ref) is None:
+        return parent, ref
+    return ref, ""
 
 
 def _advance_cursor(loop: Loop, ref: str, cid: int) -> None:
