@@ -99,7 +99,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
-        length = int(self.headers.get("Content-Length") or 0)
+        raw_length = self.headers.get("Content-Length") or "0"
+        length = int(raw_length) if raw_length.isdigit() else -1
+        if length < 0:
+            self._send(400, {"error": f"bad Content-Length {raw_length[:20]!r}"})
+            self.close_connection = True
+            return
         if length > MAX_BODY:
             self._send(413, {"error": f"body larger than {MAX_BODY} bytes"})
             self.close_connection = True
