@@ -262,3 +262,26 @@ def test_yaml_graph_error_stops_the_poller_naming_the_edge(ld: LoopDir) -> None:
     assert done.returncode == 1
     assert f"graph {ld.root / 'flow.yaml'}: edge a --done--> ending: no node named 'ending'" \
         in done.stderr
+
+
+@pytest.mark.parametrize(("channel", "message"), [
+    ("{kind: webhook, url: 'http://chat.example/hook', tokenEnv: CHAT_TOKEN}",
+     "channels[0].url: a bearer token is never sent in clear: use https:// for chat.example"),
+    ("{kind: webhook, url: 'https://bot:pw@chat.example/hook'}",
+     "channels[0].url: credentials in the URL are not allowed (URL not shown)"),
+    ("{kind: smoke-signal}", "channels[0]: expected {kind: file, path: P} or {kind: webhook"),
+])
+def test_webhook_channel_settings_refuse_a_token_in_clear(ld: LoopDir, channel: str,
+                                                           message: str) -> None:
+    """Checked at load, with the key named; the URL's secret part is never echoed."""
+    ld.write_config(channels=f"channels:\n  - {channel}\n")
+    code, _, err = ld.run("items", "list")
+    assert code == 1
+    assert f"{ld.config} → {message}" in err
+    assert "pw@" not in err
+
+
+def test_webhook_channel_with_token_to_loopback_http_is_allowed(ld: LoopDir) -> None:
+    ld.write_config(channels="channels:\n  - {kind: webhook, url: 'http://127.0.0.1:9/h', "
+                             "tokenEnv: T}\n")
+    assert ld.run("items", "list")[0] == 0

@@ -6,9 +6,11 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from the_loop.config import Config
 from the_loop.errors import ConfigError
+from the_loop.hooks.declaration import is_loopback
 
 REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -160,6 +162,13 @@ def settings_of(config: Config) -> Settings:
             token_env = ch.get("tokenEnv", "")
             if not isinstance(token_env, str):
                 raise fail(f"{key}.tokenEnv", "expected an environment variable name")
+            parts = urlsplit(url)
+            if "@" in parts.netloc:
+                raise fail(f"{key}.url", "credentials in the URL are not allowed (URL not "
+                                         "shown); name an environment variable with tokenEnv")
+            if token_env and parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+                raise fail(f"{key}.url", f"a bearer token is never sent in clear: use https:// "
+                                         f"for {parts.hostname}, or drop tokenEnv")
             channels.append(ChannelSpec("webhook", url, token_env))
 
     git_repo = data.get("repository")
