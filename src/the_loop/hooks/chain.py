@@ -39,7 +39,8 @@ _PY_TYPES: dict[str, type] = {"str": str, "bool": bool}
 class _Shape:
     """Per-context-class data the hot path needs, computed once."""
 
-    __slots__ = ("decisions", "facts", "lists", "names", "point", "proceed")
+    __slots__ = ("decisions", "facts", "list1", "list2", "lists", "more_lists", "names", "point",
+                 "proceed")
 
     def __init__(self, cls: type[Context]) -> None:
         spec = SPECS[cls.POINT]
@@ -49,6 +50,12 @@ class _Shape:
         )
         self.facts: tuple[str, ...] = tuple(f.name for f in spec.facts)
         self.lists: tuple[str, ...] = tuple(f.name for f in spec.fields if f.type == "list[str]")
+        # The copy in the hot loop is unrolled for the first two list fields (every context
+        # has `labels`; session_spawn also has `command`); any further ones are looped over.
+        padded = (*self.lists, "", "")
+        self.list1: str = padded[0]
+        self.list2: str = padded[1]
+        self.more_lists: tuple[str, ...] = self.lists[2:]
         self.names = frozenset(f.name for f in spec.fields)
         self.proceed = any(name == "proceed" for name, _ in self.decisions)
 
@@ -143,52 +150,69 @@ class Chain:
 
     def run(self, ctx: C) -> C:
         """Run the chain at ctx's point; returns a context with the final decisions."""
-        handlers = self._by_point.get(ctx.POINT)
+        handlers = self._by_point[ctx.POINT]  # a subscript, not .get(): this is the hot path
         if not handlers:
             return ctx
-        out: C = self._run(ctx, handlers, False).context  # type: ignore[assignment]
+        outcome = self._run(ctx, handlers, False)
+        if outcome is None:  # every executor answered None: the caller's context stands
+            return ctx
+        out: C = outcome.context  # type: ignore[assignment]
         return out
 
     def invoke(self, ctx: Context) -> Outcome:
         """Like `run`, with a trace: every executor's step and who changed what."""
         handlers = self._by_point.get(ctx.POINT, ())
-        return self._run(ctx, handlers, True)
+        outcome = self._run(ctx, handlers, True)
+        assert outcome is not None  # a traced run always has one
+        return outcome
 
-    # The loop below is the hot path: no dataclasses.asdict/replace, no allocation for an
-    # executor that answers None; everything else goes through `_settle`.
+    # The loop below is the hot path: no dataclasses.asdict/replace, and no allocation
+    # besides the executor's own copy while executors answer None (the Outcome is made on
+    # the first answer or failure); everything else goes through `_settle`.
     def _run(
         self,
         ctx: Context,
         handlers: tuple[tuple[str, Callable[[Any], Any], bool], ...],
         trace: bool,
-    ) -> Outcome:
+    ) -> Outcome | None:
         cls = type(ctx)
         shape = _SHAPES.get(cls)
         if shape is None:
             raise TypeError(f"{cls.__name__} is not a lifecycle context")
-        outcome = Outcome(shape.point, ctx, ctx)
-        lists = shape.lists
+        outcome = Outcome(shape.point, ctx, ctx) if trace else None
+        src = ctx.__dict__  # the current decisions live here
+        list1, list2, more_lists = shape.list1, shape.list2, shape.more_lists
         new = _new
+        clock = time.perf_counter
+        started = 0.0
         for name, fn, required in handlers:
-            started = time.perf_counter() if trace else 0.0
+            if trace:
+                started = clock()
+            d = src.copy()
+            if list1:
+                d[list1] = d[list1][:]
+                if list2:
+                    d[list2] = d[list2][:]
+                    for key in more_lists:
+                        d[key] = d[key][:]
             work = new(cls)
-            d = outcome.context.__dict__.copy()
-            for key in lists:
-                d[key] = d[key][:]
             work.__dict__ = d
             try:
                 answer = fn(work)
             except HookError as exc:
-                self._settle(outcome, shape, name, required, None, str(exc) or "HookError",
-                             started, trace)
-                continue
+                answer, error = None, str(exc) or "HookError"
             except (Exception, SystemExit, GeneratorExit) as exc:
-                self._settle(outcome, shape, name, required, None, _describe(exc), started,
-                             trace)
-                continue
-            if answer is None and not trace:
-                continue
-            self._settle(outcome, shape, name, required, answer, "", started, trace)
+                answer, error = None, _describe(exc)
+            else:
+                if answer is None and not trace:
+                    continue
+                error = ""
+            if outcome is None:
+                outcome = Outcome(shape.point, ctx, ctx)
+            self._settle(outcome, shape, name, required, answer, error, started, trace)
+            src = outcome.context.__dict__
+        if outcome is None:
+            return None
         if outcome.refused_by:
             self.log.emit(
                 "hooks.refused", point=shape.point, hook=outcome.refused_by,
