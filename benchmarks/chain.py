@@ -1,0 +1,192 @@
+"""Cost of one point invocation: the chain beside a plain Python call and beside pluggy.
+
+    python benchmarks/chain.py [--quick]
+
+Everything is measured in this one run (timeit, best of several repeats) and printed as a
+markdown table with ratios. Targets (issue 2): with no executors a point costs no more than
+3 plain function calls; per local executor the chain (copy, call, typed read-back) costs no
+more than pluggy's per-implementation cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import timeit
+from collections.abc import Callable
+from typing import Any
+
+import pluggy
+
+from the_loop.events import EventLog
+from the_loop.hooks.chain import Chain, Link
+from the_loop.hooks.executor import LifecycleHooks
+from the_loop.hooks.points import SessionSpawn, WorkItem
+
+CTX = SessionSpawn(
+    work_item=WorkItem(ref="local:acme/app#7", tracker="local", repository="acme/app",
+                       number=7),
+    loop="acme", labels=["loop", "trusted"], harness="demo", model="demo-1",
+    command=["python3", "-m", "the_loop.demo.agent"], cwd="/srv/loop/ws/7",
+    prompt="Fix the failing test in tests/test_app.py.",
+)
+PROMPT = "ACME: Fix the failing test in tests/test_app.py."
+
+
+class PassThrough(LifecycleHooks):
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn | None:
+        return None
+
+
+class Prefix(LifecycleHooks):
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn | None:
+        ctx.prompt = PROMPT  # a constant, so the plain and pluggy runs can share one context
+        return ctx
+
+
+def chain_of(n: int, changing: bool) -> Chain:
+    hooks: list[LifecycleHooks] = [PassThrough() for _ in range(n)]
+    if changing:
+        hooks[n // 2] = Prefix()
+    links = [Link(f"h{i}", h, frozenset({"session_spawn"})) for i, h in enumerate(hooks)]
+    log = EventLog()  # in memory: the benchmark measures the chain, not the disk
+    return Chain(links, log=log)
+
+
+def plain_of(n: int, changing: bool) -> Callable[[SessionSpawn], SessionSpawn]:
+    """The same work written by hand: call each hook; apply the one change."""
+    if n == 0:
+        def nothing(ctx: SessionSpawn) -> SessionSpawn:
+            return ctx
+
+        return nothing
+    hooks: list[LifecycleHooks] = [PassThrough() for _ in range(n)]
+    if changing:
+        hooks[n // 2] = Prefix()
+    methods = [h.session_spawn for h in hooks]
+
+    def by_hand(ctx: SessionSpawn) -> SessionSpawn:
+        for method in methods:
+            answer = method(ctx)
+            if answer is not None:
+                ctx = answer
+        return ctx
+
+    return by_hand
+
+
+spec = pluggy.HookspecMarker("bench")
+impl = pluggy.HookimplMarker("bench")
+
+
+class Spec:
+    @spec
+    def session_spawn(self, ctx: SessionSpawn) -> Any:
+        """The pluggy twin of the point."""
+
+
+class PluggyPass:
+    @impl
+    def session_spawn(self, ctx: SessionSpawn) -> Any:
+        return None
+
+
+class PluggyPrefix:
+    @impl
+    def session_spawn(self, ctx: SessionSpawn) -> Any:
+        ctx.prompt = PROMPT
+        return ctx
+
+
+def pluggy_of(n: int, changing: bool) -> Any:
+    pm = pluggy.PluginManager("bench")
+    pm.add_hookspecs(Spec)
+    for i in range(n):
+        plugin = PluggyPrefix() if changing and i == n // 2 else PluggyPass()
+        pm.register(plugin, name=f"p{i}")
+    return pm.hook.session_spawn
+
+
+def timer(stmt: str, **names: Any) -> timeit.Timer:
+    """A timer on this process's CPU time, so other work on a shared machine does not count."""
+    return timeit.Timer(stmt, timer=time.process_time, globals={"ctx": CTX, **names})
+
+
+def best(timers: dict[str, timeit.Timer], number: int, rounds: int) -> dict[str, float]:
+    """Seconds per statement, the best of `rounds`; the rounds interleave every timer so a
+    burst of load elsewhere hits them all alike."""
+    out = {key: float("inf") for key in timers}
+    for _ in range(rounds):
+        for key, t in timers.items():
+            out[key] = min(out[key], t.timeit(number) / number)
+    return out
+
+
+SCENARIOS = [
+    ("no executors", 0, False),
+    ("1 local executor, returns None", 1, False),
+    ("5 local executors, return None", 5, False),
+    ("5 local executors, one changes a decision", 5, True),
+]
+
+
+def measure(number: int, rounds: int) -> tuple[list[tuple[str, float, float, float]], float]:
+    """The table's rows (label, chain, plain, pluggy) and the cost of one plain call."""
+
+    def f(ctx: SessionSpawn) -> SessionSpawn:
+        return ctx
+
+    timers = {"call": timer("f(ctx)", f=f)}
+    for i, (_, n, changing) in enumerate(SCENARIOS):
+        timers[f"chain{i}"] = timer("chain.run(ctx)", chain=chain_of(n, changing))
+        timers[f"plain{i}"] = timer("plain(ctx)", plain=plain_of(n, changing))
+        timers[f"pluggy{i}"] = timer("hook(ctx=ctx)", hook=pluggy_of(n, changing))
+    t = best(timers, number, rounds)
+    rows = [
+        (label, t[f"chain{i}"], t[f"plain{i}"], t[f"pluggy{i}"])
+        for i, (label, _, _) in enumerate(SCENARIOS)
+    ]
+    return rows, t["call"]
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:.2f} µs"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="few iterations (a smoke run)")
+    args = parser.parse_args(argv)
+    number, rounds = (1_000, 2) if args.quick else (10_000, 25)
+    rows, call = measure(number, rounds)
+    emit = timer("emit('hooks.decided', point='session_spawn', hook='h2', changed=['prompt'], "
+                 "work_item='local:acme/app#7')", emit=EventLog().emit)
+    t_emit = best({"emit": emit}, number, rounds)["emit"]
+    print(f"Python {sys.version.split()[0]}, pluggy {pluggy.__version__}; one plain function "
+          f"call: {us(call)}\n")
+    print("| per point invocation | the-loop chain | plain Python | chain ÷ plain "
+          "| pluggy | chain ÷ pluggy |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, t_chain, t_plain, t_plug in rows:
+        print(f"| {label} | {us(t_chain)} | {us(t_plain)} | {t_chain / t_plain:.1f}× "
+              f"| {us(t_plug)} | {t_chain / t_plug:.2f}× |")
+    empty = rows[0][1]
+    per_chain, per_plug = rows[2][1] / 5, rows[2][3] / 5
+    slope_chain = (rows[2][1] - rows[1][1]) / 4
+    slope_plug = (rows[2][3] - rows[1][3]) / 4
+    print()
+    print(f"- no executors: {us(empty)} = {empty / call:.1f} plain function calls "
+          f"(target ≤ 3): {'met' if empty <= 3 * call else 'MISSED'}")
+    print(f"- per local executor, 5 returning None: chain {us(per_chain)}, pluggy "
+          f"{us(per_plug)} per implementation (target chain ≤ pluggy): "
+          f"{'met' if per_chain <= per_plug else 'MISSED'}")
+    print(f"- marginal cost of one more executor (1 → 5): chain {us(slope_chain)}, pluggy "
+          f"{us(slope_plug)}")
+    print(f"- of the 'one changes' row, one hooks.decided event (in-memory EventLog.emit) is "
+          f"{us(t_emit)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
