@@ -328,7 +328,10 @@ def _read_context(
         if value != sd[name]:
             changes[name] = value
     for name in shape.facts:
-        if ad.get(name) != sd[name]:
+        value = ad.get(name)
+        # Identity first: an untouched fact is the very object the copy shared (a WorkItem's
+        # generated __eq__ is not free).
+        if value is not sd[name] and value != sd[name]:
             dropped.append(name)
     if len(ad) != len(sd):
         dropped.extend(k for k in ad if k not in shape.names)
