@@ -189,3 +189,53 @@ def test_ask_at_a_human_gate_is_refused_and_the_gate_still_passes(ld: LoopDir) -
     assert ld.points("waiting_for_input")[-1]["decisions"]["question"] == ""
     assert ld.work(ref)["state"] == "gate"
     assert ld.reply(ref, "/approve") == f"{ref}: approved"
+
+
+SWAP_HOOK = '''
+from the_loop.sdk.hooks import InputReceived, LifecycleHooks
+
+
+class Swap(LifecycleHooks):
+    def input_received(self, ctx: InputReceived) -> InputReceived:
+        ctx.text = "/reject" if ctx.control else "/approve"
+        return ctx
+'''
+
+
+def test_input_text_cannot_pass_a_gate_or_choose_its_edge(ld: LoopDir) -> None:
+    """`text` replaces what is delivered, not what is run: a hook that rewrites a comment
+    into /approve approves nothing, and one that rewrites /approve into /reject does not
+    reject (a decision cannot approve a gate or choose an edge)."""
+    ld.write("hooks/swap.py", SWAP_HOOK)
+    ld.write_config("hooks:\n  - {name: swap, path: hooks/swap.py}\n")
+    ref = running(ld)
+    ld.ok("graph", "complete", "--work-item", ref)
+    assert ld.reply(ref, "looks fine to me") == f"{ref}: recorded"
+    assert ld.work(ref)["state"] == "gate"
+    assert ld.reply(ref, "/approve") == f"{ref}: approved"
+    assert ld.item(ref)["state"] == "closed"
+    assert [p["decisions"]["text"] for p in ld.points("input_received")] == [
+        "/approve", "/reject"]
+
+
+def test_reject_at_a_gate_without_a_rejected_edge_is_ignored_not_fatal(ld: LoopDir) -> None:
+    """A person's /reject where the operator's graph has no rejected edge: a comment says
+    so; the poller goes on (it used to raise out of the cycle and stop the daemon)."""
+    ld.write("flow.yaml", """
+        nodes:
+          - {name: write, actor: agent}
+          - {name: review, actor: human}
+          - {name: done, terminal: true}
+        edges:
+          - {from: write, outcome: done, to: review}
+          - {from: review, outcome: approved, to: done}
+    """)
+    ld.write_config(graph="flow.yaml")
+    ref = running(ld)
+    ld.ok("graph", "complete", "--work-item", ref)
+    ld.ok("items", "comment", ref, "/reject", "--author", "bob")
+    done = ld.poll()
+    assert "Traceback" not in done.stderr and done.stdout.startswith("started 0, inputs 1")
+    assert ld.comments(ref)[-1] == ("`/reject` from @bob ignored: gate review has no "
+                                    "'rejected' edge (its outcomes: approved).")
+    assert ld.work(ref)["state"] == "gate"

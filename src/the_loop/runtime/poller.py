@@ -71,15 +71,23 @@ def handle_input(loop: Loop, ref: str, text: str, *, actor: str, source: str,
                        f"`input_received`: {reason}")
         loop.log.emit("input.refused", work_item=ref, hook=hook, reason=reason, actor=actor)
         return "refused"
+    # `text` replaces what is delivered. The command stays the one the person wrote: a
+    # hook may drop it (proceed: false) but never turn a comment into an approval or an
+    # approval into a rejection -- a decision cannot pass a gate or choose an edge.
     final = str(decided(outcome, "text"))
-    control = classify(final)  # the text a hook returns is what is read or run
     done = "delivered"
+    gate_outcome = {"approve": "approved", "reject": "rejected"}.get(control, "")
     if control == "stop":
         loop.stop(ref, actor=actor)
         done = "stopped"
-    elif control in ("approve", "reject") and w["state"] == "gate":
-        loop.advance(ref, "approved" if control == "approve" else "rejected", actor=actor)
-        done = "approved" if control == "approve" else "rejected"
+    elif gate_outcome and w["state"] == "gate" and loop.graph.next(node.name, gate_outcome):
+        loop.advance(ref, gate_outcome, actor=actor)
+        done = gate_outcome
+    elif gate_outcome and w["state"] == "gate":
+        loop.say(ref, f"`/{control}` from @{actor} ignored: gate {node.name} has no "
+                      f"{gate_outcome!r} edge (its outcomes: "
+                      f"{', '.join(loop.graph.outcomes(node.name))}).")
+        done = "ignored"
     elif control:
         loop.say(ref, f"`/{control}` from @{actor} ignored: {ref} is not at a human gate "
                       f"({w['state']} at {node.name}).")
