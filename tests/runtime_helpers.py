@@ -335,6 +335,17 @@ def order_of(records: list[dict[str, Any]], key: Callable[[dict[str, Any]], bool
     raise ValueError("no matching record")
 
 
+def readline(proc: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    """The next line of a process's stdout, failing (not hanging) after `timeout` s."""
+    import select
+
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    if not ready:
+        raise AssertionError(f"no output from {proc.args!r} within {timeout} s")
+    return proc.stdout.readline()
+
+
 def closed_port() -> int:
     """A loopback port nothing listens on (bound then released)."""
     import socket

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runtime_helpers import LoopDir, until
+from runtime_helpers import LoopDir, readline, until
 
 TOKEN = "control-plane-secret"
 
@@ -85,8 +85,7 @@ def test_serve_control_plane_items_input_and_webhook(ld: LoopDir) -> None:
 
     proc = ld.popen("serve", "--port", "0", env={"LOOP_TOKEN": TOKEN})
     try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
+        first = readline(proc)
         assert first.startswith("the-loop control plane on http://127.0.0.1:"), first
         api = Client(first.split(" on ", 1)[1].strip())
 
@@ -217,8 +216,7 @@ def test_events_follow_prints_new_events_as_they_come(ld: LoopDir) -> None:
     proc = ld.popen("events", "--follow", "--event", "loop.*")
     try:
         ld.start(ref)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
+        line = readline(proc)
         assert " loop.armed " in line and ref in line
     finally:
         proc.send_signal(signal.SIGINT)
