@@ -285,3 +285,16 @@ def test_webhook_channel_with_token_to_loopback_http_is_allowed(ld: LoopDir) -> 
     ld.write_config(channels="channels:\n  - {kind: webhook, url: 'http://127.0.0.1:9/h', "
                              "tokenEnv: T}\n")
     assert ld.run("items", "list")[0] == 0
+
+
+def test_a_re_armed_item_starts_over_with_one_phase_label(ld: LoopDir) -> None:
+    """Stopped at the review phase and armed again: back to the start node, and the
+    ticket carries one loop:<phase> label, not the old one as well."""
+    ref = at_gate(ld)
+    assert ld.reply(ref, "/stop") == f"{ref}: stopped"
+    assert ld.item(ref)["labels"] == ["loop:review"]
+    ld.start(ref)
+    ld.poll()
+    assert ld.item(ref)["labels"] == ["loop:writing"]
+    assert (ld.work(ref)["state"], ld.work(ref)["node"]) == ("running", "write")
+    assert len(ld.points("work_item_start")) == 2

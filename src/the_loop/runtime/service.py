@@ -195,6 +195,9 @@ class Loop:
             conn.execute("UPDATE work SET state='running', node=? WHERE ref=?",
                          (first.name, ref))
         self.log.emit("loop.started", work_item=ref)
+        for label in self.tracker.get(ref, comments=False).labels:
+            if label.startswith("loop:"):  # a re-armed item starts over: one phase label
+                self.tracker.label(ref, label, remove=True)
         self.tracker.label(ref, f"loop:{first.phase}")
         self.enter(ref, first, actor=w["actor"])
         w = self.work(ref)
