@@ -15,6 +15,7 @@ Rules, each tested by name in tests/test_chain.py:
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -88,12 +89,11 @@ class Step:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        return {
+            **self.detail,  # extra fields (e.g. a policy's rules); never hides the fields below
             "hook": self.hook, "status": self.status, "changed": self.changed,
             "dropped": self.dropped, "error": self.error, "ms": round(self.ms, 3),
         }
-        out.update(self.detail)
-        return out
 
 
 @dataclass
@@ -214,11 +214,19 @@ class Chain:
         if outcome is None:
             return None
         if outcome.refused_by:
-            self.log.emit(
+            self._record(
                 "hooks.refused", point=shape.point, hook=outcome.refused_by,
                 reason=getattr(outcome.context, "reason", ""), work_item=ctx.work_item.ref,
             )
         return outcome
+
+    def _record(self, event: str, **fields: Any) -> None:
+        """Emit an event; a log that cannot be written is reported, never raised (R6.2)."""
+        try:
+            self.log.emit(event, **fields)
+        except OSError as exc:
+            print(f"the-loop: could not record {event} in {self.log.path}: {exc}",
+                  file=sys.stderr)
 
     def _settle(
         self,
@@ -239,33 +247,37 @@ class Chain:
         dropped: list[str] = []
         detail: dict[str, Any] = {}
         if not error and answer is not None:
-            if type(answer) is cls:
-                error = _read_context(shape, state, answer, changes, dropped)
-            elif isinstance(answer, Decisions):
-                dropped.extend(answer.dropped)
-                detail = answer.detail
-                error = _read_patch(shape, state, answer.values, changes, dropped)
-            else:
-                error = _wrong_answer(cls, answer)
+            try:
+                if type(answer) is cls:
+                    error = _read_context(shape, state, answer, changes, dropped)
+                elif isinstance(answer, Decisions):
+                    dropped.extend(str(k) for k in answer.dropped)
+                    detail = {str(k): v for k, v in answer.detail.items()}
+                    error = _read_patch(shape, state, answer.values, changes, dropped)
+                else:
+                    error = _wrong_answer(cls, answer)
+            except Exception as exc:  # a hostile answer (a fact whose __eq__ raises, …)
+                error = f"its answer could not be read back: {_describe(exc)}"
         if error:
-            changes = {}
-            self.log.emit(
+            changes, dropped, detail = {}, [], {}
+            self._record(
                 "hooks.failed", point=shape.point, hook=name, error=error, work_item=ref,
                 required=required,
             )
             if required and shape.proceed and state.__dict__["proceed"] is not False:
                 changes = {"proceed": False, "reason": f"required hook {name!r} failed: {error}"}
-        if dropped:
-            self.log.emit(
-                "hooks.dropped", point=shape.point, hook=name, dropped=sorted(set(dropped)),
-                work_item=ref,
-            )
         if changes and shape.proceed and state.__dict__["proceed"] is False:
             # A refusal sticks: keep the first refusal's proceed and reason.
             for key in ("proceed", "reason"):
                 if key in changes:
                     del changes[key]
-                    dropped.append(key)
+                    if not error:
+                        dropped.append(key)
+        if dropped:
+            self._record(
+                "hooks.dropped", point=shape.point, hook=name, dropped=sorted(set(dropped)),
+                work_item=ref,
+            )
         if changes:
             if state is outcome.context and state is outcome.given:
                 state = copy_context(state)  # never touch the caller's object
@@ -275,12 +287,12 @@ class Chain:
                 outcome.changed_by[key] = name
             outcome.context = state
             if not error:
-                fields: dict[str, Any] = {
-                    "point": shape.point, "hook": name, "changed": sorted(changes),
-                    "work_item": ref,
-                }
-                fields.update(detail)
-                self.log.emit("hooks.decided", **fields)
+                self._record(
+                    "hooks.decided", **{
+                        **detail, "point": shape.point, "hook": name,
+                        "changed": sorted(changes), "work_item": ref,
+                    },
+                )
             if changes.get("proceed") is False:
                 outcome.refused_by = name
         if trace:
@@ -293,9 +305,12 @@ class Chain:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"the hook called sys.exit({exc.code!r})"
-    text = str(exc)
+    try:
+        if isinstance(exc, SystemExit):
+            return f"the hook called sys.exit({exc.code!r})"
+        text = str(exc)
+    except Exception:  # an exception whose message itself raises
+        text = "(its message could not be printed)"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
