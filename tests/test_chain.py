@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -417,6 +418,71 @@ def test_r6_2_the_chain_never_raises_and_its_result_stays_well_typed(
     assert len(o.steps) == len(plan)
     assert set(o.changed_by.values()) <= {f"h{i}" for i in range(1, len(plan) + 1)}
     assert len(log.of("hooks.refused")) == (0 if out.proceed else 1)
+
+
+class Hostile:
+    """A value whose comparison and printing raise."""
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("no comparing me")
+
+    __ne__ = __eq__  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no printing me")
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (lambda ctx: setattr(ctx, "loop", Hostile()) or ctx,
+         "its answer could not be read back: RuntimeError: no comparing me"),
+        (lambda ctx: Decisions(values=["prompt"]),  # type: ignore[arg-type]
+         "its answer could not be read back: AttributeError: 'list' object has no attribute "
+         "'items'"),
+        (lambda ctx: Decisions({"prompt": "x"}, detail=5),  # type: ignore[arg-type]
+         "its answer could not be read back: AttributeError: 'int' object has no attribute "
+         "'items'"),
+    ],
+    ids=["fact-eq-raises", "patch-not-a-mapping", "detail-not-a-mapping"],
+)
+def test_r6_2_an_answer_that_cannot_be_read_back_is_that_hooks_failure(
+    answer: Any, error: str
+) -> None:
+    c, log = chain(answer, lambda ctx: dataclasses.replace(ctx, reason="next ran"),
+                   required=("h1",))
+    out = c.run(spawn())
+    assert (out.proceed, out.prompt) == (False, "Fix the bug.")
+    assert out.reason == f"required hook 'h1' failed: {error}"
+    assert log.of("hooks.failed")[0]["error"] == error
+
+
+def test_r6_2_an_exception_whose_message_raises_is_still_recorded() -> None:
+    def boom(ctx: Any) -> None:
+        raise Unprintable()
+
+    c, log = chain(boom)
+    assert c.run(spawn()).prompt == "Fix the bug."
+    assert log.of("hooks.failed")[0]["error"] == (
+        "Unprintable: (its message could not be printed)"
+    )
+
+
+def test_r6_2_an_event_log_that_cannot_be_written_never_reaches_the_caller(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "state").write_text("a file where the state folder should be")
+    log = EventLog(tmp_path / "state" / "events.jsonl")
+    refuse = Fn(lambda ctx: dataclasses.replace(ctx, proceed=False, reason="no"))
+    c = Chain([Link("refuse", refuse, frozenset(POINTS))], log=log)
+    out = c.run(WorkItemStart())
+    assert (out.proceed, out.reason) == (False, "no")
+    err = capsys.readouterr().err
+    assert "the-loop: could not record hooks.decided in " in err
+    assert "the-loop: could not record hooks.refused in " in err
 
 
 # ------------------------------------------------------------------------------ required

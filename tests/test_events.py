@@ -21,9 +21,10 @@ from the_loop.hooks.executor import LifecycleHooks
 from the_loop.hooks.points import POINTS, SessionSpawn, context_from_json
 
 SRC = Path(the_loop.__file__).parent
-# An event name is dotted (`hooks.decided`); other `.emit("…")` calls (the policy compiler
-# emits lines of code) pass strings that are not.
-EMIT = re.compile(r"""\.emit\(\s*["']([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+)["']""")
+# `log.emit("…")`, or the chain's guarded `self._record("…")`. An event name is dotted
+# (`hooks.decided`); other `.emit("…")` calls (the policy compiler emits lines of code) pass
+# strings that are not.
+EMIT = re.compile(r"""\.(?:emit|_record)\(\s*["']([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+)["']""")
 
 
 def emitted_event_names() -> dict[str, list[str]]:
