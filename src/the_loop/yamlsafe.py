@@ -29,9 +29,12 @@ class OperatorLoader(_Base):  # type: ignore[misc]
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
-            self.flatten_mapping(node)
+            # Only keys written in this mapping count: a key brought in by a `<<:` merge may be
+            # overridden by one written here, as YAML intends, so check before flattening.
             seen: dict[Any, Any] = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
                 key = self.construct_object(key_node, deep=deep)
                 try:
                     hash(key)
