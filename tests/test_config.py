@@ -83,6 +83,16 @@ def test_a_key_given_twice_is_refused_with_its_line(write_config: WriteConfig) -
     )
 
 
+def test_a_merge_key_may_be_overridden_in_the_mapping_that_merges_it() -> None:
+    data = yamlsafe.load(
+        "hooks:\n"
+        "  - &common {name: a, module: acme.a, required: true}\n"
+        "  - <<: *common\n"
+        "    name: b\n"
+    )
+    assert data["hooks"][1] == {"name": "b", "module": "acme.a", "required": True}
+
+
 def test_unsafe_yaml_tags_are_refused(write_config: WriteConfig) -> None:
     cfg = write_config("loop: !!python/object/apply:os.system ['true']\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
