@@ -111,31 +111,77 @@ def _reference(text: str, data: Any) -> Any:
     return jmespath.compile(text).search(data, options=options)
 
 
-@pytest.mark.filterwarnings(
-    "ignore::PendingDeprecationWarning"
-)  # the suite's legacy `foo` literals
-@pytest.mark.parametrize("mode", ["compiled", "reference"])
+def evaluators(text: str) -> dict[str, Any]:
+    """Every way the compiler can evaluate ``text``.
+
+    "optimistic" is what compile_expression returns (bare field reads; redone by the guarded
+    code on the first AttributeError), "guarded" is the code it falls back to, and "reference"
+    the corrected reference interpreter (compile_expression(reference=True)).
+    """
+    optimistic = compile_expression(text)
+    guarded = optimistic.search
+    if optimistic.compiled:
+        guarded, _source, _settle = compiler._build(optimistic.ast, None, optimistic=False)
+    return {
+        "optimistic": optimistic.search,
+        "guarded": guarded,
+        "reference": compile_expression(text, reference=True).search,
+    }
+
+
+# The suite's legacy `foo` literals warn (PendingDeprecationWarning) when first parsed.
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 @pytest.mark.parametrize(("given", "case"), SUITE_CASES)
-def test_compliance(given: Any, case: dict[str, Any], mode: str) -> None:
+def test_compliance(given: Any, case: dict[str, Any]) -> None:
     text = case["expression"]
-
-    def run() -> Any:
-        return compile_expression(text, reference=mode == "reference").search(given)
-
     if "error" in case:
         expected = ERRORS[case["error"]]
-        with pytest.raises(expected) as info:
-            run()
-        if case["error"] == "syntax":
-            assert not isinstance(info.value, exceptions.ArityError)
-        if case["error"] == "invalid-value":
-            with pytest.raises(type(info.value)):
-                _reference(text, given)
+        try:
+            runs = evaluators(text)
+        except expected as exc:  # syntax, arity and unknown functions: at compile time
+            assert case["error"] != "syntax" or not isinstance(exc, exceptions.ArityError)
+            return
+        for mode, run in runs.items():
+            with pytest.raises(expected) as info:
+                run(given)
+            if case["error"] == "invalid-value":
+                reference = _outcome(lambda: _reference(text, given))
+                assert reference == ("error", type(info.value)), mode
         return
     # benchmarks.json cases that only time parsing have no result: compare with the package.
     expected_result = case["result"] if "result" in case else _reference(text, given)
-    result = run()
-    assert jeq(result, expected_result), (text, result, expected_result)
+    for mode, run in evaluators(text).items():
+        result = run(given)
+        assert jeq(result, expected_result), (mode, text, result, expected_result)
+
+
+ORDER_CASES = [
+    # Two different errors are possible; the first one evaluated must win, as in the reference.
+    ("[length(`1`), a[::0]]", {"a": [1]}),
+    ("[a[::0], length(`1`)]", {"a": [1]}),
+    ("{x: length(a), y: b[::0]}", {"a": 1, "b": []}),
+    ("length(a) == b[::0]", {"a": 1, "b": []}),
+    ("b[::0] == length(a)", {"a": 1, "b": []}),
+    ("not_null(length(a), b[::0])", {"a": 1, "b": []}),
+    ("contains(a[::0], length(a))", {"a": 1}),
+    ("contains(length(a), a[::0])", {"a": [1]}),
+    ("a[?length(@) > `0`][::0]", {"a": [1]}),
+    ("sort_by(a, &length(@))[::0]", {"a": [1, 2]}),
+    ("max_by(a, &b[::0])", {"a": [{"b": []}]}),
+    ("a.b[::0] || length(a)", {"a": 1}),
+    ("a.b[::0] || length(a)", {"a": {"b": [1]}}),
+    ("`1` < length(a) && b[::0]", {"a": "xx", "b": [1]}),
+    ("length(a) < b[::0]", {"a": 1, "b": []}),
+    ("[length(a), b][::0]", {"a": 1}),
+    ("(a || length(b))[::0]", {"b": 1}),
+]
+
+
+@pytest.mark.parametrize(("text", "data"), ORDER_CASES)
+def test_evaluation_order_decides_the_error(text: str, data: Any) -> None:
+    expected = _outcome(lambda: _reference(text, data))
+    for mode, run in evaluators(text).items():
+        assert _outcome(lambda r=run: r(data)) == expected, mode
 
 
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
@@ -442,10 +488,11 @@ def test_compiled_matches_reference(text: str, data: Any) -> None:
         assume(False)
         return
     assert compiled.compiled, compiled.fallback_reason
-    corrected = compile_expression(text, reference=True)
-    got = _outcome(lambda: compiled.search(data))
-    # Always: the corrected reference interpreter (the compiler's own safety net).
-    assert _same(got, _outcome(lambda: corrected.search(data))), (text, data, got)
+    runs = evaluators(text)
+    got = _outcome(lambda: runs["optimistic"](data))
+    # Always: the guarded code and the corrected reference interpreter (the safety net).
+    assert _same(got, _outcome(lambda: runs["guarded"](data))), (text, data, got)
+    assert _same(got, _outcome(lambda: runs["reference"](data))), (text, data, got)
     # Unless a divergence from the specification was met: the plain jmespath package.
     probe = _Probe()
     plain = _outcome(lambda: probe.search(text, data))
@@ -705,6 +752,24 @@ def test_fallback_for_an_expression_reference_used_as_a_value() -> None:
             )
             or text == "not_null(&a)"
         )
+
+
+def test_optimistic_code_deoptimizes_once() -> None:
+    expression = compile_expression("a.b.c")
+    fast = expression.search
+    assert "except AttributeError" in expression.source
+    assert expression.search({"a": {"b": {"c": 1}}}) == 1
+    assert expression.search is fast
+    assert expression.search({"a": None}) is None  # None has no .get: redone by guarded code
+    assert expression.search is not fast  # ... which is the evaluator from now on
+    assert expression.search({"a": {"b": {"c": 2}}}) == 2
+    assert expression.search({"a": [1]}) is None
+    assert fast({"a": "s"}) is None and fast({"a": {"b": {"c": 3}}}) == 3  # a stale reference
+    errors = compile_expression("a.b || length(a.c)")
+    with pytest.raises(exceptions.JMESPathTypeError):
+        errors.search({"a": {"b": None, "c": 1}})
+    with pytest.raises(exceptions.JMESPathTypeError):
+        errors.search({"a": None})
 
 
 def test_reference_is_counted_separately() -> None:

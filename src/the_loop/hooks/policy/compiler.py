@@ -645,10 +645,18 @@ _NO_LITERAL: Any = _NoLiteral()
 
 
 class _Val(NamedTuple):
-    code: str  # a local/global name or a Python literal: cheap and side-effect free
+    """A compiled value: ``code`` is a Python expression.
+
+    ``simple`` values (a name or a literal) can be repeated freely. Other values are expressions
+    that must be evaluated exactly once, at the point where they were produced: a consumer either
+    embeds them once (keeping the evaluation order) or binds them to a name first (``simple()``).
+    """
+
+    code: str
     kind: Kind
     literal: Any = _NO_LITERAL
     root: bool = False
+    simple: bool = True
 
     @property
     def is_literal(self) -> bool:
@@ -682,8 +690,11 @@ class _Fn:
             self.depth -= 1
             self.loops -= loop
 
-    def source(self, result: str) -> str:
+    def source(self, result: str, *, on_attribute_error: str = "") -> str:
         body = [*self.lines, f"    return {result}"]
+        if on_attribute_error:
+            body = ["    try:", *("    " + line for line in body)]
+            body += ["    except AttributeError:", f"        return {on_attribute_error}"]
         return f"def {self.name}({self.param}):\n" + "\n".join(body) + "\n"
 
 
@@ -714,8 +725,26 @@ def _kind_of(value: Any) -> Kind:
     return _ANY
 
 
+_Node = Mapping[str, Any]
+
+
+def _expr(code: str, kind: Kind) -> _Val:
+    """A value that is an expression to evaluate once (parenthesised, so it embeds anywhere)."""
+    return _Val(f"({code})", kind, simple=False)
+
+
 class _Codegen:
-    def __init__(self, field_types: Mapping[str, str] | None) -> None:
+    """Generates the Python source of one expression.
+
+    ``optimistic`` code reads fields with a bare ``value.get(key)``: fast, and exact as long as
+    every value it reads a field from has a ``get`` (is an object). When one does not (null, a
+    list, a string ...) it raises AttributeError, and the evaluation is redone from the start by
+    the guarded (non-optimistic) code, which reads fields exactly like the reference interpreter.
+    Evaluation is pure, so doing it twice is unobservable.
+    """
+
+    def __init__(self, field_types: Mapping[str, str] | None, *, optimistic: bool = False) -> None:
+        self.optimistic = optimistic
         self.field_types = dict(field_types or {})
         self.globals: dict[str, Any] = {}
         self.defs: list[str] = []
@@ -730,8 +759,7 @@ class _Codegen:
     def const(self, value: Any) -> _Val:
         code = _pyliteral(value)
         if code is None:
-            code = self.name("_k")
-            self.globals[code] = value
+            code = self.global_("_k", value)
         return _Val(code, _kind_of(value), value)
 
     def global_(self, prefix: str, value: Any) -> str:
@@ -739,17 +767,22 @@ class _Codegen:
         self.globals[name] = value
         return name
 
-    def build(self, ast: Mapping[str, Any]) -> tuple[Callable[[Any], Any], str]:
+    def build(
+        self, ast: _Node, deoptimize: Callable[[Any], Any] | None = None
+    ) -> tuple[Callable[[Any], Any], str]:
+        """The evaluator for ``ast`` (optimistic code calls ``deoptimize(data)`` on errors)."""
         main = _Fn("_jp_main", "data")
         result = self.expr(ast, _Val("data", _ANY, root=True), main)
-        self.defs.append(main.source(result.code))
+        handler = "_deoptimize(data)" if self.optimistic else ""
+        self.defs.append(main.source(result.code, on_attribute_error=handler))
         source = "\n".join(self.defs)
-        namespace = {**_RUNTIME, **self.globals}
+        namespace = {**_RUNTIME, **self.globals, "_deoptimize": deoptimize}
         exec(compile(source, "<jmespath>", "exec"), namespace)
         function: Callable[[Any], Any] = namespace["_jp_main"]
         return function, source
 
-    def expr(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def expr(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
+        """Compile ``node`` applied to ``cur`` (always a simple value)."""
         if fn.loops >= _MAX_LOOPS or fn.depth >= _MAX_DEPTH:
             return self.hoist(node, cur, fn)
         handler = getattr(self, "n_" + node["type"], None)
@@ -758,35 +791,60 @@ class _Codegen:
         result: _Val = handler(node, cur, fn)
         return result
 
-    def hoist(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def in_order(self, items: list[tuple[_Node, _Val]], fn: _Fn) -> list[_Val]:
+        """Compile several nodes evaluated left to right; their values may be embedded later.
+
+        When a node emits statements, the pending (not yet evaluated) values of the nodes
+        before it are bound to names right where they were produced, so evaluation order (and
+        hence which error is raised first) is exactly the reference's.
+        """
+        values: list[_Val] = []
+        marks: list[tuple[int, int]] = []
+        for node, cur in items:
+            before = len(fn.lines)
+            value = self.expr(node, cur, fn)
+            if len(fn.lines) > before:
+                for i in reversed(range(len(values))):
+                    if not values[i].simple:
+                        t = self.name("t")
+                        position, depth = marks[i]
+                        fn.lines.insert(position, "    " * depth + f"{t} = {values[i].code}")
+                        values[i] = values[i]._replace(code=t, simple=True)
+            values.append(value)
+            marks.append((len(fn.lines), fn.depth))
+        return values
+
+    def simple(self, v: _Val, fn: _Fn) -> _Val:
+        if v.simple:
+            return v
+        t = self.name("t")
+        fn.emit(f"{t} = {v.code}")
+        return v._replace(code=t, simple=True)
+
+    def hoist(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         """Compile ``node`` into a function of its own (bounds nesting in generated code)."""
         sub = _Fn(self.name("_h"), "c")
-        value = self.expr(node, cur._replace(code="c"), sub)
+        value = self.expr(node, cur._replace(code="c", simple=True), sub)
         self.defs.append(sub.source(value.code))
-        t = self.name("t")
-        fn.emit(f"{t} = {sub.name}({cur.code})")
-        return _Val(t, value.kind)
+        return _expr(f"{sub.name}({cur.code})", value.kind)
 
-    def assign(self, fn: _Fn, code: str, kind: Kind) -> _Val:
-        t = self.name("t")
-        fn.emit(f"{t} = {code}")
-        return _Val(t, kind)
-
-    def truth(self, v: _Val) -> str:
-        """A Python condition equivalent to JMESPath truthiness of ``v``."""
+    def truth(self, v: _Val, fn: _Fn) -> str:
+        """A Python condition equivalent to the JMESPath truth of ``v`` (embeds it once)."""
         if v.is_literal:
             return repr(_truthy(v.literal))
         if _NUM not in v.kind:
-            return v.code  # Python and JMESPath truthiness agree on every other type
-        if v.kind == {_NUM}:
-            return "True"
-        c = v.code
+            return v.code  # Python and JMESPath truth agree on every other type
+        if v.kind == {_NUM}:  # numbers are always true; a pending value is still evaluated
+            return "True" if v.simple else f"({v.code} is not None)"
+        c = self.simple(v, fn).code
         return f"({c} or ({c} == 0 and {c} is not False))"
 
-    def append(self, fn: _Fn, target: str, v: _Val) -> None:
+    def collect(self, fn: _Fn, target: str, v: _Val) -> None:
+        """``target.append(v)`` unless v is null (projections drop nulls)."""
         if v.is_literal and v.literal is None:
             return
         if _NULL in v.kind:
+            v = self.simple(v, fn)
             with fn.block(f"if {v.code} is not None:"):
                 fn.emit(f"{target}.append({v.code})")
         else:
@@ -794,41 +852,46 @@ class _Codegen:
 
     # -- nodes ------------------------------------------------------------------------------
 
-    def n_literal(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_literal(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         return self.const(node["value"])
 
-    def n_current(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_current(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         return cur
 
     n_identity = n_current
 
-    def n_field(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_field(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         key = node["value"]
         if cur.is_literal:
-            value = cur.literal.get(key) if isinstance(cur.literal, dict) else None
-            return self.const(value)
+            return self.const(cur.literal.get(key) if isinstance(cur.literal, dict) else None)
         if _OBJ not in cur.kind:
-            return self.const(None)
+            return self.discard(cur, fn)
         kind = _ANY
         if cur.root and key in self.field_types:
             kind = _DECLARED[self.field_types[key]]
         c, k = cur.code, repr(key)
-        if cur.kind == {_OBJ}:
-            return self.assign(fn, f"{c}.get({k})", kind)
-        if cur.kind <= {_OBJ, _NULL}:
-            return self.assign(fn, f"{c}.get({k}) if {c} is not None else None", kind)
-        return self.assign(fn, f"{c}.get({k}) if {c}.__class__ is dict else _getf({c}, {k})", kind)
+        if self.optimistic or cur.kind == {_OBJ}:
+            # Optimistic: a value without .get raises AttributeError, and the whole evaluation
+            # is redone by the guarded code (see compile_expression).
+            code = f"{c}.get({k})"
+        elif cur.kind <= {_OBJ, _NULL}:
+            code = f"{c}.get({k}) if {c} is not None else None"
+        else:
+            code = f"{c}.get({k}) if {c}.__class__ is dict else _getf({c}, {k})"
+        return _expr(code, kind)
 
-    def n_subexpression(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_subexpression(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         result = cur
         for child in node["children"]:
+            if not (self.optimistic and child["type"] == "field"):
+                result = self.simple(result, fn)  # an optimistic field embeds its operand once
             result = self.expr(child, result, fn)
         return result
 
     n_index_expression = n_subexpression
     n_pipe = n_subexpression
 
-    def n_index(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_index(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         i: int = node["value"]
         if cur.is_literal:
             return self.const(_index(cur.literal, i))
@@ -837,166 +900,205 @@ class _Codegen:
         c = cur.code
         fits = f"len({c}) > {i}" if i >= 0 else f"len({c}) >= {-i}"
         if cur.kind == {_ARR}:
-            return self.assign(fn, f"{c}[{i}] if {fits} else None", _ANY)
+            return _expr(f"{c}[{i}] if {fits} else None", _ANY)
         code = f"({c}[{i}] if {fits} else None) if {c}.__class__ is list else _index({c}, {i})"
-        return self.assign(fn, code, _ANY)
+        return _expr(code, _ANY)
 
-    def n_slice(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
-        if _ARR not in cur.kind:
+    def n_slice(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
+        if _ARR not in cur.kind or (cur.is_literal and not isinstance(cur.literal, list)):
             return self.const(None)
         parts = ["" if part is None else str(int(part)) for part in node["children"]]
         c = cur.code
         sliced = f"{c}[{':'.join(parts)}]"
         if cur.kind == {_ARR}:
-            return self.assign(fn, sliced, _k(_ARR))
-        return self.assign(fn, f"{sliced} if isinstance({c}, list) else None", _k(_ARR, _NULL))
+            return _expr(sliced, _k(_ARR))
+        return _expr(f"{sliced} if isinstance({c}, list) else None", _k(_ARR, _NULL))
 
-    def n_comparator(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_comparator(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         op: str = node["value"]
-        a = self.expr(node["children"][0], cur, fn)
-        b = self.expr(node["children"][1], cur, fn)
+        a, b = self.in_order([(child, cur) for child in node["children"]], fn)
         if a.is_literal and b.is_literal:
             if op == "eq":
                 return self.const(_eq(a.literal, b.literal))
             if op == "ne":
                 return self.const(not _eq(a.literal, b.literal))
             return self.const(_ORDERING[op](a.literal, b.literal))
-        if op == "eq":
-            return self.assign(fn, self.equality(a, b), _k(_BOOL))
-        if op == "ne":
-            return self.assign(fn, f"not ({self.equality(a, b)})", _k(_BOOL))
+        if op in ("eq", "ne"):
+            return _expr(self.equality(a, b, fn, negate=op == "ne"), _k(_BOOL))
         py = _ORDERING_PY[op]
-        plain = f"{a.code} {py} {b.code}"
         if a.kind == {_NUM} and b.kind == {_NUM}:
-            return self.assign(fn, plain, _k(_BOOL))
-        if (_NUM not in a.kind or _NUM not in b.kind) and (a.kind <= _ANY and b.kind <= _ANY):
+            return _expr(f"{a.code} {py} {b.code}", _k(_BOOL))
+        if _NUM not in a.kind or _NUM not in b.kind:
+            # Never both numbers: null (both sides were still evaluated, in order).
+            for v in (a, b):
+                if not v.simple:
+                    fn.emit(v.code)
             return self.const(None)
-        guards = [f"{v.code}.__class__ in _NUMS" for v in (a, b) if v.kind != {_NUM}]
-        slow = f"_{'le' if op == 'lte' else 'ge' if op == 'gte' else op}({a.code}, {b.code})"
-        return self.assign(fn, f"({plain}) if {' and '.join(guards)} else {slow}", _k(_BOOL, _NULL))
+        a = self.simple(a, fn)
+        b = self.simple(b, fn)
+        guards = " and ".join(f"{v.code}.__class__ in _NUMS" for v in (a, b) if v.kind != {_NUM})
+        slow = f"_{_ORDERING[op].__name__.lstrip('_')}({a.code}, {b.code})"
+        code = f"({a.code} {py} {b.code}) if {guards} else {slow}"
+        return _expr(code, _k(_BOOL, _NULL))
 
-    def equality(self, a: _Val, b: _Val) -> str:
-        """A Python expression for JMESPath ``a == b`` (never both literals)."""
+    def equality(self, a: _Val, b: _Val, fn: _Fn, *, negate: bool) -> str:
+        """A Python expression for JMESPath ``a == b`` (or ``!=``); not both literals."""
+        eq, is_, not_ = ("!=", "is not", "not ") if negate else ("==", "is", "")
         for x, y in ((a, b), (b, a)):
             if not y.is_literal or x.is_literal:
                 continue
             lit = y.literal
             if lit is None or lit is True or lit is False:
-                return f"{x.code} is {lit!r}"
+                return f"{x.code} {is_} {lit!r}"
             if lit.__class__ is str:
-                return f"{x.code} == {y.code}"
+                return f"{a.code} {eq} {b.code}"
             if lit.__class__ in (int, float) and math.isfinite(lit):
-                if lit == 0:
-                    return f"({x.code} == {y.code} and {x.code} is not False)"
-                if lit == 1:
-                    return f"({x.code} == {y.code} and {x.code} is not True)"
-                return f"{x.code} == {y.code}"
-        for x, y in ((a, b), (b, a)):
+                if lit == 0 or lit == 1:
+                    x = self.simple(x, fn)
+                    boolean = "False" if lit == 0 else "True"
+                    return f"{not_}({x.code} == {y.code} and {x.code} is not {boolean})"
+                return f"{a.code} {eq} {b.code}"
+        for x in (a, b):
             if x.kind <= {_STR, _NULL}:
-                return f"{x.code} == {y.code}"
-            if x.kind <= {_BOOL, _NULL} and not x.is_literal:
-                return f"{x.code} is {y.code}"
-        return f"_eq({a.code}, {b.code})"
+                return f"{a.code} {eq} {b.code}"
+            if x.kind <= {_BOOL, _NULL}:
+                return f"{a.code} {is_} {b.code}"
+        return f"{not_}_eq({a.code}, {b.code})"
 
-    def n_and_expression(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
-        a = self.expr(node["children"][0], cur, fn)
+    def n_and_expression(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
+        return self.logical(node, cur, fn, is_and=True)
+
+    def n_or_expression(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
+        return self.logical(node, cur, fn, is_and=False)
+
+    def logical(self, node: _Node, cur: _Val, fn: _Fn, *, is_and: bool) -> _Val:
+        left, right = node["children"]
+        a = self.expr(left, cur, fn)
         if a.is_literal:
-            if not _truthy(a.literal):
+            if _truthy(a.literal) is not is_and:
                 return a
-            return self.expr(node["children"][1], cur, fn)
+            return self.expr(right, cur, fn)
+        mark = len(fn.lines)
         t = self.name("t")
         fn.emit(f"{t} = {a.code}")
-        with fn.block(f"if {self.truth(a)}:"):
-            b = self.expr(node["children"][1], cur, fn)
+        held = a._replace(code=t, simple=True)
+        test = self.truth(held, fn)
+        with fn.block(f"if {test}:" if is_and else f"if not {test}:"):
+            inner = len(fn.lines)
+            b = self.expr(right, cur, fn)
+            emitted = len(fn.lines) > inner
             fn.emit(f"{t} = {b.code}")
-        return _Val(t, a.kind | b.kind)
+        kind = a.kind | b.kind
+        if not emitted and _NUM not in a.kind:
+            # Python's and/or return the same operand as JMESPath's when truth agrees.
+            del fn.lines[mark:]
+            op = "and" if is_and else "or"
+            return _expr(f"({a.code} {op} {b.code})", kind)
+        return _Val(t, kind)
 
-    def n_or_expression(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
-        a = self.expr(node["children"][0], cur, fn)
-        if a.is_literal:
-            if _truthy(a.literal):
-                return a
-            return self.expr(node["children"][1], cur, fn)
-        t = self.name("t")
-        fn.emit(f"{t} = {a.code}")
-        with fn.block(f"if not {self.truth(a)}:"):
-            b = self.expr(node["children"][1], cur, fn)
-            fn.emit(f"{t} = {b.code}")
-        return _Val(t, a.kind | b.kind)
-
-    def n_not_expression(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_not_expression(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         a = self.expr(node["children"][0], cur, fn)
         if a.is_literal:
             return self.const(not _truthy(a.literal))
-        return self.assign(fn, f"not {self.truth(a)}", _k(_BOOL))
+        return _expr(f"not {self.truth(a, fn)}", _k(_BOOL))
 
-    def n_multi_select_list(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_multi_select_list(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         return self.multi_select(node, cur, fn, is_dict=False)
 
-    def n_multi_select_dict(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_multi_select_dict(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         return self.multi_select(node, cur, fn, is_dict=True)
 
-    def multi_select(self, node: Mapping[str, Any], cur: _Val, fn: _Fn, *, is_dict: bool) -> _Val:
+    def multi_select(self, node: _Node, cur: _Val, fn: _Fn, *, is_dict: bool) -> _Val:
         if cur.is_literal and cur.literal is None:
             return self.const(None)
-        t = self.name("t")
+        kind = _k(_OBJ if is_dict else _ARR)
         nullable = _NULL in cur.kind and not cur.is_literal
+        children = node["children"]
+        if is_dict:
+            items = [(child["children"][0], cur) for child in children]
+        else:
+            items = [(child, cur) for child in children]
+        mark = len(fn.lines)
+        t = self.name("t")
         if nullable:
             fn.emit(f"{t} = None")
         with fn.block(f"if {cur.code} is not None:") if nullable else nullcontext():
-            parts = []
-            for child in node["children"]:
-                if is_dict:
-                    value = self.expr(child["children"][0], cur, fn)
-                    parts.append(f"{child['value']!r}: {value.code}")
-                else:
-                    parts.append(self.expr(child, cur, fn).code)
-            opening, closing = ("{", "}") if is_dict else ("[", "]")
-            fn.emit(f"{t} = {opening}{', '.join(parts)}{closing}")
-        kind = _k(_OBJ if is_dict else _ARR)
+            inner = len(fn.lines)
+            values = self.in_order(items, fn)
+            emitted = len(fn.lines) > inner
+            if is_dict:
+                parts = [f"{c['value']!r}: {v.code}" for c, v in zip(children, values, strict=True)]
+                display = "{" + ", ".join(parts) + "}"
+            else:
+                display = "[" + ", ".join(v.code for v in values) + "]"
+            fn.emit(f"{t} = {display}")
+        if not emitted:
+            del fn.lines[mark:]
+            if nullable:
+                return _expr(f"{display} if {cur.code} is not None else None", kind | {_NULL})
+            return _expr(display, kind)
         return _Val(t, kind | {_NULL} if nullable else kind)
 
-    def project(self, base: _Val, right: Mapping[str, Any] | None, fn: _Fn) -> _Val:
-        """The loop of a projection over the iterable ``base`` (known to be iterable)."""
-        t = self.name("t")
-        if right is None or right["type"] == "identity":
-            e = self.name("e")
-            fn.emit(f"{t} = [{e} for {e} in {base.code} if {e} is not None]")
-            return _Val(t, _k(_ARR))
-        fn.emit(f"{t} = []")
+    def project(self, base: _Val, right: _Node, fn: _Fn, condition: _Node | None = None) -> _Val:
+        """A projection (or filter) loop over the simple iterable ``base``; drops nulls."""
         e = self.name("e")
+        element = _Val(e, _ANY)
+        if condition is None and right["type"] == "identity":
+            return _expr(f"[{e} for {e} in {base.code} if {e} is not None]", _k(_ARR))
+        t = self.name("t")
+        fn.emit(f"{t} = []")
         with fn.block(f"for {e} in {base.code}:", loop=True):
-            value = self.expr(right, _Val(e, _ANY), fn)
-            self.append(fn, t, value)
+            if condition is None:
+                self.collect(fn, t, self.expr(right, element, fn))
+            else:
+                test = self.truth(self.expr(condition, element, fn), fn)
+                with fn.block(f"if {test}:"):
+                    self.collect(fn, t, self.expr(right, element, fn))
         return _Val(t, _k(_ARR))
 
-    def guarded(self, base: _Val, check: str, fn: _Fn, body: Callable[[], _Val]) -> _Val:
-        """Run ``body`` under ``if check:`` (result None otherwise) unless base needs no check."""
+    def guarded(self, base: _Val, fn: _Fn, body: Callable[[_Val], _Val]) -> _Val:
+        """``body(base)`` when ``base`` is a list, else null (``base`` is made simple)."""
+        base = self.simple(base, fn)
         if base.kind == {_ARR}:
-            return body()
+            return body(base)
+        mark = len(fn.lines)
         t = self.name("t")
         fn.emit(f"{t} = None")
-        with fn.block(f"if {check}:"):
-            inner = body()
+        with fn.block(f"if isinstance({base.code}, list):"):
+            inner_mark = len(fn.lines)
+            inner = body(base)
+            emitted = len(fn.lines) > inner_mark
             fn.emit(f"{t} = {inner.code}")
+        if not emitted:
+            del fn.lines[mark:]
+            code = f"({inner.code}) if isinstance({base.code}, list) else None"
+            return _expr(code, inner.kind | {_NULL})
         return _Val(t, inner.kind | {_NULL})
 
-    def n_projection(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_projection(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         left, right = node["children"]
         base = self.expr(left, cur, fn)
         if _ARR not in base.kind or (base.is_literal and not isinstance(base.literal, list)):
-            return self.const(None)
-        return self.guarded(
-            base, f"isinstance({base.code}, list)", fn, lambda: self.project(base, right, fn)
-        )
+            return self.discard(base, fn)
+        return self.guarded(base, fn, lambda b: self.project(b, right, fn))
 
-    def n_value_projection(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_filter_projection(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
+        left, right, condition = node["children"]
+        base = self.expr(left, cur, fn)
+        if _ARR not in base.kind or (base.is_literal and not isinstance(base.literal, list)):
+            return self.discard(base, fn)
+        return self.guarded(base, fn, lambda b: self.project(b, right, fn, condition))
+
+    def n_value_projection(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         left, right = node["children"]
         base = self.expr(left, cur, fn)
         if _OBJ not in base.kind or (base.is_literal and not isinstance(base.literal, dict)):
-            return self.const(None)
-        c = base.code
-        values = self.assign(fn, f"{c}.values() if {c}.__class__ is dict else _values({c})", _ANY)
+            return self.discard(base, fn)
+        b = self.simple(base, fn).code
+        values = self.simple(
+            _expr(f"{b}.values() if {b}.__class__ is dict else _values({b})", _ANY),
+            fn,
+        )
         t = self.name("t")
         fn.emit(f"{t} = None")
         with fn.block(f"if {values.code} is not None:"):
@@ -1004,117 +1106,120 @@ class _Codegen:
             fn.emit(f"{t} = {inner.code}")
         return _Val(t, _k(_ARR, _NULL))
 
-    def n_filter_projection(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
-        left, right, condition = node["children"]
-        base = self.expr(left, cur, fn)
-        if _ARR not in base.kind or (base.is_literal and not isinstance(base.literal, list)):
-            return self.const(None)
-
-        def body() -> _Val:
-            t = self.name("t")
-            fn.emit(f"{t} = []")
-            e = self.name("e")
-            element = _Val(e, _ANY)
-            with fn.block(f"for {e} in {base.code}:", loop=True):
-                test = self.expr(condition, element, fn)
-                with fn.block(f"if {self.truth(test)}:"):
-                    value = self.expr(right, element, fn)
-                    self.append(fn, t, value)
-            return _Val(t, _k(_ARR))
-
-        return self.guarded(base, f"isinstance({base.code}, list)", fn, body)
-
-    def n_flatten(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_flatten(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         base = self.expr(node["children"][0], cur, fn)
         if _ARR not in base.kind or (base.is_literal and not isinstance(base.literal, list)):
-            return self.const(None)
+            return self.discard(base, fn)
         kind = _k(_ARR) if base.kind == {_ARR} else _k(_ARR, _NULL)
-        return self.assign(fn, f"_flatten({base.code})", kind)
+        return _expr(f"_flatten({base.code})", kind)
 
-    def n_expref(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def discard(self, v: _Val, fn: _Fn) -> _Val:
+        """Evaluate ``v`` for its errors only; the result is null."""
+        if not v.simple:
+            fn.emit(v.code)
+        return self.const(None)
+
+    def n_expref(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         raise _Unsupported("an expression reference used as a value")
 
     # -- functions --------------------------------------------------------------------------
 
-    def expref(self, node: Mapping[str, Any]) -> _Val:
+    def expref(self, node: _Node) -> _Val:
         sub = _Fn(self.name("_x"), "c")
         value = self.expr(node["children"][0], _Val("c", _ANY), sub)
         self.defs.append(sub.source(value.code))
         return _Val(sub.name, _EXPREF)
 
-    def n_function_expression(self, node: Mapping[str, Any], cur: _Val, fn: _Fn) -> _Val:
+    def n_function_expression(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         name: str = node["value"]
         declared = _FUNCTION_TABLE[name]["signature"]
-        args: list[_Val] = []
-        for position, child in enumerate(node["children"]):
+        children = node["children"]
+        items: list[tuple[_Node, _Val]] = []
+        for position, child in enumerate(children):
             types = declared[min(position, len(declared) - 1)]["types"]
             wants_expref = types == ["expref"]
-            if child["type"] == "expref":
-                if not wants_expref:
-                    raise _Unsupported(f"an expression reference passed to {name}() as a value")
-                args.append(self.expref(child))
-            else:
-                if wants_expref:
-                    raise _Unsupported(f"a value passed to {name}() as an expression reference")
-                args.append(self.expr(child, cur, fn))
+            if (child["type"] == "expref") != wants_expref:
+                what = "an expression reference" if not wants_expref else "a value"
+                raise _Unsupported(f"{what} passed to {name}() where it does not belong")
+            if not wants_expref:
+                items.append((child, cur))
+        values = iter(self.in_order(items, fn))
+        args = [
+            self.expref(child) if child["type"] == "expref" else next(values) for child in children
+        ]
         special = getattr(self, "f_" + name, None)
         if special is not None:
-            result: _Val | None = special(args, fn)
+            result: _Val | None = special(args, fn, children, cur)
             if result is not None:
                 return result
         codes = ", ".join(a.code for a in args)
         if name in POLICY_FUNCTION_SPECS:
             spec = POLICY_FUNCTION_SPECS[name]
             kind = frozenset(spec.returns) or _ANY
-            if (
-                all(
-                    not types or all(_allowed_kind(t, a) for t in types)
-                    for types, a in zip(spec.arg_types, args, strict=False)
-                )
-                and not spec.variadic
+            if not spec.variadic and all(
+                not types or all(_allowed_kind(t, a) for t in types)
+                for types, a in zip(spec.arg_types, args, strict=True)
             ):
                 impl = self.global_("_impl_", spec.impl)
-                return self.assign(fn, f"{impl}({codes})", kind)
-            return self.assign(fn, f"_pf_{name}({codes})", kind)
+                return _expr(f"{impl}({codes})", kind)
+            return _expr(f"_pf_{name}({codes})", kind)
         if name not in _RETURNS:  # pragma: no cover - every built-in is listed
             raise _Unsupported(f"no compiled form for {name}()")
-        return self.assign(fn, f"_f_{name}({codes})", _RETURNS[name])
+        return _expr(f"_f_{name}({codes})", _RETURNS[name])
 
-    def f_length(self, args: list[_Val], fn: _Fn) -> _Val | None:
+    def simples(self, args: list[_Val], fn: _Fn) -> list[_Val]:
+        return [self.simple(a, fn) for a in args]
+
+    def f_length(self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val) -> _Val | None:
         (a,) = args
         if a.kind <= {_STR, _ARR, _OBJ}:
-            return self.assign(fn, f"len({a.code})", _k(_NUM))
+            return _expr(f"len({a.code})", _k(_NUM))
+        (a,) = self.simples(args, fn)
         code = f"len({a.code}) if {a.code}.__class__ in _LEN_TYPES else _f_length({a.code})"
-        return self.assign(fn, code, _k(_NUM))
+        return _expr(code, _k(_NUM))
 
-    def f_contains(self, args: list[_Val], fn: _Fn) -> _Val | None:
-        subject, search = args
-        if search.kind <= {_STR}:
-            code = f"({search.code} in {subject.code})"
-            if subject.kind <= {_STR, _ARR}:
-                return self.assign(fn, code, _k(_BOOL))
-            guard = f"{subject.code}.__class__ in _STR_LIST"
-            return self.assign(
-                fn, f"{code} if {guard} else _f_contains({subject.code}, {search.code})", _k(_BOOL)
-            )
-        return None
+    def f_contains(self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val) -> _Val | None:
+        literals = _string_literals(nodes[0])
+        if literals is not None:
+            # contains(['a', 'b'], x): a frozenset lookup; the list is null when @ is.
+            (search,) = self.simples(args[1:], fn)
+            members = self.global_("_set", frozenset(literals))
+            fast = f"({search.code} in {members}) if {search.code}.__class__ is str else False"
+            if _NULL not in cur.kind or cur.is_literal:
+                return _expr(fast, _k(_BOOL))
+            slow = f"_f_contains(None, {search.code})"
+            return _expr(f"({fast}) if {cur.code} is not None else {slow}", _k(_BOOL))
+        subject, search = self.simples(args, fn)
+        s, x = subject.code, search.code
+        guards = []
+        if not subject.kind <= {_STR, _ARR}:
+            guards.append(f"{s}.__class__ in _STR_LIST")
+        if not search.kind <= {_STR}:
+            guards.append(f"{x}.__class__ is str")
+        if not guards:
+            return _expr(f"{x} in {s}", _k(_BOOL))
+        code = f"({x} in {s}) if {' and '.join(guards)} else _f_contains({s}, {x})"
+        return _expr(code, _k(_BOOL))
 
     def _string_method(self, args: list[_Val], fn: _Fn, method: str, name: str) -> _Val:
-        subject, other = args
-        guards = [f"{v.code}.__class__ is str" for v in args if not v.kind <= {_STR}]
+        subject, other = self.simples(args, fn)
+        guards = [f"{v.code}.__class__ is str" for v in (subject, other) if not v.kind <= {_STR}]
         call = f"{subject.code}.{method}({other.code})"
         if not guards:
-            return self.assign(fn, call, _k(_BOOL))
+            return _expr(call, _k(_BOOL))
         slow = f"_f_{name}({subject.code}, {other.code})"
-        return self.assign(fn, f"{call} if {' and '.join(guards)} else {slow}", _k(_BOOL))
+        return _expr(f"{call} if {' and '.join(guards)} else {slow}", _k(_BOOL))
 
-    def f_starts_with(self, args: list[_Val], fn: _Fn) -> _Val | None:
+    def f_starts_with(
+        self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val
+    ) -> _Val | None:
         return self._string_method(args, fn, "startswith", "starts_with")
 
-    def f_ends_with(self, args: list[_Val], fn: _Fn) -> _Val | None:
+    def f_ends_with(self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val) -> _Val | None:
         return self._string_method(args, fn, "endswith", "ends_with")
 
-    def f_not_null(self, args: list[_Val], fn: _Fn) -> _Val | None:
+    def f_not_null(self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val) -> _Val | None:
+        args = self.simples(args, fn)  # every argument is evaluated, whatever comes first
         tested: list[_Val] = []
         tail = self.const(None)
         for a in args:
@@ -1128,27 +1233,28 @@ class _Codegen:
             return tail
         kind: Kind = tail.kind.union(*(a.kind for a in tested))
         code = " else ".join(f"{a.code} if {a.code} is not None" for a in tested)
-        return self.assign(fn, f"{code} else {tail.code}", kind)
+        return _expr(f"{code} else {tail.code}", kind)
 
-    def f_to_string(self, args: list[_Val], fn: _Fn) -> _Val | None:
+    def f_to_string(self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val) -> _Val | None:
         (a,) = args
         if a.kind <= {_STR}:
             return a
-        return self.assign(
-            fn, f"{a.code} if {a.code}.__class__ is str else _f_to_string({a.code})", _k(_STR)
-        )
+        (a,) = self.simples(args, fn)
+        code = f"{a.code} if {a.code}.__class__ is str else _f_to_string({a.code})"
+        return _expr(code, _k(_STR))
 
     def _case(self, args: list[_Val], fn: _Fn, method: str) -> _Val:
         (a,) = args
         if a.kind <= {_STR}:
-            return self.assign(fn, f"{a.code}.{method}()", _k(_STR))
+            return _expr(f"{a.code}.{method}()", _k(_STR))
+        (a,) = self.simples(args, fn)
         code = f"{a.code}.{method}() if {a.code}.__class__ is str else _pf_{method}({a.code})"
-        return self.assign(fn, code, _k(_STR))
+        return _expr(code, _k(_STR))
 
-    def f_lower(self, args: list[_Val], fn: _Fn) -> _Val | None:
+    def f_lower(self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val) -> _Val | None:
         return self._case(args, fn, "lower")
 
-    def f_upper(self, args: list[_Val], fn: _Fn) -> _Val | None:
+    def f_upper(self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val) -> _Val | None:
         return self._case(args, fn, "upper")
 
     def _pattern(
@@ -1162,19 +1268,32 @@ class _Codegen:
         except re.error:
             return None  # the generic call raises the invalid-value error when evaluated
         m = self.global_("_m", match)
-        call = f"{m}({subject.code}) is not None"
         if subject.kind <= {_STR}:
-            return self.assign(fn, call, _k(_BOOL))
-        slow = f"_pf_{name}({pattern.code}, {subject.code})"
-        return self.assign(fn, f"{call} if {subject.code}.__class__ is str else {slow}", _k(_BOOL))
+            return _expr(f"{m}({subject.code}) is not None", _k(_BOOL))
+        s = self.simple(subject, fn).code
+        slow = f"_pf_{name}({pattern.code}, {s})"
+        code = f"({m}({s}) is not None) if {s}.__class__ is str else {slow}"
+        return _expr(code, _k(_BOOL))
 
-    def f_regex_match(self, args: list[_Val], fn: _Fn) -> _Val | None:
+    def f_regex_match(
+        self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val
+    ) -> _Val | None:
         return self._pattern(args, fn, "regex_match", lambda p: re.compile(p).search)
 
-    def f_glob_match(self, args: list[_Val], fn: _Fn) -> _Val | None:
+    def f_glob_match(self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val) -> _Val | None:
         return self._pattern(
             args, fn, "glob_match", lambda p: re.compile(fnmatch.translate(p)).match
         )
+
+
+def _string_literals(node: _Node) -> list[str] | None:
+    """The strings of a multi-select list made only of string literals (else None)."""
+    if node["type"] != "multi_select_list":
+        return None
+    values = [child.get("value") for child in node["children"] if child["type"] == "literal"]
+    if len(values) != len(node["children"]) or not all(isinstance(v, str) for v in values):
+        return None
+    return values
 
 
 def _allowed_kind(jmespath_type: str, value: _Val) -> bool:
@@ -1300,21 +1419,64 @@ def compile_expression(
     reason = "reference interpreter requested" if reference else ""
     if not reference:
         try:
-            evaluate, source = _Codegen(field_types).build(ast)
+            evaluate, source, settle = _build(ast, field_types)
         except _Unsupported as exc:
             reason = str(exc)
-        except (SyntaxError, RecursionError, MemoryError, ValueError, OverflowError) as exc:
+        except _COMPILE_ERRORS as exc:
             reason = f"generated code did not compile: {type(exc).__name__}: {exc}"
         else:
             _count("compiled")
-            return CompiledExpression(text, ast, evaluate, compiled=True, source=source)
+            expression = CompiledExpression(text, ast, evaluate, compiled=True, source=source)
+            settle(expression)
+            return expression
     _count("reference" if reference else "fallback")
-    node: Any = ast
+    return CompiledExpression(text, ast, _interpreter(ast), compiled=False, fallback_reason=reason)
 
+
+_COMPILE_ERRORS = (SyntaxError, RecursionError, MemoryError, ValueError, OverflowError)
+
+
+def _interpreter(ast: Any) -> Callable[[Any], Any]:
     def interpret(data: Any) -> Any:
-        return _INTERPRETER.visit(node, data)
+        return _INTERPRETER.visit(ast, data)
 
-    return CompiledExpression(text, ast, interpret, compiled=False, fallback_reason=reason)
+    return interpret
+
+
+def _build(
+    ast: dict[str, Any], field_types: Mapping[str, str] | None, *, optimistic: bool = True
+) -> tuple[Callable[[Any], Any], str, Callable[[CompiledExpression], None]]:
+    """Compile ``ast``: (evaluator, source, a hook to call with the CompiledExpression).
+
+    The optimistic evaluator falls back, on the first AttributeError, to guarded code compiled
+    then (once), and from then on the expression's ``search`` is the guarded code: expressions
+    that meet nulls (or lists ...) where they read fields pay the guards, the others do not.
+    """
+    if not optimistic:
+        evaluate, source = _Codegen(field_types).build(ast)
+        return evaluate, source, lambda expression: None
+    state: dict[str, Any] = {}
+
+    def deoptimize(data: Any) -> Any:
+        guarded = state.get("guarded")
+        if guarded is None:
+            try:
+                guarded, _source = _Codegen(field_types).build(ast)
+            except _COMPILE_ERRORS:  # pragma: no cover - the optimistic code compiled
+                guarded = _interpreter(ast)
+            state["guarded"] = guarded
+            expression = state.get("expression")
+            if expression is not None:
+                object.__setattr__(expression, "search", guarded)
+                object.__setattr__(expression, "_evaluate", guarded)
+        return guarded(data)
+
+    evaluate, source = _Codegen(field_types, optimistic=True).build(ast, deoptimize)
+
+    def settle(expression: CompiledExpression) -> None:
+        state["expression"] = expression
+
+    return evaluate, source, settle
 
 
 # --------------------------------------------------------------------------------------------

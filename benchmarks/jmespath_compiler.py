@@ -1,0 +1,173 @@
+"""Benchmark: the JMESPath compiler against the reference interpreter and hand-written Python.
+
+Run: ``python benchmarks/jmespath_compiler.py`` (add ``--quick`` for a fast, noisier run).
+
+Prints one markdown table with the per-evaluation time of
+
+* the reference interpreter (``jmespath`` 1.1.0: parsed once, ``ParsedResult.search(data,
+  options)`` with the policy functions),
+* the compiled expression (``compile_expression(text).search(data)``),
+* for the typical policy conditions, a hand-written Python function doing the same thing,
+
+for every expression of the compliance suite's ``benchmarks.json`` plus typical policy conditions,
+and the ratios reference/compiled and compiled/hand. Each time is the best of 5 ``timeit`` runs of
+a loop long enough to take ~0.2 s. Then it prints the time to compile 1,000 distinct expressions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+import timeit
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jmespath
+from jmespath.visitor import Options
+
+from the_loop.hooks.policy.compiler import compile_expression, compile_stats
+from the_loop.hooks.policy.functions import PolicyFunctions
+
+SUITE = Path(__file__).resolve().parent.parent / "tests" / "data" / "jmespath-compliance"
+
+CONTEXT: dict[str, Any] = {
+    "event": "before_merge",
+    "work_item": {
+        "kind": "pull-request",
+        "repository": "acme/app",
+        "ref": "release/2024.06",
+        "draft": False,
+        "size": 120,
+        "author": {"login": "dependabot[bot]"},
+        "files": ["src/app.py", "README.md", "docs/guide.md"],
+    },
+    "labels": ["bug", "area/api", "needs-review"],
+}
+
+
+_RELEASE = re.compile("^release/").search
+
+
+# (expression, hand-written Python with the same result on CONTEXT-like data)
+POLICY: list[tuple[str, Callable[[Any], Any]]] = [
+    (
+        "work_item.kind == 'pull-request' && !contains(labels, 'trusted')",
+        lambda d: d["work_item"]["kind"] == "pull-request" and "trusted" not in d["labels"],
+    ),
+    (
+        "contains(['acme/app','acme/web'], work_item.repository)",
+        lambda d: d["work_item"]["repository"] in ("acme/app", "acme/web"),
+    ),
+    (
+        "regex_match('^release/', work_item.ref)",
+        lambda d: _RELEASE(d["work_item"]["ref"]) is not None,
+    ),
+    ("length(labels) > `3`", lambda d: len(d["labels"]) > 3),
+    (
+        "event == 'before_merge' && work_item.draft == `false`",
+        lambda d: d["event"] == "before_merge" and d["work_item"]["draft"] is False,
+    ),
+    (
+        "work_item.author.login == 'dependabot[bot]' || starts_with(work_item.ref, 'renovate/')",
+        lambda d: (
+            d["work_item"]["author"]["login"] == "dependabot[bot]"
+            or d["work_item"]["ref"].startswith("renovate/")
+        ),
+    ),
+    (
+        "length(labels[?starts_with(@, 'area/')]) > `0`",
+        lambda d: len([x for x in d["labels"] if x.startswith("area/")]) > 0,
+    ),
+    (
+        "work_item.size > `500` || contains(labels, 'large')",
+        lambda d: d["work_item"]["size"] > 500 or "large" in d["labels"],
+    ),
+    (
+        "work_item.files[?ends_with(@, '.md')]",
+        lambda d: [f for f in d["work_item"]["files"] if f.endswith(".md")],
+    ),
+]
+
+
+def best_per_call(function: Callable[[Any], Any], data: Any, quick: bool) -> float:
+    """Seconds per call: best of 5 timeit runs (each ~0.2 s, or ~0.02 s with --quick)."""
+    timer = timeit.Timer("f(d)", globals={"f": function, "d": data}, timer=time.process_time)
+    number, _ = timer.autorange()  # a loop of at least 0.2 s
+    if quick:
+        number = max(1, number // 10)
+    return min(timer.repeat(repeat=5, number=number)) / number
+
+
+def fmt(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    return f"{seconds * 1e6:.3f}"
+
+
+def short(text: str, width: int = 60) -> str:
+    text = text.replace("|", "\\|")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    options = Options(custom_functions=PolicyFunctions())
+    rows: list[tuple[str, str, float, float, float | None]] = []
+
+    def measure(source: str, text: str, data: Any, hand: Callable[[Any], Any] | None) -> None:
+        parsed = jmespath.compile(text)
+        compiled = compile_expression(text)
+        expected = parsed.search(data, options=options)
+        assert compiled.search(data) == expected, text
+        if hand is not None:
+            assert hand(data) == expected, text
+
+        def reference(d: Any) -> Any:
+            return parsed.search(d, options=options)
+
+        ref = best_per_call(reference, data, quick)
+        comp = best_per_call(compiled.search, data, quick)
+        hand_time = best_per_call(hand, data, quick) if hand is not None else None
+        tag = "" if compiled.compiled else " (fallback)"
+        rows.append((source, short(text) + tag, ref, comp, hand_time))
+
+    for group in json.loads((SUITE / "benchmarks.json").read_text(encoding="utf-8")):
+        for case in group["cases"]:
+            measure("compliance", case["expression"], group["given"], None)
+    for text, hand in POLICY:
+        measure("policy", text, CONTEXT, hand)
+
+    print(
+        "| source | expression | reference µs | compiled µs | hand µs "
+        "| ref/compiled | compiled/hand |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for source, text, ref, comp, hand_time in rows:
+        ratio = f"{ref / comp:.1f}×"
+        over_hand = f"{comp / hand_time:.2f}×" if hand_time else "–"
+        print(
+            f"| {source} | `{text}` | {fmt(ref)} | {fmt(comp)} | {fmt(hand_time)} "
+            f"| {ratio} | {over_hand} |"
+        )
+
+    texts = [
+        f"work_item.kind == 'kind-{i}' && (length(labels) > `{i % 13}` || "
+        f"contains(labels, 'label-{i}')) && items[?size > `{i}`].name | [0] != 'x{i}'"
+        for i in range(1000)
+    ]
+    start = time.perf_counter()
+    for text in texts:
+        compile_expression(text)
+    elapsed = time.perf_counter() - start
+    print()
+    print(
+        f"Compiling 1,000 distinct expressions (parse + codegen + compile()): {elapsed:.3f} s "
+        f"({elapsed:.3f} ms each); compile_stats() = {compile_stats()}"
+    )
+
+
+if __name__ == "__main__":
+    main()
