@@ -637,3 +637,17 @@ def test_an_empty_chain_returns_the_given_context() -> None:
     ctx = spawn()
     assert Chain().run(ctx) is ctx
     assert Chain().invoke(ctx).context is ctx
+
+
+def test_the_chain_benchmark_runs_and_prints_its_table() -> None:
+    """Not a timing test: the script in benchmarks/ keeps working (`--quick`, no assertions
+    on the numbers)."""
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "chain.py"
+    result = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
+                            text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "| per point invocation | the-loop chain | plain Python |" in result.stdout
+    assert result.stdout.count("\n| ") == 5
+    assert "- no executors: " in result.stdout
