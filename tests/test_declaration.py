@@ -323,7 +323,7 @@ def test_r3_5_executor_must_name_a_subclass_that_constructs(
     assert says in str(info.value)
 
 
-def test_r3_5_executor_picks_one_of_several_and_with_reaches_the_constructor(
+def test_r3_2_executor_picks_one_of_several_and_with_reaches_the_constructor(
     tmp_path: Path, write_config: WriteConfig
 ) -> None:
     write(tmp_path / "hooks" / "prefix.py", PREFIX_HOOK + "\nclass Other(PrefixHooks):\n    pass\n")
@@ -335,6 +335,23 @@ def test_r3_5_executor_picks_one_of_several_and_with_reaches_the_constructor(
             with: {prefix: "[house] "}
     """)
     assert load_chain(cfg).run(SessionSpawn(prompt="go")).prompt == "[house] go"
+
+
+def test_r3_2_remote_keys_and_the_defaults_of_an_entry() -> None:
+    remote, local = parse_hooks([
+        {"name": "compliance", "url": "https://compliance.acme.example/hooks",
+         "tokenEnv": "COMPLIANCE_TOKEN", "headers": {"X-Team": "platform"}},
+        {"name": "prefix", "path": "hooks/prefix.py"},
+    ], Path("/srv/loop"))
+    assert (remote.kind, remote.resolved, remote.token_env, remote.headers, remote.timeout) == (
+        "url", "https://compliance.acme.example/hooks", "COMPLIANCE_TOKEN",
+        {"X-Team": "platform"}, 10.0,
+    )
+    assert (local.kind, local.resolved, local.executor, local.with_) == (
+        "path", "/srv/loop/hooks/prefix.py", "", {},
+    )
+    for entry in (remote, local):
+        assert (entry.on, entry.required, entry.enabled) == (None, False, True)
 
 
 def test_r3_1_module_imports_an_installed_dotted_module(
