@@ -201,7 +201,12 @@ def _all_str(values: list[Any]) -> bool:
     return True
 
 
+_NO_GET = (type(None), str, list, int, float, bool)
+
+
 def _getf(value: Any, key: str) -> Any:
+    if value.__class__ in _NO_GET:  # the reference's AttributeError, without raising one
+        return None
     try:
         return value.get(key)
     except AttributeError:
@@ -592,6 +597,11 @@ def _k(*types: str) -> Kind:
     return frozenset(types)
 
 
+_K_NULL, _K_NUM, _K_STR, _K_ARR, _K_OBJ = (_k(t) for t in (_NULL, _NUM, _STR, _ARR, _OBJ))
+_K_BOOL_NULL, _K_OBJ_NULL, _K_STR_NULL = _k(_BOOL, _NULL), _k(_OBJ, _NULL), _k(_STR, _NULL)
+_K_SIZED, _K_STR_ARR = _k(_STR, _ARR, _OBJ), _k(_STR, _ARR)
+
+
 _DECLARED: dict[str, Kind] = {
     "str": _k(_STR, _NULL),
     "bool": _k(_BOOL, _NULL),
@@ -698,15 +708,8 @@ class _Fn:
         return f"def {self.name}({self.param}):\n" + "\n".join(body) + "\n"
 
 
-def _pyliteral(value: Any) -> str | None:
-    """Python source for a JSON scalar, or None when it needs a global."""
-    if value is None or value is True or value is False:
-        return repr(value)
-    if value.__class__ is str:
-        return repr(value)
-    if value.__class__ is int or (value.__class__ is float and math.isfinite(value)):
-        return f"({value!r})"  # parenthesised: ``(1).__class__`` and ``-(1)`` stay valid
-    return None
+_CODE_CACHE: dict[str, Any] = {}
+_CODE_CACHE_SIZE = 4096
 
 
 def _kind_of(value: Any) -> Kind:
@@ -757,8 +760,12 @@ class _Codegen:
         return f"{prefix}{self.counter}"
 
     def const(self, value: Any) -> _Val:
-        code = _pyliteral(value)
-        if code is None:
+        """A literal. Only null/true/false are written into the source: every other constant
+        is a global, so expressions that differ only in their literals and field names
+        generate the same source and share one compiled code object (``_CODE_CACHE``)."""
+        if value is None or value is True or value is False:
+            code = repr(value)
+        else:
             code = self.global_("_k", value)
         return _Val(code, _kind_of(value), value)
 
@@ -777,7 +784,13 @@ class _Codegen:
         self.defs.append(main.source(result.code, on_attribute_error=handler))
         source = "\n".join(self.defs)
         namespace = {**_RUNTIME, **self.globals, "_deoptimize": deoptimize}
-        exec(compile(source, "<jmespath>", "exec"), namespace)
+        code = _CODE_CACHE.get(source)
+        if code is None:
+            code = compile(source, "<jmespath>", "exec")
+            if len(_CODE_CACHE) >= _CODE_CACHE_SIZE:
+                _CODE_CACHE.clear()
+            _CODE_CACHE[source] = code
+        exec(code, namespace)
         function: Callable[[Any], Any] = namespace["_jp_main"]
         return function, source
 
@@ -834,7 +847,7 @@ class _Codegen:
             return repr(_truthy(v.literal))
         if _NUM not in v.kind:
             return v.code  # Python and JMESPath truth agree on every other type
-        if v.kind == {_NUM}:  # numbers are always true; a pending value is still evaluated
+        if v.kind == _K_NUM:  # numbers are always true; a pending value is still evaluated
             return "True" if v.simple else f"({v.code} is not None)"
         c = self.simple(v, fn).code
         return f"({c} or ({c} == 0 and {c} is not False))"
@@ -869,12 +882,12 @@ class _Codegen:
         kind = _ANY
         if cur.root and key in self.field_types:
             kind = _DECLARED[self.field_types[key]]
-        c, k = cur.code, repr(key)
-        if self.optimistic or cur.kind == {_OBJ}:
+        c, k = cur.code, self.global_("_k", key)
+        if self.optimistic or cur.kind == _K_OBJ:
             # Optimistic: a value without .get raises AttributeError, and the whole evaluation
             # is redone by the guarded code (see compile_expression).
             code = f"{c}.get({k})"
-        elif cur.kind <= {_OBJ, _NULL}:
+        elif cur.kind <= _K_OBJ_NULL:
             code = f"{c}.get({k}) if {c} is not None else None"
         else:
             code = f"{c}.get({k}) if {c}.__class__ is dict else _getf({c}, {k})"
@@ -899,7 +912,7 @@ class _Codegen:
             return self.const(None)
         c = cur.code
         fits = f"len({c}) > {i}" if i >= 0 else f"len({c}) >= {-i}"
-        if cur.kind == {_ARR}:
+        if cur.kind == _K_ARR:
             return _expr(f"{c}[{i}] if {fits} else None", _ANY)
         code = f"({c}[{i}] if {fits} else None) if {c}.__class__ is list else _index({c}, {i})"
         return _expr(code, _ANY)
@@ -910,7 +923,7 @@ class _Codegen:
         parts = ["" if part is None else str(int(part)) for part in node["children"]]
         c = cur.code
         sliced = f"{c}[{':'.join(parts)}]"
-        if cur.kind == {_ARR}:
+        if cur.kind == _K_ARR:
             return _expr(sliced, _k(_ARR))
         return _expr(f"{sliced} if isinstance({c}, list) else None", _k(_ARR, _NULL))
 
@@ -926,7 +939,7 @@ class _Codegen:
         if op in ("eq", "ne"):
             return _expr(self.equality(a, b, fn, negate=op == "ne"), _k(_BOOL))
         py = _ORDERING_PY[op]
-        if a.kind == {_NUM} and b.kind == {_NUM}:
+        if a.kind == _K_NUM and b.kind == _K_NUM:
             return _expr(f"{a.code} {py} {b.code}", _k(_BOOL))
         if _NUM not in a.kind or _NUM not in b.kind:
             # Never both numbers: null (both sides were still evaluated, in order).
@@ -959,9 +972,9 @@ class _Codegen:
                     return f"{not_}({x.code} == {y.code} and {x.code} is not {boolean})"
                 return f"{a.code} {eq} {b.code}"
         for x in (a, b):
-            if x.kind <= {_STR, _NULL}:
+            if x.kind <= _K_STR_NULL:
                 return f"{a.code} {eq} {b.code}"
-            if x.kind <= {_BOOL, _NULL}:
+            if x.kind <= _K_BOOL_NULL:
                 return f"{a.code} {is_} {b.code}"
         return f"{not_}_eq({a.code}, {b.code})"
 
@@ -1027,7 +1040,8 @@ class _Codegen:
             values = self.in_order(items, fn)
             emitted = len(fn.lines) > inner
             if is_dict:
-                parts = [f"{c['value']!r}: {v.code}" for c, v in zip(children, values, strict=True)]
+                keys = [self.global_("_k", child["value"]) for child in children]
+                parts = [f"{k}: {v.code}" for k, v in zip(keys, values, strict=True)]
                 display = "{" + ", ".join(parts) + "}"
             else:
                 display = "[" + ", ".join(v.code for v in values) + "]"
@@ -1035,9 +1049,9 @@ class _Codegen:
         if not emitted:
             del fn.lines[mark:]
             if nullable:
-                return _expr(f"{display} if {cur.code} is not None else None", kind | {_NULL})
+                return _expr(f"{display} if {cur.code} is not None else None", kind | _K_NULL)
             return _expr(display, kind)
-        return _Val(t, kind | {_NULL} if nullable else kind)
+        return _Val(t, kind | _K_NULL if nullable else kind)
 
     def project(self, base: _Val, right: _Node, fn: _Fn, condition: _Node | None = None) -> _Val:
         """A projection (or filter) loop over the simple iterable ``base``; drops nulls."""
@@ -1059,7 +1073,7 @@ class _Codegen:
     def guarded(self, base: _Val, fn: _Fn, body: Callable[[_Val], _Val]) -> _Val:
         """``body(base)`` when ``base`` is a list, else null (``base`` is made simple)."""
         base = self.simple(base, fn)
-        if base.kind == {_ARR}:
+        if base.kind == _K_ARR:
             return body(base)
         mark = len(fn.lines)
         t = self.name("t")
@@ -1072,8 +1086,8 @@ class _Codegen:
         if not emitted:
             del fn.lines[mark:]
             code = f"({inner.code}) if isinstance({base.code}, list) else None"
-            return _expr(code, inner.kind | {_NULL})
-        return _Val(t, inner.kind | {_NULL})
+            return _expr(code, inner.kind | _K_NULL)
+        return _Val(t, inner.kind | _K_NULL)
 
     def n_projection(self, node: _Node, cur: _Val, fn: _Fn) -> _Val:
         left, right = node["children"]
@@ -1110,7 +1124,7 @@ class _Codegen:
         base = self.expr(node["children"][0], cur, fn)
         if _ARR not in base.kind or (base.is_literal and not isinstance(base.literal, list)):
             return self.discard(base, fn)
-        kind = _k(_ARR) if base.kind == {_ARR} else _k(_ARR, _NULL)
+        kind = _k(_ARR) if base.kind == _K_ARR else _k(_ARR, _NULL)
         return _expr(f"_flatten({base.code})", kind)
 
     def discard(self, v: _Val, fn: _Fn) -> _Val:
@@ -1172,7 +1186,7 @@ class _Codegen:
 
     def f_length(self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val) -> _Val | None:
         (a,) = args
-        if a.kind <= {_STR, _ARR, _OBJ}:
+        if a.kind <= _K_SIZED:
             return _expr(f"len({a.code})", _k(_NUM))
         (a,) = self.simples(args, fn)
         code = f"len({a.code}) if {a.code}.__class__ in _LEN_TYPES else _f_length({a.code})"
@@ -1192,9 +1206,9 @@ class _Codegen:
         subject, search = self.simples(args, fn)
         s, x = subject.code, search.code
         guards = []
-        if not subject.kind <= {_STR, _ARR}:
+        if not subject.kind <= _K_STR_ARR:
             guards.append(f"{s}.__class__ in _STR_LIST")
-        if not search.kind <= {_STR}:
+        if not search.kind <= _K_STR:
             guards.append(f"{x}.__class__ is str")
         if not guards:
             return _expr(f"{x} in {s}", _k(_BOOL))
@@ -1203,7 +1217,7 @@ class _Codegen:
 
     def _string_method(self, args: list[_Val], fn: _Fn, method: str, name: str) -> _Val:
         subject, other = self.simples(args, fn)
-        guards = [f"{v.code}.__class__ is str" for v in (subject, other) if not v.kind <= {_STR}]
+        guards = [f"{v.code}.__class__ is str" for v in (subject, other) if not v.kind <= _K_STR]
         call = f"{subject.code}.{method}({other.code})"
         if not guards:
             return _expr(call, _k(_BOOL))
@@ -1237,7 +1251,7 @@ class _Codegen:
 
     def f_to_string(self, args: list[_Val], fn: _Fn, nodes: list[_Node], cur: _Val) -> _Val | None:
         (a,) = args
-        if a.kind <= {_STR}:
+        if a.kind <= _K_STR:
             return a
         (a,) = self.simples(args, fn)
         code = f"{a.code} if {a.code}.__class__ is str else _f_to_string({a.code})"
@@ -1245,7 +1259,7 @@ class _Codegen:
 
     def _case(self, args: list[_Val], fn: _Fn, method: str) -> _Val:
         (a,) = args
-        if a.kind <= {_STR}:
+        if a.kind <= _K_STR:
             return _expr(f"{a.code}.{method}()", _k(_STR))
         (a,) = self.simples(args, fn)
         code = f"{a.code}.{method}() if {a.code}.__class__ is str else _pf_{method}({a.code})"
@@ -1268,7 +1282,7 @@ class _Codegen:
         except re.error:
             return None  # the generic call raises the invalid-value error when evaluated
         m = self.global_("_m", match)
-        if subject.kind <= {_STR}:
+        if subject.kind <= _K_STR:
             return _expr(f"{m}({subject.code}) is not None", _k(_BOOL))
         s = self.simple(subject, fn).code
         slow = f"_pf_{name}({pattern.code}, {s})"
