@@ -90,6 +90,7 @@ edges:
 HARNESSES = {
     "record": "[python3, {script}, {out}]",
     "demo": "[python3, -m, the_loop.demo.agent]",
+    "sleep": "[python3, -c, 'import time; time.sleep(120)']",
 }
 
 #: Compiled bytecode for the child interpreters (the environment may forbid writing it

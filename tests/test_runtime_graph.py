@@ -95,7 +95,7 @@ def test_r2_7_announce_false_at_completion_skips_the_closure_message(ld: LoopDir
 
 def test_reject_at_a_gate_goes_back_to_the_agent_node(ld: LoopDir) -> None:
     """`/reject` takes the rejected edge: phase_changed (outcome rejected), a new session
-    at the agent node through session_spawn."""
+    at the agent node through session_spawn, whose prompt carries the reviewer's feedback."""
     ld.write_config("hooks:\n" + ld.add_recorder())
     ref = at_gate(ld)
     assert ld.reply(ref, "/reject needs more detail") == f"{ref}: rejected"
@@ -108,7 +108,10 @@ def test_reject_at_a_gate_goes_back_to_the_agent_node(ld: LoopDir) -> None:
         == ("review", "write", "rejected", "alice")
     spawn = ld.seen("session_spawn")[-1]
     assert (spawn["node"], spawn["actor"]) == ("write", "alice")
-    assert ld.launches()[-1]["prompt"] == "Write Add a login page (local:acme/app#1)."
+    assert ld.launches()[-1]["prompt"] == (
+        "Write Add a login page (local:acme/app#1).\n\nFeedback from @alice:\n\n"
+        "needs more detail"
+    )
 
 
 def test_a_person_closing_the_ticket_fires_work_item_complete_from_the_tracker(

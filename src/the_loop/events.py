@@ -37,6 +37,7 @@ EVENT_TYPES: dict[str, str] = {
     "loop.started": "a work item's start went ahead; fields: work_item",
     "loop.start_refused": "a work item's start was refused; fields: work_item, hook, reason",
     "poll.cycle": "the poller finished a cycle; fields: started, inputs, closed",
+    "poll.failed": "a poll cycle failed and the poller went on; fields: error",
     "poll.stopped": "the poller stopped; fields: why",
     "workspace.prepared": "a work item's workspace exists; fields: work_item, path, git",
     "session.launched": "a harness process was launched; fields: work_item, session_id, pid",

@@ -43,6 +43,14 @@ def classify(text: str) -> str:
     return ""
 
 
+def feedback(text: str) -> str:
+    """What a person wrote after a control command (`/reject add tests` → `add tests`)."""
+    words = text.strip().split(maxsplit=1)
+    if words and classify(words[0]):
+        return words[1] if len(words) > 1 else ""
+    return text.strip()
+
+
 def handle_input(loop: Loop, ref: str, text: str, *, actor: str, source: str,
                  endpoint: str = "", key: str = "") -> str:
     """input_received, then deliver, read by the gate, or run. Returns what was done."""
@@ -81,7 +89,7 @@ def handle_input(loop: Loop, ref: str, text: str, *, actor: str, source: str,
         loop.stop(ref, actor=actor)
         done = "stopped"
     elif gate_outcome and w["state"] == "gate" and loop.graph.next(node.name, gate_outcome):
-        loop.advance(ref, gate_outcome, actor=actor)
+        loop.advance(ref, gate_outcome, actor=actor, note=feedback(final))
         done = gate_outcome
     elif gate_outcome and w["state"] == "gate":
         loop.say(ref, f"`/{control}` from @{actor} ignored: gate {node.name} has no "
@@ -246,7 +254,10 @@ def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
     while not stop.is_set():
-        poll_once(loop)
+        try:
+            poll_once(loop)
+        except Exception as exc:  # one bad cycle is recorded; the daemon keeps polling
+            loop.log.emit("poll.failed", error=f"{type(exc).__name__}: {exc}")
         stop.wait(interval)
     loop.log.emit("poll.stopped", why=why)
     return why

@@ -239,7 +239,8 @@ class Loop:
             self._finish_refusal(json.loads(row["detail"])["ref"], str(row["key"]))
 
     # ------------------------------------------------------------------ nodes
-    def enter(self, ref: str, node: Node, *, actor: str) -> None:
+    def enter(self, ref: str, node: Node, *, actor: str, note: str = "") -> None:
+        """Enter a node; `note` (a reviewer's feedback) is added to an agent node's prompt."""
         if node.terminal:
             self.complete(ref, source="graph", actor=actor or LOOP_AUTHOR)
         elif node.actor == "agent":
@@ -247,6 +248,8 @@ class Loop:
             prompt = render(node.prompt or "Work on {ref} ({title}) at node {node}.",
                             ref=ref, title=item.title, body=item.body, phase=node.phase,
                             node=node.name)
+            if note:
+                prompt += f"\n\nFeedback from @{actor}:\n\n{note}"
             self.spawn(ref, node, prompt=prompt, respawn=False, actor=actor)
         else:
             self.enter_gate(ref, node)
@@ -378,7 +381,7 @@ class Loop:
         return w
 
     # ------------------------------------------------------------------ graph
-    def advance(self, ref: str, outcome_name: str, *, actor: str) -> str:
+    def advance(self, ref: str, outcome_name: str, *, actor: str, note: str = "") -> str:
         w = self._active(ref)
         here = self.graph.node(w["node"])
         there = self.graph.next(here.name, outcome_name)
@@ -403,7 +406,7 @@ class Loop:
                     "actor": actor,
                 })
                 self.log.emit("phase.published", work_item=ref, to_phase=there.phase)
-        self.enter(ref, there, actor=actor)
+        self.enter(ref, there, actor=actor, note=note)
         return there.name
 
     def complete(self, ref: str, *, source: str, actor: str) -> None:
@@ -415,6 +418,8 @@ class Loop:
             return
         if source == "graph":
             self.tracker.close(ref, actor=LOOP_AUTHOR)
+        elif w and w["session_id"]:
+            self.terminate(str(w["session_id"]))  # a person closed it: stop working on it
         node = self.graph.nodes.get(w["node"]) if w and w["node"] else None
         outcome = self.fire(WorkItemComplete(
             **self.base(ref), state="closed", source=source, actor=actor,
