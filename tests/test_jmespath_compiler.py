@@ -726,6 +726,13 @@ def test_field_types_do_not_change_results(text: str, data: dict[str, Any]) -> N
     assert jeq(typed.search(data), compile_expression(text, reference=True).search(data))
 
 
+def test_field_types_object_is_not_trusted_for_field_reads() -> None:
+    """Reading a field is guarded even for a declared object: a wrong type gives null, as usual."""
+    typed = compile_expression("work_item.kind", field_types={"work_item": "object"})
+    assert typed.search({"work_item": ["not", "an", "object"]}) is None
+    assert typed.search({"work_item": {"kind": "k"}}) == "k"
+
+
 def test_field_types_are_validated() -> None:
     with pytest.raises(ValueError, match="unknown type"):
         compile_expression("a", field_types={"a": "string"})

@@ -598,7 +598,7 @@ def _k(*types: str) -> Kind:
 
 
 _K_NULL, _K_NUM, _K_STR, _K_ARR, _K_OBJ = (_k(t) for t in (_NULL, _NUM, _STR, _ARR, _OBJ))
-_K_BOOL_NULL, _K_OBJ_NULL, _K_STR_NULL = _k(_BOOL, _NULL), _k(_OBJ, _NULL), _k(_STR, _NULL)
+_K_BOOL_NULL, _K_STR_NULL = _k(_BOOL, _NULL), _k(_STR, _NULL)
 _K_SIZED, _K_STR_ARR = _k(_STR, _ARR, _OBJ), _k(_STR, _ARR)
 
 
@@ -887,8 +887,6 @@ class _Codegen:
             # Optimistic: a value without .get raises AttributeError, and the whole evaluation
             # is redone by the guarded code (see compile_expression).
             code = f"{c}.get({k})"
-        elif cur.kind <= _K_OBJ_NULL:
-            code = f"{c}.get({k}) if {c} is not None else None"
         else:
             code = f"{c}.get({k}) if {c}.__class__ is dict else _getf({c}, {k})"
         return _expr(code, kind)
@@ -1419,7 +1417,14 @@ def compile_expression(
     ``field_types`` maps root field names to ``"str"``, ``"bool"``, ``"int"``, ``"list[str]"`` or
     ``"object"``. It is a promise about the root document: each named field is either missing or
     null, or holds a value of that type. The compiler uses it only for specialisations that hold
-    for every such value (e.g. the plain Python truth of a ``str`` field).
+    for every such value: Python's truth for a non-``int`` field (``if kind:``), a plain ``==``
+    or ``is`` for a ``str``/``bool`` field, ``x in list`` for ``contains`` of a ``str`` field, and
+    ``null`` without a test for an ordering comparison of a ``str``/``bool`` field. Reading a
+    field of an ``"object"`` field stays guarded, so a broken promise there gives ``null``.
+
+    The returned expression is optimistic (see ``_Codegen``): it reads fields without checking
+    that the value is an object, and on the first value that is not, redoes that evaluation with
+    guarded code and keeps using the guarded code (``search`` is replaced) from then on.
     """
     for field, declared in (field_types or {}).items():
         if declared not in FIELD_TYPES:
