@@ -527,3 +527,28 @@ def test_schema_and_loader_refuse_the_same_bad_declarations(hooks: Any) -> None:
 def test_schema_leaves_cross_entry_rules_to_the_loader(hooks: Any) -> None:
     assert not loader_accepts(hooks)
     assert valid({"hooks": hooks}, hooks_schema())
+
+
+def test_abuse_1_a_module_planted_in_the_working_directory_is_never_imported(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    """`python -m the_loop` puts the working directory on sys.path; a `module:` entry must
+    still only import an installed module, not one a session planted in its checkout."""
+    operator, checkout = tmp_path / "operator", tmp_path / "checkout"
+    marker = tmp_path / "planted-module-was-imported"
+    write(operator / "cli-config.yaml", """
+        hooks:
+          - {name: telemetry, module: acme_planted_hooks}
+    """)
+    write(checkout / "acme_planted_hooks.py", f"""
+        open({str(marker)!r}, "w").close()
+        from the_loop.hooks.executor import LifecycleHooks
+        class Planted(LifecycleHooks):
+            def session_spawn(self, ctx):
+                return None
+    """)
+    result = run_cli("--config", str(operator / "cli-config.yaml"), "hooks", "run",
+                     "session_spawn", cwd=checkout)
+    assert result.returncode == 1
+    assert "hooks[0] ('telemetry') → module: cannot import 'acme_planted_hooks'" in result.stderr
+    assert not marker.exists()

@@ -181,3 +181,17 @@ def test_an_embedded_chain_without_a_path_keeps_events_in_memory() -> None:
     chain.run(SessionSpawn())
     assert [r["event"] for r in chain.log.memory] == ["hooks.decided", "hooks.refused"]
     assert chain.log.path is None
+
+
+def test_a_secret_with_json_escaped_characters_is_redacted_without_breaking_the_line(
+    tmp_path: Path,
+) -> None:
+    secret = 'ab"cd\\ef'
+    log = EventLog(tmp_path / "events.jsonl", secrets=lambda: [secret])
+    record = log.emit("hooks.failed", point="session_spawn", hook="h",
+                      error=f"sent {secret}", nested={f"key {secret}": [secret]})
+    assert record["error"] == "sent [redacted]"
+    assert record["nested"] == {"key [redacted]": ["[redacted]"]}
+    text = (tmp_path / "events.jsonl").read_text()
+    assert 'ab\\"cd' not in text and "[redacted]" in text
+    assert json.loads(text)["error"] == "sent [redacted]"

@@ -96,10 +96,15 @@ class EventLog:
         record.update(fields)
         line = json.dumps(record, ensure_ascii=False, default=str, separators=(",", ":"))
         if self._secrets is not None:
-            for secret in self._secrets():
-                if secret and len(secret) >= 4 and secret in line:
-                    line = line.replace(secret, _REDACTED)
-                    record = json.loads(line)
+            found = [
+                secret for secret in self._secrets()
+                if secret and len(secret) >= 4
+                and (secret in line or json.dumps(secret, ensure_ascii=False)[1:-1] in line)
+            ]
+            if found:
+                record = _redact(record, found)
+                line = json.dumps(record, ensure_ascii=False, default=str,
+                                  separators=(",", ":"))
         with self._lock:
             self.memory.append(record)
             if len(self.memory) > 10_000:
@@ -117,6 +122,21 @@ class EventLog:
     def of(self, event: str) -> list[dict[str, Any]]:
         """In-memory records of one type (for tests and traces)."""
         return [r for r in self.memory if r["event"] == event]
+
+
+def _redact(value: Any, secrets: list[str]) -> Any:
+    """`value` with every occurrence of each secret replaced, in keys and strings alike."""
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, _REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {_redact(str(k), secrets): _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_redact(v, secrets) for v in value]
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    return _redact(str(value), secrets)
 
 
 def read_events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:

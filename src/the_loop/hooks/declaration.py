@@ -383,11 +383,26 @@ def _construct(entry: HookEntry) -> LifecycleHooks | Executor:
         ) from None
 
 
+def _import_installed(name: str) -> ModuleType:
+    """Import an installed module, never one from the working directory.
+
+    `python -m …` puts the working directory first on sys.path; a session working in a
+    checkout must not be able to plant `acme_hooks.py` there and have it imported.
+    """
+    cwd = os.getcwd()
+    saved = sys.path[:]
+    sys.path[:] = [p for p in saved if p not in ("", ".") and os.path.abspath(p) != cwd]
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path[:] = saved
+
+
 def _import(entry: HookEntry) -> ModuleType:
     key = "module" if entry.kind == "module" else "path"
     try:
         if entry.kind == "module":
-            return importlib.import_module(entry.resolved)
+            return _import_installed(entry.resolved)
         path = Path(entry.resolved)
         if not path.is_file():
             raise HooksConfigError(
