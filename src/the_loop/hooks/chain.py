@@ -241,23 +241,17 @@ class Chain:
     ) -> None:
         """Read back one executor's answer (or failure) into the outcome; record events."""
         state = outcome.context
-        cls = type(state)
         ref = state.work_item.ref
         changes: dict[str, Any] = {}
         dropped: list[str] = []
         detail: dict[str, Any] = {}
         if not error and answer is not None:
-            try:
-                if type(answer) is cls:
-                    error = _read_context(shape, state, answer, changes, dropped)
-                elif isinstance(answer, Decisions):
-                    dropped.extend(str(k) for k in answer.dropped)
+            changes, dropped, error = read_answer(state, answer)
+            if isinstance(answer, Decisions) and not error:
+                try:
                     detail = {str(k): v for k, v in answer.detail.items()}
-                    error = _read_patch(shape, state, answer.values, changes, dropped)
-                else:
-                    error = _wrong_answer(cls, answer)
-            except Exception as exc:  # a hostile answer (a fact whose __eq__ raises, …)
-                error = f"its answer could not be read back: {_describe(exc)}"
+                except Exception as exc:  # a hostile patch whose detail is not a mapping
+                    error = f"its answer could not be read back: {describe_exception(exc)}"
         if error:
             changes, dropped, detail = {}, [], {}
             self._record(
@@ -302,6 +296,38 @@ class Chain:
                 changed={} if error else dict(changes), dropped=sorted(set(dropped)),
                 error=error, ms=(time.perf_counter() - started) * 1000.0, detail=detail,
             ))
+
+
+def read_answer(state: Context, answer: Any) -> tuple[dict[str, Any], list[str], str]:
+    """Read an executor's answer against `state` as the chain does.
+
+    Returns (changed decisions, ignored keys, error); the error is "" for a valid answer —
+    `None`, a context of the same type, or a `Decisions` patch with well-typed values.
+    Shared with the JSON-RPC server so both sides judge an answer the same way.
+    """
+    changes: dict[str, Any] = {}
+    dropped: list[str] = []
+    if answer is None:
+        return changes, dropped, ""
+    shape = _SHAPES[type(state)]
+    try:
+        if type(answer) is type(state):
+            error = _read_context(shape, state, answer, changes, dropped)
+        elif isinstance(answer, Decisions):
+            dropped.extend(str(k) for k in answer.dropped)
+            error = _read_patch(shape, state, answer.values, changes, dropped)
+        else:
+            error = _wrong_answer(type(state), answer)
+    except Exception as exc:  # a hostile answer (a fact whose __eq__ raises, …)
+        error = f"its answer could not be read back: {describe_exception(exc)}"
+    if error:
+        changes = {}
+    return changes, dropped, error
+
+
+def describe_exception(exc: BaseException) -> str:
+    """A one-line description of what a hook raised (never a traceback)."""
+    return _describe(exc)
 
 
 def _describe(exc: BaseException) -> str:

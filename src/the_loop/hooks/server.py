@@ -34,16 +34,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from the_loop.hooks.chain import (
-    _SHAPES,
-    _describe,
-    _read_context,
-    _read_patch,
-    _wrong_answer,
-    copy_context,
-)
+from the_loop.hooks.chain import copy_context, describe_exception, read_answer
 from the_loop.hooks.executor import (
-    Decisions,
     Executor,
     HookError,
     LifecycleHooks,
@@ -155,19 +147,9 @@ def _call(executor: AnyExecutor, point: str, params: Any, rid: Any) -> dict[str,
     except HookError as exc:
         return _error(rid, HOOK_RAISED, f"hook {name} failed at {point}: {exc}")
     except (Exception, SystemExit, GeneratorExit) as exc:
-        return _error(rid, HOOK_RAISED, f"hook {name} raised at {point}: {_describe(exc)}")
+        return _error(rid, HOOK_RAISED, f"hook {name} raised at {point}: {describe_exception(exc)}")
     # Read the answer back exactly as the chain does: decisions only, typed, never coerced.
-    shape = _SHAPES[type(ctx)]
-    changes: dict[str, Any] = {}
-    dropped: list[str] = []
-    if answer is None:
-        error = ""
-    elif type(answer) is type(ctx):
-        error = _read_context(shape, ctx, answer, changes, dropped)
-    elif isinstance(answer, Decisions):
-        error = _read_patch(shape, ctx, answer.values, changes, dropped)
-    else:
-        error = _wrong_answer(type(ctx), answer)
+    changes, _dropped, error = read_answer(ctx, answer)
     if error:
         return _error(rid, INTERNAL_ERROR, f"hook {name} answered wrongly at {point}: {error}")
     return _result(rid, changes or None)
