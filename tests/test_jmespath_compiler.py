@@ -537,6 +537,8 @@ def _paths(text: str) -> list[tuple[str, ...]]:
         ("work_item.[kind, ref]", [("work_item", "kind"), ("work_item", "ref")]),
         ("work_item && work_item.kind", [("work_item", "kind")]),
         ("(a || b).c", [("a", "c"), ("b", "c")]),
+        ("(a && b).c", [("a",), ("b", "c")]),
+        ("merge(a, b).c", [("a",), ("b",)]),
         ("not_null(a, b).c", [("a", "c"), ("b", "c")]),
         ("length(labels) > `3`", [("labels",)]),
         ("!contains(labels, 'trusted')", [("labels",)]),

@@ -1324,6 +1324,9 @@ class CompiledExpression:
     ``compiled`` is False when the expression runs on the (corrected) reference interpreter,
     with the reason in ``fallback_reason``. ``source`` is the generated Python ("" if none).
     ``ast`` is jmespath's parsed AST, shared with its parser cache: do not mutate it.
+    Its only internal state change: optimistic code replaces ``search`` with its guarded
+    version the first time it meets a value it cannot read a field from (see
+    ``compile_expression``); the results are the same.
     """
 
     text: str
@@ -1513,9 +1516,10 @@ def root_paths(ast: Mapping[str, Any]) -> list[tuple[str, ...]]:
     order of first appearance. Fields read relative to projected elements (``labels[?@ == 'x']``,
     ``items[*].name``, ``*.x``, ``&name`` in ``sort_by(items, &name)``) are not root paths; a
     pipe's right side reads the left side's result, so ``work_item | kind`` reads
-    ``("work_item", "kind")`` while ``items[0] | name`` reads only ``("items",)``. Either branch of
-    ``||``/``&&`` and any argument of ``not_null`` can be the value, so ``(a || b).c`` reads
-    ``("a", "c")`` and ``("b", "c")``.
+    ``("work_item", "kind")`` while ``items[0] | name`` reads only ``("items",)``. Either operand
+    of ``||`` and any argument of ``not_null`` can be the value, so ``(a || b).c`` reads
+    ``("a", "c")`` and ``("b", "c")``; ``(a && b).c`` reads ``("a",)`` and ``("b", "c")`` (a
+    falsy ``a``, the only one ``&&`` returns, has no fields to read).
     """
     found: dict[tuple[str, ...], None] = {}
 
@@ -1553,8 +1557,11 @@ def root_paths(ast: Mapping[str, Any]) -> list[tuple[str, ...]]:
         if kind == "expref":
             walk(children[0], ())
             return ()
-        if kind in ("or_expression", "and_expression"):
+        if kind == "or_expression":  # either operand can be the value
             return union(walk(children[0], cur), walk(children[1], cur))
+        if kind == "and_expression":  # the left operand is the value only when it is falsy,
+            walk(children[0], cur)  # and then nothing can be read from it
+            return walk(children[1], cur)
         if kind == "key_val_pair":
             return walk(children[0], cur)
         if kind == "function_expression":
