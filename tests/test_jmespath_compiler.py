@@ -174,6 +174,11 @@ ORDER_CASES = [
     ("length(a) < b[::0]", {"a": 1, "b": []}),
     ("[length(a), b][::0]", {"a": 1}),
     ("(a || length(b))[::0]", {"b": 1}),
+    ("contains(['x', 'y'], a[::0])", {"a": [1]}),
+    ("`null` | contains(['x', 'y'], a)", {"a": "x"}),
+    ("a | contains(['x', 'y'], b)", {"a": None}),
+    ("a | contains(['x', 'y'], @)", {"a": "y"}),
+    ("a | contains(['x', 'y'], @)", {"a": ["x"]}),
 ]
 
 
@@ -380,7 +385,7 @@ LITERALS = [
 ]
 
 
-def _expressions() -> st.SearchStrategy[str]:
+def _expressions(max_leaves: int = 8) -> st.SearchStrategy[str]:
     field = st.sampled_from(FIELDS)
     leaf = field | st.sampled_from(["@", *LITERALS])
 
@@ -462,9 +467,16 @@ def _expressions() -> st.SearchStrategy[str]:
             ),
             st.tuples(inner, inner).map(lambda t: f"map(&{t[0]}, {t[1]})"),
             st.tuples(inner).map(lambda t: f"join(',', {t[0]})"),
+            st.tuples(
+                st.sampled_from(
+                    ["regex_match('^a', ", "glob_match('a*', ", "contains(['a', 'b', '1'], "]
+                ),
+                inner,
+            ).map(lambda t: f"{t[0]}{t[1]})"),
+            st.tuples(st.sampled_from(["lower", "upper"]), inner).map(lambda t: f"{t[0]}({t[1]})"),
         )
 
-    return st.recursive(leaf, extend, max_leaves=8)
+    return st.recursive(leaf, extend, max_leaves=max_leaves)
 
 
 def _same(a: tuple[str, Any], b: tuple[str, Any]) -> bool:

@@ -1155,9 +1155,17 @@ class _Codegen:
                 raise _Unsupported(f"{what} passed to {name}() where it does not belong")
             if not wants_expref:
                 items.append((child, cur))
+        literal_set = name == "contains" and _string_literals(children[0]) is not None
+        if literal_set:  # a list of string literals has nothing to evaluate: see f_contains
+            items = items[1:]
         values = iter(self.in_order(items, fn))
         args = [
-            self.expref(child) if child["type"] == "expref" else next(values) for child in children
+            self.expref(child)
+            if child["type"] == "expref"
+            else self.const(None)
+            if literal_set and position == 0
+            else next(values)
+            for position, child in enumerate(children)
         ]
         special = getattr(self, "f_" + name, None)
         if special is not None:
@@ -1197,7 +1205,7 @@ class _Codegen:
             (search,) = self.simples(args[1:], fn)
             members = self.global_("_set", frozenset(literals))
             fast = f"({search.code} in {members}) if {search.code}.__class__ is str else False"
-            if _NULL not in cur.kind or cur.is_literal:
+            if _NULL not in cur.kind:
                 return _expr(fast, _k(_BOOL))
             slow = f"_f_contains(None, {search.code})"
             return _expr(f"({fast}) if {cur.code} is not None else {slow}", _k(_BOOL))
