@@ -389,9 +389,11 @@ def _import_installed(name: str) -> ModuleType:
     `python -m …` puts the working directory first on sys.path; a session working in a
     checkout must not be able to plant `acme_hooks.py` there and have it imported.
     """
-    cwd = os.getcwd()
     saved = sys.path[:]
-    sys.path[:] = [p for p in saved if p not in ("", ".") and os.path.abspath(p) != cwd]
+    # Only the entry Python itself put first (the working directory for `-m` and `-c`);
+    # a PYTHONPATH entry the operator chose stays, even when it names the same folder.
+    if saved and (saved[0] in ("", ".") or os.path.abspath(saved[0]) == os.getcwd()):
+        sys.path[:] = saved[1:]
     try:
         return importlib.import_module(name)
     finally:
