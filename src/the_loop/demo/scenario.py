@@ -23,6 +23,7 @@ from the_loop.runtime.poller import poll_once, reply, wait_sessions
 
 TOKEN_ENV = "THE_LOOP_DEMO_TOKEN"
 REVIEWER = "alice"
+OUTSIDER = "mallory"
 ANSWER = "Admins first, then everyone else. Test account: password=hunter2"
 
 CONFIG = """\
@@ -94,26 +95,59 @@ class Narrator:
         event = r.get("event")
         if event == "lifecycle.point":
             self.points.append(str(r["point"]))
-            print(f"  ● {r['point']:<19} (pid {r['pid']})", file=self.out)
+            print(f"  ● {r['point']:<19} {_about(r)}", file=self.out)
+            quiet = []
             for step in r.get("steps", []):
                 if step["status"] == "changed":
-                    what = ", ".join(f"{k}={_brief(v)}" for k, v in step["changed"].items())
                     rules = f"  [rules: {', '.join(step['rules'])}]" if step.get("rules") else ""
-                    print(f"      {step['hook']:<12} changed {what}{rules}", file=self.out)
+                    print(f"      {step['hook']:<12} {_what(step)}{rules}", file=self.out)
                 elif step["status"] == "failed":
                     print(f"      {step['hook']:<12} FAILED: {step['error']}", file=self.out)
                 else:
-                    print(f"      {step['hook']:<12} no change", file=self.out)
+                    quiet.append(step["hook"])
+            if quiet:
+                print(f"      {'no change:':<12} {', '.join(quiet)}", file=self.out)
+            if r.get("decisions", {}).get("proceed") is False:
+                print(f"    ✗ refused: {r['decisions'].get('reason', '')}", file=self.out)
         elif event == "phase.changed":
             print(f"── {r['from_node']} → {r['to_node']} ({r['outcome']})", file=self.out)
-        elif event in ("hooks.refused", "hooks.audit", "hooks.load_failed"):
+        elif event in ("hooks.audit", "hooks.load_failed"):
             detail = {k: v for k, v in r.items() if k not in ("ts", "source", "pid", "event")}
             print(f"  ! {event} {json.dumps(detail, ensure_ascii=False)}", file=self.out)
 
 
+def _about(r: dict[str, Any]) -> str:
+    """A few words on which moment this was, from the facts the event repeats."""
+    f = r.get("facts", {})
+    point = r["point"]
+    if point == "waiting_for_input":
+        return f"({f.get('kind')} at {f.get('node')})"
+    if point == "input_received":
+        return f"({f.get('kind')} from @{f.get('actor')})"
+    if point == "session_spawn":
+        return f"({f.get('node')}{', resume' if f.get('respawn') else ''})"
+    if point == "phase_changed":
+        return f"({f.get('from_phase')} → {f.get('to_phase')})"
+    if point == "work_item_complete":
+        return f"({f.get('state')} by {f.get('source')})"
+    return ""
+
+
+def _what(step: dict[str, Any]) -> str:
+    parts = []
+    for key, value in step["changed"].items():
+        edit = step.get("edits", {}).get(key)
+        if edit and "text" not in edit:
+            bits = [f"{where} {_brief(text)}" for where, text in edit.items() if text]
+            parts.append(f"{key}: " + ", ".join(bits))
+        else:
+            parts.append(f"{key}={_brief(value)}")
+    return "changed " + "; ".join(parts)
+
+
 def _brief(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 70 else text[:67] + "…\""
+    return text if len(text) <= 90 else text[:87] + "…\""
 
 
 def run_demo(folder: Path | None = None, out: TextIO = sys.stdout) -> int:
@@ -137,7 +171,7 @@ def run_demo(folder: Path | None = None, out: TextIO = sys.stdout) -> int:
                                labels=["loop"], author="operator")
         print(f"  work item {ref}: 'Add a login page'", file=out)
         loop.arm(ref, actor="operator", source="command")
-        answered = False
+        answered = tried = False
         for _ in range(60):
             poll_once(loop)
             wait_sessions(loop, timeout=60)
@@ -148,6 +182,13 @@ def run_demo(folder: Path | None = None, out: TextIO = sys.stdout) -> int:
                 print(f"  reviewer @{REVIEWER} answers the question", file=out)
                 reply(loop, ref, ANSWER, actor=REVIEWER)
                 answered = True
+            elif state == "gate" and not tried:
+                print(f"  @{OUTSIDER} (not a maintainer) tries /approve", file=out)
+                reply(loop, ref, "/approve", actor=OUTSIDER)
+                tried = True
+                narrator.flush()
+                print(f"  reviewer @{REVIEWER} approves {w.get('node')}", file=out)
+                reply(loop, ref, "/approve", actor=REVIEWER)
             elif state == "gate":
                 print(f"  reviewer @{REVIEWER} approves {w.get('node')}", file=out)
                 reply(loop, ref, "/approve", actor=REVIEWER)
