@@ -36,8 +36,11 @@ def test_demo_closes_its_work_item_prints_each_point_and_leaves_a_readable_log(
     assert "points fired: " + ", ".join(POINTS) in out
     assert "local:acme/app#1 is closed (loop state done)" in out
     # What the hooks decided: the policy's preamble, the local stamp, the remote redaction.
-    assert "house-rules  changed prompt=" in out and "[rules: house-preamble]" in out
-    assert 'stamp        changed question="[acme] Which users' in out
+    assert 'house-rules  changed prompt: prefix "Follow the house rules' in out
+    assert "[rules: house-preamble]" in out
+    assert 'stamp        changed question: prefix "[acme] "' in out
+    # A refusal: the policy drops a non-maintainer's /approve.
+    assert "✗ refused: only maintainers (alice, bob) may approve; mallory is not one" in out
     assert "compliance   changed text=" in out and "password=[redacted]" in out
     for phase in ("requirements → requirements-review", "tasks-review → done"):
         assert f"── {phase}" in out
