@@ -9,8 +9,6 @@ import time
 from typing import Any
 
 from the_loop.cli._common import add_json, config_of
-from the_loop.events import read_events
-from the_loop.runtime.settings import settings_of
 
 _SKIP = ("ts", "event", "source", "pid", "work_item")
 
@@ -35,6 +33,9 @@ def line_of(record: dict[str, Any]) -> str:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
+    from the_loop.events import read_events
+    from the_loop.runtime.settings import settings_of
+
     path = settings_of(config_of(args)).events_path
     want_ref = args.work_item
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from the_loop.cli._common import add_json, config_of, print_json
-from the_loop.runtime.db import Database
-from the_loop.runtime.settings import settings_of
-from the_loop.runtime.tracker import LocalTracker
+
+if TYPE_CHECKING:
+    from the_loop.runtime.db import Database
+    from the_loop.runtime.tracker import LocalTracker
 
 
 def register(sub: Any) -> None:
@@ -54,6 +55,10 @@ def register(sub: Any) -> None:
 
 
 def tracker_of(args: argparse.Namespace) -> tuple[LocalTracker, Database]:
+    from the_loop.runtime.db import Database
+    from the_loop.runtime.settings import settings_of
+    from the_loop.runtime.tracker import LocalTracker
+
     settings = settings_of(config_of(args))
     db = Database(settings.db_path)
     return LocalTracker(db, settings.repository), db

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from the_loop.cli._common import add_json, config_of, print_json
 from the_loop.errors import HooksConfigError, LoopError, UsageError
-from the_loop.runtime.service import Loop
+
+if TYPE_CHECKING:
+    from the_loop.runtime.service import Loop
 
 
 def register(sub: Any) -> None:
@@ -54,11 +56,15 @@ def _work_item(args: argparse.Namespace) -> str:
 
 def one_shot(args: argparse.Namespace, source: str) -> Loop:
     """A loop for a one-shot command: hooks load on first use and degrade on error."""
+    from the_loop.runtime.service import Loop
+
     return Loop(config_of(args), strict_hooks=False, source=source)
 
 
 def daemon(args: argparse.Namespace, source: str) -> Loop:
     """A loop for a daemon: the hooks load now and a bad declaration refuses the start."""
+    from the_loop.runtime.service import Loop
+
     loop = Loop(config_of(args), strict_hooks=True, source=source)
     try:
         _ = loop.chain
