@@ -618,3 +618,18 @@ def test_load_is_all_or_nothing(tmp_path: Path, write_config: WriteConfig) -> No
     with pytest.raises(HooksConfigError, match=r"hooks\[1\] \('bad'\)"):
         load_chain(cfg)
 
+
+
+@pytest.mark.parametrize("url", ["http://hooks.example/x", "http://10.0.0.5:8080/hooks"])
+def test_abuse_4_cleartext_url_to_another_host_with_a_token_fails_to_load(
+    tmp_path: Path, url: str
+) -> None:
+    config = write(tmp_path / "cli-config.yaml", f"""
+        hooks:
+          - {{name: compliance, url: '{url}', tokenEnv: COMPLIANCE_TOKEN}}
+    """)
+    with pytest.raises(HooksConfigError) as info:
+        load_chain(config)
+    assert str(info.value).startswith("hooks[0] ('compliance') → url: plain http:// is only "
+                                      "allowed to a loopback host")
+    assert "bearer token must never cross a network in clear" in str(info.value)

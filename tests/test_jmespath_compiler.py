@@ -36,6 +36,7 @@ from the_loop.hooks.policy.functions import (
     InvalidValueError,
     PolicyFunctions,
 )
+from the_loop.hooks.policy.jmes import api as jmes_api
 
 SUITE = Path(__file__).parent / "data" / "jmespath-compliance"
 
@@ -121,7 +122,7 @@ def evaluators(text: str) -> dict[str, Any]:
     optimistic = compile_expression(text)
     guarded = optimistic.search
     if optimistic.compiled:
-        guarded, _source, _settle = compiler._build(optimistic.ast, None, optimistic=False)
+        guarded, _source, _settle = jmes_api._build(optimistic.ast, None, optimistic=False)
     return {
         "optimistic": optimistic.search,
         "guarded": guarded,

@@ -247,7 +247,7 @@ def test_r4_3_right_token_is_accepted(remote: Any, monkeypatch: Any) -> None:
 
 
 @pytest.mark.parametrize("value", [None, ""])
-def test_r4_3_unset_token_sends_nothing(
+def test_r4_3_abuse_5_unset_token_sends_nothing(
     scripted: Any, remote: Any, monkeypatch: Any, value: str | None
 ) -> None:
     if value is None:
@@ -372,7 +372,7 @@ def test_abuse_3_http_500_is_the_hooks_failure(scripted: Any, remote: Any) -> No
     assert "database on fire" in error
 
 
-def test_abuse_3_slow_server_past_timeout_returns_within_bound(
+def test_r6_4_abuse_3_slow_server_past_timeout_returns_within_bound(
     scripted: Any, remote: Any
 ) -> None:
     def respond(req: Request, sock: socket.socket, stop: threading.Event) -> str:

@@ -64,7 +64,7 @@ def drive(ld: LoopDir, ref: str) -> list[str]:
     raise AssertionError(f"not done after 30 steps: {actions}")
 
 
-def test_e2e_arming_to_close_seven_points_in_order_each_before_what_it_decides(
+def test_r1_2_e2e_arming_to_close_seven_points_in_order_each_before_what_it_decides(
         tmp_path: Path) -> None:
     with LoopDir(tmp_path, harness="demo", graph="builtin") as ld:
         ld.write_config("hooks:\n" + ld.add_recorder(), harness="demo", graph="builtin")

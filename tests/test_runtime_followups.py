@@ -49,3 +49,39 @@ def test_a_poll_cycle_that_fails_is_recorded_and_the_poller_keeps_going(
     assert len(calls) == 2
     [failed] = ld.events("poll.failed")
     assert failed["error"] == "RuntimeError: tracker went away"
+
+
+RAISES_EVERYWHERE = '''
+from the_loop.sdk.hooks import LifecycleHooks
+
+
+class Boom(LifecycleHooks):
+    pass
+
+
+for _point in ("work_item_start", "session_spawn", "session_spawned", "waiting_for_input",
+               "input_received", "phase_changed", "work_item_complete"):
+    def _raise(self, ctx, _p=_point):
+        raise RuntimeError(f"boom at {_p}")
+    setattr(Boom, _point, _raise)
+'''
+
+
+def test_abuse_7_r6_2_a_hook_that_raises_everywhere_never_stops_the_work(
+        tmp_path: Path) -> None:
+    """Every point's hook raises: each failure is recorded and the item still goes from
+    arming through its session, the gate and approval to close."""
+    with LoopDir(tmp_path, harness="demo") as ld:
+        ld.write("hooks/boom.py", RAISES_EVERYWHERE)
+        ld.write_config("hooks:\n  - {name: boom, path: hooks/boom.py}\n", harness="demo")
+        ref = ld.add()
+        ld.start(ref)
+        ld.poll()
+        until(lambda: ld.work(ref)["state"] == "gate", timeout=20, what="the gate")
+        ld.reply(ref, "/approve")
+        assert ld.work(ref)["state"] == "done"
+        assert ld.item(ref)["state"] == "closed"
+        failed = {r["point"] for r in ld.events("hooks.failed") if r["hook"] == "boom"}
+        assert failed == {"work_item_start", "session_spawn", "session_spawned",
+                          "waiting_for_input", "input_received", "phase_changed",
+                          "work_item_complete"}

@@ -60,7 +60,7 @@ def at_gate(ld: LoopDir, *, in_process: bool = True) -> str:
 
 # ------------------------------------------------------------------ decisions, end to end
 
-def test_r2_7_notify_false_skips_that_phase_message_only(ld: LoopDir) -> None:
+def test_r2_7_r7_1_notify_false_skips_that_phase_message_only(ld: LoopDir) -> None:
     """notify: false for writing → review: no phase message for it; the label still moves,
     and review → done is published."""
     ld.write("hooks/quiet.py", QUIET_REVIEW_HOOK)
@@ -78,7 +78,7 @@ def test_r2_7_notify_false_skips_that_phase_message_only(ld: LoopDir) -> None:
     assert [r["to_phase"] for r in ld.events("phase.published")] == ["done"]
 
 
-def test_r2_7_announce_false_at_completion_skips_the_closure_message(ld: LoopDir) -> None:
+def test_r2_7_r7_1_announce_false_at_completion_skips_the_closure_message(ld: LoopDir) -> None:
     """announce: false at work_item_complete: the ticket closes, no item.closed message."""
     ld.write("hooks/silent.py", NO_ANNOUNCE_HOOK)
     ld.write_config("hooks:\n  - {name: silent, path: hooks/silent.py}\n")

@@ -63,7 +63,7 @@ def test_r2_6_spawn_refused_by_a_policy_rule_starts_no_process(ld: LoopDir) -> N
     assert len(ld.points("session_spawn")) == 1 and len(ld.comments(ref)) == 1
 
 
-def test_r2_7_announce_false_skips_the_session_comment_only(ld: LoopDir) -> None:
+def test_r2_7_r7_1_announce_false_skips_the_session_comment_only(ld: LoopDir) -> None:
     """announce: false at session_spawned: no "session started" comment; the session runs."""
     ld.write("hooks/quiet.py", ANNOUNCE_OFF_HOOK)
     ld.write_config("hooks:\n  - {name: quiet, path: hooks/quiet.py}\n")
