@@ -1,0 +1,89 @@
+"""``root_paths``: the field chains an expression reads from the root document, for load checks.
+
+The policy loader checks each chain against the point's context (``checks.check_fields``), so a
+typo in a field name is a load error, never a silent null at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["root_paths"]
+
+_Chains = tuple[tuple[str, ...], ...]
+
+
+def root_paths(ast: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """Every chain of field names the expression reads from the root document.
+
+    ``work_item.kind == 'x' && contains(labels, 'y')`` gives ``[("work_item", "kind"),
+    ("labels",)]``. Only maximal chains are listed (``work_item.kind`` implies ``work_item``), in
+    order of first appearance. Fields read relative to projected elements (``labels[?@ == 'x']``,
+    ``items[*].name``, ``*.x``, ``&name`` in ``sort_by(items, &name)``) are not root paths; a
+    pipe's right side reads the left side's result, so ``work_item | kind`` reads
+    ``("work_item", "kind")`` while ``items[0] | name`` reads only ``("items",)``. Either operand
+    of ``||`` and any argument of ``not_null`` can be the value, so ``(a || b).c`` reads
+    ``("a", "c")`` and ``("b", "c")``; ``(a && b).c`` reads ``("a",)`` and ``("b", "c")`` (a
+    falsy ``a``, the only one ``&&`` returns, has no fields to read).
+    """
+    found: dict[tuple[str, ...], None] = {}
+
+    def union(*chains: _Chains) -> _Chains:
+        merged: dict[tuple[str, ...], None] = {}
+        for group in chains:
+            merged.update(dict.fromkeys(group))
+        return tuple(merged)
+
+    def walk(node: Mapping[str, Any], cur: _Chains) -> _Chains:
+        kind = node["type"]
+        children = node.get("children", [])
+        if kind == "field":
+            out = tuple((*chain, node["value"]) for chain in cur)
+            found.update(dict.fromkeys(out))
+            return out
+        if kind in ("subexpression", "index_expression", "pipe"):
+            result = cur
+            for child in children:
+                result = walk(child, result)
+            return result
+        if kind in ("current", "identity"):
+            return cur
+        if kind in ("index", "slice", "literal"):
+            return ()
+        if kind in ("projection", "value_projection"):
+            walk(children[0], cur)
+            walk(children[1], ())
+            return ()
+        if kind == "filter_projection":
+            walk(children[0], cur)
+            walk(children[1], ())
+            walk(children[2], ())
+            return ()
+        if kind == "expref":
+            walk(children[0], ())
+            return ()
+        if kind == "or_expression":  # either operand can be the value
+            return union(walk(children[0], cur), walk(children[1], cur))
+        if kind == "and_expression":  # the left operand is the value only when it is falsy,
+            walk(children[0], cur)  # and then nothing can be read from it
+            return walk(children[1], cur)
+        if kind == "key_val_pair":
+            return walk(children[0], cur)
+        if kind == "function_expression":
+            results = [walk(child, cur) for child in children]
+            return union(*results) if node["value"] == "not_null" else ()
+        # comparator, not_expression, multi_select_*, flatten and anything new: the node's
+        # value is not a field chain, but its children are read relative to the same node.
+        for child in children:
+            if isinstance(child, Mapping):
+                walk(child, cur)
+        return ()
+
+    walk(ast, ((),))
+    paths = [path for path in found if path]
+    return [
+        path
+        for path in paths
+        if not any(len(other) > len(path) and other[: len(path)] == path for other in paths)
+    ]
