@@ -6,10 +6,14 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from runtime_helpers import LoopDir
 
 CliRun = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -50,3 +54,12 @@ def run_cli(tmp_path: Path) -> CliRun:
         )
 
     return run
+
+
+@pytest.fixture
+def ld(tmp_path: Path) -> Iterator[LoopDir]:
+    """A loop's folder (config, stateDir, harness) whose processes are cleaned up after."""
+    from runtime_helpers import LoopDir
+
+    with LoopDir(tmp_path) as d:
+        yield d

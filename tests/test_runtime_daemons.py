@@ -7,7 +7,6 @@ import json
 import signal
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,6 @@ import pytest
 from runtime_helpers import LoopDir, readline, until
 
 TOKEN = "control-plane-secret"
-
-
-@pytest.fixture
-def ld(tmp_path: Path) -> Iterator[LoopDir]:
-    with LoopDir(tmp_path) as d:
-        yield d
 
 
 BROKEN = [

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -36,12 +34,6 @@ class Silent(LifecycleHooks):
         ctx.announce = False
         return ctx
 '''
-
-
-@pytest.fixture
-def ld(tmp_path: Path) -> Iterator[LoopDir]:
-    with LoopDir(tmp_path) as d:
-        yield d
 
 
 def at_gate(ld: LoopDir, *, in_process: bool = True) -> str:

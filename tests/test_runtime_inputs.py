@@ -4,11 +4,6 @@ R2.7, R3.6)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from runtime_helpers import LoopDir
 
 REWORD_HOOK = '''
@@ -41,12 +36,6 @@ rules:
       proceed: false
       reason: "{{ actor }} may not talk to agents"
 """
-
-
-@pytest.fixture
-def ld(tmp_path: Path) -> Iterator[LoopDir]:
-    with LoopDir(tmp_path) as d:
-        yield d
 
 
 def running(ld: LoopDir, title: str = "Add a login page") -> str:

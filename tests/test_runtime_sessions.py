@@ -5,7 +5,6 @@ items 5, 7, 8; R2.6, R2.7)."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,6 @@ class Quiet(LifecycleHooks):
         ctx.announce = False
         return ctx
 '''
-
-
-@pytest.fixture
-def ld(tmp_path: Path) -> Iterator[LoopDir]:
-    with LoopDir(tmp_path) as d:
-        yield d
 
 
 def test_r2_6_spawn_refused_by_a_policy_rule_starts_no_process(ld: LoopDir) -> None:

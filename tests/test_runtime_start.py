@@ -4,11 +4,8 @@ launch (issue 6: items 3, 4, 6, 7, 8; R2.6, R2.7, R3.6, R7.2)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from runtime_helpers import LoopDir, closed_port
 
@@ -63,12 +60,6 @@ class Nothing(LifecycleHooks):
     def work_item_complete(self, ctx):
         return None
 '''
-
-
-@pytest.fixture
-def ld(tmp_path: Path) -> Iterator[LoopDir]:
-    with LoopDir(tmp_path) as d:
-        yield d
 
 
 def index(records: list[dict[str, Any]], event: str, **match: Any) -> int:

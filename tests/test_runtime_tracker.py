@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runtime_helpers import LoopDir
-
-
-@pytest.fixture
-def ld(tmp_path: Path) -> Iterator[LoopDir]:
-    with LoopDir(tmp_path) as d:
-        yield d
 
 
 def test_items_add_list_show_comment_label_close_round_trip(ld: LoopDir) -> None:
