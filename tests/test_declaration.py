@@ -14,9 +14,10 @@ import pytest
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError
 from the_loop.events import read_events
-from the_loop.hooks import declaration, load_chain
+from the_loop.hooks import load_chain, loading
 from the_loop.hooks.chain import Chain
-from the_loop.hooks.declaration import chain_from_config, chain_once, parse_hooks
+from the_loop.hooks.declaration import parse_hooks
+from the_loop.hooks.loading import chain_from_config, chain_once
 from the_loop.hooks.points import POINTS, SessionSpawn, WorkItemStart
 
 WriteConfig = Callable[..., Path]
@@ -47,7 +48,7 @@ def write(path: Path, text: str) -> Path:
 @pytest.fixture(autouse=True)
 def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test is its own process as far as `chain_once` is concerned."""
-    monkeypatch.setattr(declaration, "_CACHE", {})
+    monkeypatch.setattr(loading, "_CACHE", {})
 
 
 def load_error(write_config: WriteConfig, hooks_yaml: str) -> str:
@@ -533,7 +534,7 @@ import json, sys
 from pathlib import Path
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError
-from the_loop.hooks.declaration import chain_once
+from the_loop.hooks.loading import chain_once
 from the_loop.hooks.points import WorkItemStart
 
 config = read_config(Path(sys.argv[1]))

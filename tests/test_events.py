@@ -16,8 +16,9 @@ from the_loop.config import read_config
 from the_loop.errors import HooksConfigError
 from the_loop.events import EVENT_TYPES, EventLog, read_events
 from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.declaration import chain_from_config, parse_hooks
+from the_loop.hooks.declaration import parse_hooks
 from the_loop.hooks.executor import LifecycleHooks
+from the_loop.hooks.loading import chain_from_config
 from the_loop.hooks.points import POINTS, SessionSpawn, context_from_json
 
 SRC = Path(the_loop.__file__).parent

@@ -10,8 +10,8 @@ import pytest
 
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.declaration import load_chain
 from the_loop.hooks.executor import LifecycleHooks
+from the_loop.hooks.loading import load_chain
 from the_loop.hooks.points import (
     InputReceived,
     PhaseChanged,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from the_loop.errors import HooksConfigError, LoopError
-from the_loop.hooks.declaration import load_chain
+from the_loop.hooks.loading import load_chain
 from the_loop.hooks.policy import PolicyError, load_policy
 
 

@@ -125,7 +125,7 @@ def _read_context_arg(source: str | None) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from the_loop.hooks.declaration import chain_from_config
+    from the_loop.hooks.loading import chain_from_config
     from the_loop.hooks.points import unknown_point_message
 
     if args.point not in POINTS:

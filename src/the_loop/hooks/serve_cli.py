@@ -42,7 +42,8 @@ def load_executor(
     Errors are `HooksConfigError`s whose message names the option (`names` maps the
     declaration keys path/module/executor/with to what the person typed).
     """
-    from the_loop.hooks.declaration import HookEntry, _construct
+    from the_loop.hooks.declaration import HookEntry
+    from the_loop.hooks.loading import _construct
 
     names = names or CLI_NAMES
     kind = "path" if path else "module"

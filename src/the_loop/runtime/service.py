@@ -20,7 +20,7 @@ from the_loop.config import Config
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain, Outcome
-from the_loop.hooks.declaration import chain_once
+from the_loop.hooks.loading import chain_once
 from the_loop.hooks.points import (
     Context,
     PhaseChanged,
