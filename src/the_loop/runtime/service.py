@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 from the_loop.config import Config
@@ -27,7 +26,6 @@ from the_loop.hooks.points import (
     SessionSpawn,
     SessionSpawned,
     WaitingForInput,
-    WorkItem,
     WorkItemComplete,
     WorkItemStart,
 )
@@ -36,6 +34,7 @@ from the_loop.runtime import workspace
 from the_loop.runtime.channels import Channels
 from the_loop.runtime.db import Database
 from the_loop.runtime.graph import Node, load_graph
+from the_loop.runtime.record import point_record
 from the_loop.runtime.settings import Settings, settings_of
 from the_loop.runtime.tracker import LocalTracker
 
@@ -93,27 +92,7 @@ class Loop:
     def fire(self, ctx: Context) -> Outcome:
         """Run the chain at ctx's point and record that the point fired."""
         outcome = self.chain.invoke(ctx)
-        names = _DECISIONS[ctx.POINT]
-        current = {k: v for k, v in ctx.__dict__.items() if k in names}
-        steps: list[dict[str, Any]] = []
-        for s in outcome.steps:
-            step: dict[str, Any] = {"hook": s.hook, "status": s.status, "error": s.error,
-                                    "changed": {k: _short(v) for k, v in s.changed.items()}}
-            edits = {k: _edit(current[k], v) for k, v in s.changed.items()
-                     if isinstance(v, str) and isinstance(current.get(k), str)}
-            if edits:
-                step["edits"] = edits
-            if s.detail.get("rules"):
-                step["rules"] = s.detail["rules"]
-            current.update(s.changed)
-            steps.append(step)
-        self.log.emit(
-            "lifecycle.point", point=ctx.POINT, work_item=ctx.work_item.ref,
-            facts={k: _short(v) for k, v in ctx.__dict__.items()
-                   if k in _BRIEF_FACTS and k not in names},
-            hooks=[s.hook for s in outcome.steps], steps=steps,
-            decisions={k: _short(v) for k, v in outcome.context.__dict__.items() if k in names},
-        )
+        self.log.emit("lifecycle.point", **point_record(ctx, outcome))
         return outcome
 
     # ------------------------------------------------------------------ state
@@ -465,49 +444,3 @@ class Loop:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=wait)
         self.db.close()
-
-
-_DECISIONS: dict[str, frozenset[str]] = {}
-
-
-def _init_decisions() -> None:
-    from the_loop.hooks.points import SPECS
-
-    for point, spec in SPECS.items():
-        _DECISIONS[point] = frozenset(d.name for d in spec.decisions)
-
-
-_init_decisions()
-
-
-#: Facts a `lifecycle.point` event repeats, so a reader of the log sees which moment it was.
-_BRIEF_FACTS = frozenset({
-    "actor", "kind", "source", "control", "node", "phase", "respawn", "session_id",
-    "from_node", "to_node", "from_phase", "to_phase", "outcome", "terminal", "state",
-    "harness",
-})
-
-
-def _edit(before: str, after: str) -> dict[str, str]:
-    """How a hook changed a text: what it put in front, what it added after, or a rewrite."""
-    if before and after.endswith(before) and len(after) > len(before):
-        return {"prefix": _short(after[: len(after) - len(before)])}
-    if before and after.startswith(before) and len(after) > len(before):
-        return {"suffix": _short(after[len(before):])}
-    if before:
-        at = after.find(before)
-        if at > 0:
-            return {"prefix": _short(after[:at]), "suffix": _short(after[at + len(before):])}
-    return {"text": _short(after)}
-
-
-def _short(value: Any, limit: int = 200) -> Any:
-    if isinstance(value, str) and len(value) > limit:
-        return value[:limit] + f"… ({len(value)} chars)"
-    if isinstance(value, WorkItem):
-        return value.ref
-    return value
-
-
-def state_dir_of(config: Config) -> Path:
-    return settings_of(config).state_dir
