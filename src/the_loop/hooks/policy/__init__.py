@@ -25,7 +25,8 @@ def load_policy(
     `points` narrows the points handled to those listed (an entry's `on`); `reference` runs
     expressions with jmespath's reference interpreter instead of the compiler.
     """
-    return PolicyExecutor(name, read_policy(Path(folder), reference=reference), points=points)
+    policy = read_policy(Path(folder), reference=reference, lazy=True)
+    return PolicyExecutor(name, policy, points=points)
 
 
 __all__ = ["Policy", "PolicyError", "PolicyExecutor", "Rule", "load_policy", "read_policy"]

@@ -1,100 +1,32 @@
 """The policy executor: evaluates checked rules at a point and hands back a Decisions patch.
 
-Every `when` and template reads the context as it entered the executor (one JSON view per
-invocation), so no rule sees another's changes. Matching enforce rules apply in order: a
-refusal sticks (the first refusing rule's reason is kept), other decisions are last-wins,
-and `*_prefix`/`*_suffix` compose around the final value in rule order. Audit rules change
-nothing; what they would have decided is recorded as `hooks.audit`. An expression that fails
-at run time raises `HookError` naming file, rule and expression, so the chain records
-`hooks.failed` (and a required policy refuses) — never a silent null.
+Every `when` and template reads the context as it entered the executor, so no rule sees
+another's changes. Matching enforce rules apply in order: a refusal sticks (the first refusing
+rule's reason is kept), other decisions are last-wins, and `*_prefix`/`*_suffix` compose around
+the final value in rule order. Audit rules change nothing; what they would have decided is
+recorded as `hooks.audit`. An expression that fails at run time raises `HookError` naming file,
+rule and expression, so the chain records `hooks.failed` (and a required policy refuses) —
+never a silent null.
+
+Rules are grouped by point at load. Per point, the `when` conditions of the enforce rules are
+compiled into one function, and those of the audit rules into another (`fast.py`): each reads
+the context's fields once, straight from the context object, and returns the matching rules.
+The per-rule evaluation on a JSON view of the context (`_Slow`) is what runs with
+`reference=True`, and whenever the fast plan cannot (a context of another class, a record field
+that is not a `WorkItem`); both give the same decisions.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from the_loop.events import EventLog
 from the_loop.hooks.executor import Decisions, HookError
 from the_loop.hooks.points import POINTS, Context, context_to_json
-from the_loop.hooks.policy.compiler import CompiledExpression
-from the_loop.hooks.policy.rules import AFFIXES, Policy, Rule, Template, Value
-
-
-class _RuntimeFailure(Exception):
-    """An expression of one rule failed at run time (converted to HookError or an audit note)."""
-
-
-@dataclass(frozen=True)
-class _Step:
-    """One rule as evaluated at one point: the hot path reads only these fields."""
-
-    name: str
-    file: str
-    audit: bool
-    when: CompiledExpression | None
-    when_text: str
-    constants: tuple[tuple[str, Any], ...]
-    templates: tuple[tuple[str, Template], ...]
-
-    def failure(self, exc: Exception) -> str:
-        """The message for this rule's `when` failing at run time."""
-        return self._where("when", self.when_text, exc)
-
-    def values(self, data: dict[str, Any]) -> dict[str, Any]:
-        if not self.templates:
-            return dict(self.constants)
-        out = dict(self.constants)
-        for key, template in self.templates:
-            out[key] = self._render(key, template, data)
-        return out
-
-    def _render(self, key: str, template: Template, data: dict[str, Any]) -> str:
-        chunks: list[str] = []
-        for part in template.parts:
-            if isinstance(part, str):
-                chunks.append(part)
-                continue
-            try:
-                value = part.search(data)
-            except Exception as exc:
-                raise _RuntimeFailure(
-                    self._where(f"set.{key}", "{{ " + part.text + " }}", exc)
-                ) from None
-            chunks.append(render_value(value))
-        return "".join(chunks)
-
-    def _where(self, key: str, expr: str, exc: Exception) -> str:
-        return (
-            f"policy rule {self.name!r} ({self.file}) → {key}: {expr!r} failed at run time: "
-            f"{type(exc).__name__}: {exc}"
-        )
-
-
-def render_value(value: Any) -> str:
-    """A template result as text: strings as they are, null as empty, others as JSON."""
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _steps(rules: list[Rule], point: str) -> tuple[_Step, ...]:
-    out: list[_Step] = []
-    for rule in rules:
-        if point not in rule.points:
-            continue
-        values: dict[str, Value] = rule.values.get(point, {})
-        out.append(_Step(
-            name=rule.name, file=rule.file, audit=rule.audit, when=rule.when.get(point),
-            when_text=rule.when_text or "",
-            constants=tuple((k, v) for k, v in values.items() if not isinstance(v, Template)),
-            templates=tuple((k, v) for k, v in values.items() if isinstance(v, Template)),
-        ))
-    return tuple(out)
+from the_loop.hooks.policy.fast import FastPlan, fast_plan
+from the_loop.hooks.policy.rules import AFFIXES, Policy
+from the_loop.hooks.policy.steps import RuntimeFailure, Step, steps_at
 
 
 class PolicyExecutor:
@@ -114,11 +46,10 @@ class PolicyExecutor:
         named = {p for r in policy.rules for p in r.points}
         allowed = set(points) if points is not None else set(POINTS)
         self._points = tuple(p for p in POINTS if p in named and p in allowed)
-        self._steps = {p: _steps(policy.rules, p) for p in self._points}
-        # The hot loop's view: (the condition's evaluator or None, the step), per point.
-        self._plans: dict[str, tuple[tuple[Callable[[Any], Any] | None, _Step], ...]] = {
-            p: tuple((s.when.search if s.when is not None else None, s) for s in steps)
-            for p, steps in self._steps.items()
+        fast = not policy.reference  # a policy read with reference=True runs on the JSON view
+        self._steps = {p: steps_at(policy.rules, p, fast=fast) for p in self._points}
+        self._fast: dict[str, FastPlan | None] = {
+            p: fast_plan(p, steps) if fast else None for p, steps in self._steps.items()
         }
 
     def bind_log(self, log: EventLog) -> None:
@@ -132,50 +63,52 @@ class PolicyExecutor:
         """The names of the rules looked at for `point`, in evaluation order."""
         return [s.name for s in self._steps.get(point, ())]
 
+    def plan(self, point: str) -> FastPlan | None:
+        """The compiled matchers of `point` (None: each rule runs on a JSON view)."""
+        return self._fast.get(point)
+
     def handler(self, point: str) -> Callable[[Context], Decisions | None]:
         steps = self._steps.get(point, ())
         if not steps:
             return _pass
-        return lambda ctx: self.evaluate(point, ctx)
+        fast = self._fast.get(point)
+        if fast is None:
+            return lambda ctx: self.evaluate(point, ctx)
+        cls = POINTS[point]
 
-    def evaluate(self, point: str, ctx: Context) -> Decisions | None:
-        """The decisions of the rules at `point` for `ctx`, or None when no enforce rule applied."""
+        def handle(ctx: Context) -> Decisions | None:
+            if ctx.__class__ is cls:
+                found = fast.match(ctx)
+                if found is not None:
+                    return self._decide(point, ctx, *found)
+            return self.evaluate(point, ctx, fast=False)
+
+        return handle
+
+    def evaluate(self, point: str, ctx: Context, *, fast: bool = True) -> Decisions | None:
+        """The decisions of the rules at `point` for `ctx`, or None when no enforce rule applied.
+
+        `fast=False` evaluates each rule on a JSON view of the context (the reference path).
+        """
+        plan = self._fast.get(point) if fast else None
+        if plan is not None and ctx.__class__ is POINTS[point]:
+            found = plan.match(ctx)
+            if found is not None:
+                return self._decide(point, ctx, *found)
         data = context_to_json(ctx)
-        audit_errors: list[str] = []
-        # Pass 1, the hot loop: which rules match. Every `when` reads the same `data`.
-        hits: list[_Step] = []
-        for search, step in self._plans[point]:
-            if search is not None:
-                try:
-                    r = search(data)
-                except Exception as exc:  # any failure inside an expression, never silent
-                    if step.audit:  # a rule on trial: record it, never change the outcome
-                        audit_errors.append(step.failure(exc))
-                        continue
-                    raise HookError(step.failure(exc)) from None
-                # JMESPath truth: false, null, "", [] and {} are false; all else is true.
-                if r is not True and (r is False or r is None or r == "" or r == [] or r == {}):
-                    continue
-            hits.append(step)
-        # Pass 2: what the matching rules decide, in rule order.
+        return self._decide(point, ctx, *_match_json(self._steps[point], data))
+
+    def _decide(
+        self, point: str, ctx: Context, enforce: Iterable[Step], audit: Iterable[Step],
+        audit_errors: list[str], render: Callable[[Step], dict[str, Any]],
+    ) -> Decisions | None:
+        """What the matching rules decide, in rule order; audit rules are recorded."""
         values: dict[str, Any] = {}
         applied: list[str] = []
         affixes: dict[str, tuple[list[str], list[str]]] = {}
-        audited: list[str] = []
-        would: dict[str, dict[str, Any]] = {}
         refused = False
-        for step in hits:
-            try:
-                decided = step.values(data)
-            except _RuntimeFailure as exc:
-                if step.audit:
-                    audit_errors.append(str(exc))
-                    continue
-                raise HookError(str(exc)) from None
-            if step.audit:
-                audited.append(step.name)
-                would[step.name] = decided
-                continue
+        for step in enforce:
+            decided = step.static if step.static is not None else _render(step, render)
             applied.append(step.name)
             for key, value in decided.items():
                 affix = AFFIXES.get(key)
@@ -190,6 +123,15 @@ class PolicyExecutor:
                 values["reason"] = decided.get("reason") or (
                     f"refused by policy rule {step.name!r}"
                 )
+        audited: list[str] = []
+        would: dict[str, dict[str, Any]] = {}
+        for step in audit:
+            try:
+                would[step.name] = dict(step.static) if step.static is not None else render(step)
+            except RuntimeFailure as exc:
+                audit_errors.append(str(exc))
+                continue
+            audited.append(step.name)
         if audited or audit_errors:
             fields: dict[str, Any] = {
                 "point": point, "hook": self.name, "rules": audited, "would": would,
@@ -201,9 +143,40 @@ class PolicyExecutor:
         if not applied:
             return None
         for target, (pre, post) in affixes.items():
-            base = values.get(target, data.get(target, ""))
+            base = values.get(target, getattr(ctx, target, ""))
             values[target] = "".join(pre) + base + "".join(post)
         return Decisions(values=values, detail={"rules": applied})
+
+
+def _render(step: Step, render: Callable[[Step], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return render(step)
+    except RuntimeFailure as exc:
+        raise HookError(str(exc)) from None
+
+
+def _match_json(
+    steps: tuple[Step, ...], data: dict[str, Any]
+) -> tuple[list[Step], list[Step], list[str], Callable[[Step], dict[str, Any]]]:
+    """Each rule's `when` on the JSON view `data`, in rule order: (enforce hits, audit hits,
+    audit errors, how to render a hit's values)."""
+    enforce: list[Step] = []
+    audit: list[Step] = []
+    errors: list[str] = []
+    for step in steps:
+        if step.when is not None:
+            try:
+                r = step.when.search(data)
+            except Exception as exc:  # any failure inside an expression, never silent
+                if step.audit:  # a rule on trial: record it, never change the outcome
+                    errors.append(step.failure(exc))
+                    continue
+                raise HookError(step.failure(exc)) from None
+            # JMESPath truth: false, null, "", [] and {} are false; all else is true.
+            if r is not True and (r is False or r is None or r == "" or r == [] or r == {}):
+                continue
+        (audit if step.audit else enforce).append(step)
+    return enforce, audit, errors, lambda step: step.values(data)
 
 
 def _pass(ctx: Context) -> None:

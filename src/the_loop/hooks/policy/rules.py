@@ -89,11 +89,16 @@ class Rule:
 
 @dataclass
 class Policy:
-    """Every rule of a folder, in evaluation order (files by name, rules in file order)."""
+    """Every rule of a folder, in evaluation order (files by name, rules in file order).
+
+    `reference`: the expressions run on jmespath's reference interpreter (a JSON view of the
+    context per evaluation) instead of compiled code.
+    """
 
     folder: Path
     files: list[Path]
     rules: list[Rule]
+    reference: bool = False
 
     def rules_at(self, point: str) -> list[Rule]:
         return [r for r in self.rules if point in r.points]
@@ -122,8 +127,12 @@ def rule_files(folder: Path) -> list[Path]:
     )
 
 
-def read_policy(folder: Path, *, reference: bool = False) -> Policy:
-    """Read and check every rule file in `folder`; raises `PolicyError` listing every error."""
+def read_policy(folder: Path, *, reference: bool = False, lazy: bool = False) -> Policy:
+    """Read and check every rule file in `folder`; raises `PolicyError` listing every error.
+
+    `lazy` defers generating each expression's own code to its first use: the executor
+    compiles a point's conditions together (`fast.py`) and rarely needs them one by one.
+    """
     if not folder.exists():
         raise PolicyError([
             f"{folder}: no such folder. A policy entry names a folder of rule files, relative "
@@ -137,14 +146,14 @@ def read_policy(folder: Path, *, reference: bool = False) -> Policy:
             f"{folder}: no rule files (*.yaml or *.yml) in this folder; add one with a "
             "`rules:` list (see docs/policy-guide.md)"
         ])
-    checker = _Checker(reference)
+    checker = _Checker(reference, lazy)
     for path in files:
         checker.read_file(path)
     if not checker.errors and not checker.rules:
         checker.errors.append(f"{folder}: the rule files hold no rules")
     if checker.errors:
         raise PolicyError(checker.errors, folder=str(folder))
-    return Policy(folder, files, checker.rules)
+    return Policy(folder, files, checker.rules, reference)
 
 
 def _got(value: object) -> str:
@@ -154,8 +163,9 @@ def _got(value: object) -> str:
 class _Checker:
     """Collects rules and errors across the files of one folder."""
 
-    def __init__(self, reference: bool) -> None:
+    def __init__(self, reference: bool, lazy: bool = False) -> None:
         self.reference = reference
+        self.lazy = lazy
         self.errors: list[str] = []
         self.rules: list[Rule] = []
         self.seen: dict[str, str] = {}  # rule name → file
@@ -396,6 +406,7 @@ class _Checker:
             try:
                 out[point] = compile_expression(
                     text, field_types=field_types(point), reference=self.reference,
+                    lazy=self.lazy,
                 )
             except Exception as exc:  # jmespath's parse/lexer/arity/unknown-function errors
                 fail(key, describe_compile_error(shown, text, exc))

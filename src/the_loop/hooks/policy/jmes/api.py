@@ -90,6 +90,12 @@ class CompiledExpression:
         setter = object.__setattr__
         setter(self, "text", text)
         setter(self, "ast", ast)
+        self._settle(evaluate, compiled, fallback_reason, source)
+
+    def _settle(
+        self, evaluate: Callable[[Any], Any], compiled: bool, fallback_reason: str, source: str
+    ) -> None:
+        setter = object.__setattr__
         setter(self, "compiled", compiled)
         setter(self, "fallback_reason", fallback_reason)
         setter(self, "source", source)
@@ -97,9 +103,21 @@ class CompiledExpression:
         # Shadow the method with the evaluator itself: one Python call less per evaluation.
         setter(self, "search", evaluate)
 
+    def __getattr__(self, name: str) -> Any:
+        """A lazy expression (``compile_expression(lazy=True)``) generates its code when one of
+        ``compiled``, ``fallback_reason``, ``source`` is first read (or on its first search)."""
+        generate = self.__dict__.get("_generate")
+        if generate is None or name.startswith("__"):
+            raise AttributeError(name)
+        generate()
+        try:
+            return self.__dict__[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
     def search(self, data: Any) -> Any:
         """Evaluate the expression against ``data`` (a JSON-like value)."""
-        evaluate: Callable[[Any], Any] = self.__dict__["_evaluate"]
+        evaluate: Callable[[Any], Any] = self._evaluate  # generated now if lazy
         return evaluate(data)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -150,14 +168,20 @@ def _check_functions(node: Mapping[str, Any]) -> None:
 
 
 def compile_expression(
-    text: str, *, field_types: Mapping[str, str] | None = None, reference: bool = False
+    text: str,
+    *,
+    field_types: Mapping[str, str] | None = None,
+    reference: bool = False,
+    lazy: bool = False,
 ) -> CompiledExpression:
     """Parse and compile a JMESPath expression.
 
     Parse errors are jmespath's own (``ParseError``, ``LexerError``, ``IncompleteExpressionError``,
     ``EmptyExpressionError``); unknown functions and wrong arities raise ``UnknownFunctionError``
     / ``ArityError`` here, at compile time. ``reference=True`` evaluates with the (corrected)
-    reference interpreter instead of generated code.
+    reference interpreter instead of generated code. ``lazy=True`` parses and checks now but
+    generates the code on first use (for an expression that usually runs inside a
+    ``batch.compile_matcher`` function instead); it is counted in ``compile_stats()`` then.
 
     ``field_types`` maps root field names to ``"str"``, ``"bool"``, ``"int"``, ``"list[str]"`` or
     ``"object"``. It is a promise about the root document: each named field is either missing or
@@ -180,6 +204,36 @@ def compile_expression(
     parsed = Parser().parse(text)
     ast = cast("dict[str, Any]", parsed.parsed)
     _check_functions(ast)
+    expression: CompiledExpression = object.__new__(CompiledExpression)
+    object.__setattr__(expression, "text", text)
+    object.__setattr__(expression, "ast", ast)
+    if not lazy or reference:
+        _generate(expression, field_types, reference)
+        return expression
+
+    def generate() -> None:
+        with _LAZY_LOCK:
+            if "_generate" in expression.__dict__:
+                _generate(expression, field_types, reference)
+                del expression.__dict__["_generate"]
+
+    def first_search(data: Any) -> Any:
+        generate()
+        return expression.search(data)
+
+    object.__setattr__(expression, "_generate", generate)
+    object.__setattr__(expression, "search", first_search)
+    return expression
+
+
+_LAZY_LOCK = threading.Lock()
+
+
+def _generate(
+    expression: CompiledExpression, field_types: Mapping[str, str] | None, reference: bool
+) -> None:
+    """Generate ``expression``'s evaluator (or fall back to the reference) and count it."""
+    ast = expression.ast
     reason = "reference interpreter requested" if reference else ""
     if not reference:
         try:
@@ -190,11 +244,11 @@ def compile_expression(
             reason = f"generated code did not compile: {type(exc).__name__}: {exc}"
         else:
             _count("compiled")
-            expression = CompiledExpression(text, ast, evaluate, compiled=True, source=source)
+            expression._settle(evaluate, True, "", source)
             settle(expression)
-            return expression
+            return
     _count("reference" if reference else "fallback")
-    return CompiledExpression(text, ast, interpreter(ast), compiled=False, fallback_reason=reason)
+    expression._settle(interpreter(ast), False, reason, "")
 
 
 #: What compiling generated code may raise; the expression then falls back to the reference.

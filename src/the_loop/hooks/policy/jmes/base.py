@@ -72,6 +72,12 @@ class CodegenBase:
         self.globals[name] = value
         return name
 
+    def bind(self, path: tuple[str, ...], fn: Fn) -> tuple[Val, int] | None:
+        """A value for the root field chain ``path`` (or a prefix of it) and how many names it
+        covers, or None to read the fields from the root as usual. ``batch.py`` binds them to
+        values read once, straight from the root object."""
+        return None
+
     def build(
         self, ast: Node, deoptimize: Callable[[Any], Any] | None = None
     ) -> tuple[Callable[[Any], Any], str]:

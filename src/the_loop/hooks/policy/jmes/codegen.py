@@ -50,7 +50,6 @@ class Codegen(Calls):
     Evaluation is pure, so doing it twice is unobservable.
     """
 
-
     # -- nodes ------------------------------------------------------------------------------
 
     def n_literal(self, node: Node, cur: Val, fn: Fn) -> Val:
@@ -67,6 +66,10 @@ class Codegen(Calls):
             return self.const(cur.literal.get(key) if isinstance(cur.literal, dict) else None)
         if OBJ not in cur.kind:
             return self.discard(cur, fn)
+        if cur.root:
+            bound = self.bind((key,), fn)
+            if bound is not None:
+                return bound[0]
         kind = ANY
         if cur.root and key in self.field_types:
             kind = DECLARED[self.field_types[key]]
@@ -81,7 +84,21 @@ class Codegen(Calls):
 
     def n_subexpression(self, node: Node, cur: Val, fn: Fn) -> Val:
         result = cur
-        for child in node["children"]:
+        children: list[Node] = node["children"]
+        if cur.root:  # a chain of fields from the root may be bound to one value
+            lead = 0
+            while lead < len(children) and children[lead]["type"] == "current":
+                lead += 1
+            names: list[str] = []
+            for child in children[lead:]:
+                if child["type"] != "field":
+                    break
+                names.append(child["value"])
+            bound = self.bind(tuple(names), fn) if names else None
+            if bound is not None:
+                result, used = bound
+                children = children[lead + used :]
+        for child in children:
             if not (self.optimistic and child["type"] == "field"):
                 result = self.simple(result, fn)  # an optimistic field embeds its operand once
             result = self.expr(child, result, fn)

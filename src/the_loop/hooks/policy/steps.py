@@ -1,0 +1,168 @@
+"""One rule as evaluated at one point (`Step`): its condition, and its `set` values ready to render.
+
+A rule's values are split at load into constants and templates; a rule without templates (or
+whose placeholders are all literals) has its whole `set` pre-rendered in `Step.static`. A
+template renders from the JSON view of the context (`values`, the reference path) or from the
+context object itself through compiled functions (`values_fast`); both give the same text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from the_loop.hooks.points import SPECS, WorkItem, context_to_json
+from the_loop.hooks.policy.jmes.api import COMPILE_ERRORS
+from the_loop.hooks.policy.jmes.batch import Record, Shape, compile_value
+from the_loop.hooks.policy.rules import Rule, Template, Value
+
+__all__ = ["RuntimeFailure", "Step", "render_value", "shape_of", "steps_at"]
+
+#: A template as the fast path renders it: text, or (the expression's text, its evaluator).
+FastPart = str | tuple[str, Callable[[Any], Any]]
+
+
+class RuntimeFailure(Exception):
+    """An expression of one rule failed at run time (converted to HookError or an audit note)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """One rule at one point: the hot path reads only these fields."""
+
+    name: str
+    file: str
+    audit: bool
+    when: Any  # CompiledExpression | None
+    when_text: str
+    constants: tuple[tuple[str, Any], ...]
+    templates: tuple[tuple[str, Template], ...]
+    static: dict[str, Any] | None = None  # every value, when no template needs the context
+    fast: tuple[tuple[str, tuple[FastPart, ...]], ...] = ()
+
+    def failure(self, exc: Exception) -> str:
+        """The message for this rule's `when` failing at run time."""
+        return self._where("when", self.when_text, exc)
+
+    def values(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The rule's values, templates rendered from the JSON view `data`."""
+        out = dict(self.constants)
+        for key, template in self.templates:
+            chunks: list[str] = []
+            for part in template.parts:
+                if isinstance(part, str):
+                    chunks.append(part)
+                else:
+                    chunks.append(self._value(key, part.text, part.search, data))
+            out[key] = "".join(chunks)
+        return out
+
+    def values_fast(self, ctx: Any) -> dict[str, Any]:
+        """The rule's values, templates rendered from the context object `ctx`."""
+        out = dict(self.constants)
+        for key, parts in self.fast:
+            chunks: list[str] = []
+            for part in parts:
+                if isinstance(part, str):
+                    chunks.append(part)
+                else:
+                    chunks.append(self._value(key, part[0], part[1], ctx))
+            out[key] = "".join(chunks)
+        return out
+
+    def _value(self, key: str, text: str, evaluate: Callable[[Any], Any], root: Any) -> str:
+        try:
+            return render_value(evaluate(root))
+        except Exception as exc:
+            raise RuntimeFailure(self._where(f"set.{key}", "{{ " + text + " }}", exc)) from None
+
+    def _where(self, key: str, expr: str, exc: Exception) -> str:
+        return (
+            f"policy rule {self.name!r} ({self.file}) → {key}: {expr!r} failed at run time: "
+            f"{type(exc).__name__}: {exc}"
+        )
+
+
+def render_value(value: Any) -> str:
+    """A template result as text: strings as they are, null as empty, others as JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@functools.cache
+def shape_of(point: str) -> Shape:
+    """What compiled code may assume of `point`'s context: the catalog's fields and types."""
+    item = Record(
+        WorkItem, {f.name: str(f.type) for f in dataclasses.fields(WorkItem)}, WorkItem.to_json
+    )
+    fields: dict[str, str | Record] = {
+        f.name: item if f.type == "WorkItem" else f.type for f in SPECS[point].fields
+    }
+    return Shape(fields, context_to_json)
+
+
+def steps_at(rules: list[Rule], point: str, *, fast: bool = True) -> tuple[Step, ...]:
+    """The steps of the rules that apply at `point`, in rule order."""
+    out: list[Step] = []
+    for rule in rules:
+        if point not in rule.points:
+            continue
+        values: dict[str, Value] = rule.values.get(point, {})
+        constants: dict[str, Any] = {
+            k: v for k, v in values.items() if not isinstance(v, Template)
+        }
+        templates: dict[str, Template] = {}
+        for key, value in values.items():
+            if isinstance(value, Template):
+                folded = _fold(value)  # every placeholder a literal: rendered now
+                if folded is None:
+                    templates[key] = value
+                else:
+                    constants[key] = folded
+        static = None if templates else dict(constants)
+        out.append(Step(
+            name=rule.name, file=rule.file, audit=rule.audit, when=rule.when.get(point),
+            when_text=rule.when_text or "",
+            constants=tuple(constants.items()), templates=tuple(templates.items()),
+            static=static,
+            fast=tuple((k, _fast_parts(t, point)) for k, t in templates.items()) if fast else (),
+        ))
+    return tuple(out)
+
+
+def _fold(template: Template) -> str | None:
+    """The rendered template when every placeholder is a literal, else None."""
+    chunks: list[str] = []
+    for part in template.parts:
+        if isinstance(part, str):
+            chunks.append(part)
+        elif part.ast.get("type") == "literal":
+            chunks.append(render_value(part.ast["value"]))
+        else:
+            return None
+    return "".join(chunks)
+
+
+def _on_json_view(search: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda ctx: search(context_to_json(ctx))
+
+
+def _fast_parts(template: Template, point: str) -> tuple[FastPart, ...]:
+    parts: list[FastPart] = []
+    for part in template.parts:
+        if isinstance(part, str):
+            parts.append(part)
+            continue
+        try:
+            evaluate = compile_value(part.ast, shape_of(point), part.search)
+        except COMPILE_ERRORS:  # the reference's evaluator, on a JSON view built for it
+            evaluate = _on_json_view(part.search)
+        parts.append((part.text, evaluate))
+    return tuple(parts)
