@@ -1,31 +1,41 @@
-"""Policy rules vs the same rules as plain Python, through the same Chain: call and load time.
+"""Policy rules vs the same rules written by hand in Python, through the same Chain (issue 8).
 
-One point (session_spawn) is run against policies of 10, 100 and 1,000 rules, one in ten
-matching (each match adds a prompt prefix), three ways: the policy executor with compiled
-expressions, the policy executor on jmespath's reference interpreter, and a LifecycleHooks
-class whose method runs the same conditions written as Python functions. Load time is
-reading + checking the YAML folder for a policy, importing the generated .py file for Python.
-Prints a markdown table; ratios are against the plain-Python baseline measured in this run.
+One point (session_spawn) runs against policies of 10, 100 and 1,000 rules, one in ten matching
+(each match adds a prompt prefix), three ways, in one process:
 
-    /work/venv/bin/python benchmarks/policy.py
+* the policy executor as it runs (compiled: one generated function per point),
+* the policy executor on jmespath's reference interpreter (`load_policy(reference=True)`),
+* a LifecycleHooks class with one plain `if` per rule, as an operator writes it by hand.
+
+Then the same executors called directly (no chain), the chain's own cost, the load times
+(reading and checking the YAML folder; importing the generated .py file for Python), and the
+compliance suite's benchmarks.json expressions (from benchmarks/jmespath_compiler.py).
+Prints markdown tables; ratios are against the hand-written Python measured in this run.
+
+    /work/venv/bin/python benchmarks/policy.py [--quick]
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from jmespath_compiler import expression_rows, print_expression_table
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link
+from the_loop.hooks.chain import Chain, Link, copy_context
+from the_loop.hooks.executor import LifecycleHooks
 from the_loop.hooks.points import SessionSpawn, WorkItem
 from the_loop.hooks.policy import load_policy
 
-SIZES = (10, 100, 1000)
+QUICK = "--quick" in sys.argv
+SIZES = (10, 100) if QUICK else (10, 100, 1000)
 CTX = SessionSpawn(
     work_item=WorkItem(ref="local:acme/app#1", tracker="local", owner="acme", repo="app",
                        repository="acme/app", number=1, kind="issue"),
@@ -51,30 +61,35 @@ def rules_yaml(n: int) -> str:
 
 
 def rules_python(n: int) -> str:
+    """The rules as an operator writes them by hand: one plain `if` per rule."""
     out = [
         "from the_loop.hooks.executor import LifecycleHooks",
         "",
+        "class Rules(LifecycleHooks):",
+        "    def session_spawn(self, ctx):",
+        "        prefix = ''",
     ]
     for i in range(n):
         label = "loop" if matches(i) else f"team-{i}"
         out += [
-            f"def rule_{i}(ctx):",
-            f"    return ctx.work_item.repository == 'acme/app' and {label!r} in ctx.labels",
-            "",
+            f"        if ctx.work_item.repository == 'acme/app' and {label!r} in ctx.labels:",
+            f"            prefix += {f'[{i}] '!r}",
         ]
-    pairs = ", ".join(f"(rule_{i}, {f'[{i}] '!r})" for i in range(n))
     out += [
-        f"RULES = [{pairs}]",
-        "",
-        "class Rules(LifecycleHooks):",
-        "    def session_spawn(self, ctx):",
-        "        prefix = ''.join(p for rule, p in RULES if rule(ctx))",
         "        if not prefix:",
         "            return None",
         "        ctx.prompt = prefix + ctx.prompt",
         "        return ctx",
     ]
     return "\n".join(out) + "\n"
+
+
+class Floor(LifecycleHooks):
+    """The least a hook that changes the prompt can do: the chain's own cost."""
+
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt = "[0] " + ctx.prompt
+        return ctx
 
 
 def import_path(path: Path) -> Any:
@@ -85,41 +100,76 @@ def import_path(path: Path) -> Any:
     return module
 
 
-def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    started = time.perf_counter()
-    result = fn()
-    return result, time.perf_counter() - started
+def best_load(fn: Callable[[], Any], times: int = 1 if QUICK else 3) -> tuple[Any, float]:
+    """(result, seconds): the best of `times` runs, each after a full garbage collection."""
+    best = float("inf")
+    result = None
+    for _ in range(times):
+        result = None
+        gc.collect()
+        started = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - started)
+    return result, best
 
 
-def per_call(chains: dict[str, Chain], budget: float = 0.05, rounds: int = 7) -> dict[str, float]:
-    """Seconds per chain.run(CTX) for each chain: best of `rounds`, measured round-robin.
+def per_call(calls: dict[str, Callable[[], Any]], budget: float = 0.05,
+             rounds: int = 7) -> dict[str, float]:
+    """Seconds per call of each function: best of `rounds`, measured round-robin.
 
-    Interleaving the chains within each round lets them share whatever else the machine is
-    doing, so the ratios hold even when the absolute numbers wander.
+    Interleaving the functions within each round lets them share whatever else the machine
+    is doing, so the ratios hold even when the absolute numbers wander.
     """
-    def spend(chain: Chain, n: int) -> float:
-        run = chain.run
+    if QUICK:
+        budget, rounds = 0.005, 2
+
+    def spend(fn: Callable[[], Any], n: int) -> float:
         started = time.perf_counter()
         for _ in range(n):
-            run(CTX)
+            fn()
         return time.perf_counter() - started
 
-    calls: dict[str, int] = {}
-    for key, chain in chains.items():  # calibrate: enough calls to fill `budget`
+    counts: dict[str, int] = {}
+    for key, fn in calls.items():  # calibrate: enough calls to fill `budget`
         n = 1
-        while spend(chain, n) < budget and n < 1_000_000:
+        while spend(fn, n) < budget and n < 1_000_000:
             n *= 2
-        calls[key] = n
-    best = dict.fromkeys(chains, float("inf"))
+        counts[key] = n
+    best = dict.fromkeys(calls, float("inf"))
     for _ in range(rounds):
-        for key, chain in chains.items():
-            best[key] = min(best[key], spend(chain, calls[key]) / calls[key])
+        for key, fn in calls.items():
+            best[key] = min(best[key], spend(fn, counts[key]) / counts[key])
     return best
+
+
+def direct_calls(python: Any, compiled: Any, reference: Any) -> dict[str, Callable[[], Any]]:
+    """Each executor's handler on a context; the Python hook gets a fresh copy each call (it
+    edits the context it is given, as the chain allows); the policy never modifies its own."""
+    work = copy_context(CTX)
+    hook = python.session_spawn
+    fast = compiled.handler("session_spawn")
+    slow = reference.handler("session_spawn")
+    return {
+        "python": lambda: hook(copy_context(work)),
+        "compiled": lambda: fast(work),
+        "reference": lambda: slow(work),
+    }
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f}"
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f}"
 
 
 def main() -> int:
     sys.dont_write_bytecode = True  # every import of the generated module compiles it
-    rows: list[str] = []
+    chained: list[str] = []
+    direct: list[str] = []
+    loads: list[str] = []
+    floor = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         for n in SIZES:
@@ -129,35 +179,56 @@ def main() -> int:
             pyfile = base / f"rules{n}.py"
             pyfile.write_text(rules_python(n), encoding="utf-8")
 
-            module, load_py = timed(lambda pyfile=pyfile: import_path(pyfile))  # type: ignore[misc]
-            compiled, load_c = timed(lambda folder=folder: load_policy("p", folder))  # type: ignore[misc]
-            reference, load_r = timed(  # type: ignore[misc]
-                lambda folder=folder: load_policy("p", folder, reference=True)
-            )
-            chains = {}
-            for key, executor, points in (
-                ("python", module.Rules(), frozenset({"session_spawn"})),
-                ("compiled", compiled, frozenset(compiled.points())),
-                ("reference", reference, frozenset(reference.points())),
-            ):
-                chains[key] = Chain([Link("rules", executor, points)], log=EventLog())
+            module, load_py = best_load(partial(import_path, pyfile))
+            compiled, load_c = best_load(partial(load_policy, "p", folder))
+            reference, load_r = best_load(partial(load_policy, "p", folder, reference=True))
+            python = module.Rules()
+            chains = {
+                key: Chain([Link("rules", executor, frozenset({"session_spawn"}))], log=EventLog())
+                for key, executor in (
+                    ("python", python), ("compiled", compiled), ("reference", reference),
+                    ("floor", Floor()),
+                )
+            }
             prompts = {key: chain.run(CTX).prompt for key, chain in chains.items()}
-            assert len(set(prompts.values())) == 1, prompts
+            assert prompts["python"] == prompts["compiled"] == prompts["reference"], prompts
             assert prompts["python"].count("] ") == n // 10
-            t = per_call(chains)
-            rows.append(
-                f"| {n:,} | {t['python'] * 1e6:,.1f} | {t['compiled'] * 1e6:,.1f} | "
-                f"{t['compiled'] / t['python']:.1f}× | {t['reference'] * 1e6:,.1f} | "
-                f"{t['reference'] / t['python']:.1f}× | {load_py * 1e3:,.1f} | "
-                f"{load_c * 1e3:,.1f} | {load_c / load_py:.0f}× | {load_r * 1e3:,.1f} |"
+            t = per_call({key: partial(chain.run, CTX) for key, chain in chains.items()})
+            floor = t["floor"]
+            chained.append(
+                f"| {n:,} | {us(t['python'])} | {us(t['compiled'])} | "
+                f"{t['compiled'] / t['python']:.2f}× | {us(t['reference'])} | "
+                f"{t['reference'] / t['python']:.1f}× | {t['reference'] / t['compiled']:.1f}× |"
             )
+            d = per_call(direct_calls(python, compiled, reference))
+            direct.append(
+                f"| {n:,} | {us(d['python'])} | {us(d['compiled'])} | "
+                f"{d['compiled'] / d['python']:.2f}× | {us(d['reference'])} | "
+                f"{d['reference'] / d['python']:.1f}× |"
+            )
+            loads.append(f"| {n:,} | {ms(load_py)} | {ms(load_c)} | {ms(load_r)} |")
     print("session_spawn through one Chain, 1 rule in 10 matching (best of 7, interleaved; "
-          "µs per call, ms per load; × = ratio to plain Python)\n")
-    print("| rules | Python µs | policy compiled µs | ratio | policy reference µs | ratio "
-          "| load Python ms | load compiled ms | ratio | load reference ms |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for row in rows:
-        print(row)
+          "µs per call; × = ratio)\n")
+    print("| rules | hand-written Python µs | policy compiled µs | compiled / Python "
+          "| policy reference µs | reference / Python | reference / compiled |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(chained))
+    print(f"\nThe chain's own cost, with a hook that only prepends to the prompt: {us(floor)} µs "
+          "(copies, read-back, the hooks.decided event).\n")
+    print("The same executors called directly, without the chain (µs per call; the Python hook "
+          "gets a fresh copy of the context, as the chain gives it):\n")
+    print("| rules | hand-written Python µs | policy compiled µs | compiled / Python "
+          "| policy reference µs | reference / Python |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(direct))
+    print("\nLoad (best of 3, ms): importing the generated Python module; reading, checking and "
+          "compiling the YAML folder\n")
+    print("| rules | Python import ms | policy compiled ms | policy reference ms |")
+    print("|---:|---:|---:|---:|")
+    print("\n".join(loads))
+    print("\nThe compliance suite's benchmarks.json expressions and typical policy conditions, "
+          "one evaluation each (µs; from benchmarks/jmespath_compiler.py)\n")
+    print_expression_table(expression_rows(QUICK))
     return 0
 
 

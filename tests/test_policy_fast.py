@@ -368,3 +368,19 @@ def test_i8_2_a_context_off_the_catalog_types_is_evaluated_like_the_reference(
     plan = typed.fast.plan("session_spawn")
     assert plan is not None and plan.match(ctx) is None  # the fast path declines ...
     typed.check(ctx)  # ... and the JSON view gives the reference's verdict
+
+
+def test_i8_measure_the_policy_benchmark_runs_and_prints_its_tables() -> None:
+    """Not a timing test: benchmarks/policy.py keeps working (`--quick`, numbers unchecked)."""
+    import subprocess
+    import sys
+
+    script = ROOT / "benchmarks" / "policy.py"
+    result = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
+                            text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "| rules | hand-written Python µs | policy compiled µs | compiled / Python " in out
+    assert "| rules | Python import ms | policy compiled ms | policy reference ms |" in out
+    assert "| compliance | `b` |" in out and "| policy | `work_item.kind" in out
+    assert out.count("\n| 10 | ") == 3 and out.count("\n| 100 | ") == 3

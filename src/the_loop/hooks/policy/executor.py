@@ -18,15 +18,15 @@ that is not a `WorkItem`); both give the same decisions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from the_loop.events import EventLog
 from the_loop.hooks.executor import Decisions, HookError
 from the_loop.hooks.points import POINTS, Context, context_to_json
-from the_loop.hooks.policy.fast import FastPlan, fast_plan
-from the_loop.hooks.policy.rules import AFFIXES, Policy
-from the_loop.hooks.policy.steps import RuntimeFailure, Step, steps_at
+from the_loop.hooks.policy.fast import FastPlan, Found, fast_plan
+from the_loop.hooks.policy.rules import Policy
+from the_loop.hooks.policy.steps import RuntimeFailure, Step, effects_of, steps_at
 
 
 class PolicyExecutor:
@@ -80,7 +80,7 @@ class PolicyExecutor:
             if ctx.__class__ is cls:
                 found = fast.match(ctx)
                 if found is not None:
-                    return self._decide(point, ctx, *found)
+                    return self._decide(point, ctx, found, ctx, True)
             return self.evaluate(point, ctx, fast=False)
 
         return handle
@@ -94,40 +94,51 @@ class PolicyExecutor:
         if plan is not None and ctx.__class__ is POINTS[point]:
             found = plan.match(ctx)
             if found is not None:
-                return self._decide(point, ctx, *found)
+                return self._decide(point, ctx, found, ctx, True)
         data = context_to_json(ctx)
-        return self._decide(point, ctx, *_match_json(self._steps[point], data))
+        return self._decide(point, ctx, _match_json(self._steps[point], data), data, False)
 
     def _decide(
-        self, point: str, ctx: Context, enforce: Iterable[Step], audit: Iterable[Step],
-        audit_errors: list[str], render: Callable[[Step], dict[str, Any]],
+        self, point: str, ctx: Context, found: Found, root: Any, fast: bool
     ) -> Decisions | None:
-        """What the matching rules decide, in rule order; audit rules are recorded."""
+        """What the matching rules decide, in rule order; audit rules are recorded.
+
+        `found` is (enforce hits, audit hits, audit errors); templates render from `root`, the
+        context itself when `fast`, else its JSON view.
+        """
+        enforce, audit, audit_errors = found
         values: dict[str, Any] = {}
         applied: list[str] = []
-        affixes: dict[str, tuple[list[str], list[str]]] = {}
+        affixes: dict[str, tuple[list[Any], list[Any]]] = {}
         refused = False
         for step in enforce:
-            decided = step.static if step.static is not None else _render(step, render)
+            fx = step.effects
+            if fx is None:
+                try:
+                    fx = effects_of(step.render(root, fast))
+                except RuntimeFailure as exc:
+                    raise HookError(str(exc)) from None
             applied.append(step.name)
-            for key, value in decided.items():
-                affix = AFFIXES.get(key)
-                if affix is not None:
-                    target, side = affix
-                    pre, post = affixes.setdefault(target, ([], []))
-                    (pre if side == "prefix" else post).append(value)
-                elif not refused or (key != "proceed" and key != "reason"):
+            for key, value in fx.sets:
+                values[key] = value
+            if not refused:
+                for key, value in fx.unless_refused:
                     values[key] = value
-            if decided.get("proceed") is False and not refused:
-                refused = True
-                values["reason"] = decided.get("reason") or (
-                    f"refused by policy rule {step.name!r}"
-                )
+                if fx.refuses:
+                    refused = True
+                    values["reason"] = fx.reason or f"refused by policy rule {step.name!r}"
+            for target, side, value in fx.affixes:
+                pair = affixes.get(target)
+                if pair is None:
+                    pair = affixes[target] = ([], [])
+                pair[side].append(value)
         audited: list[str] = []
         would: dict[str, dict[str, Any]] = {}
         for step in audit:
             try:
-                would[step.name] = dict(step.static) if step.static is not None else render(step)
+                would[step.name] = (
+                    dict(step.static) if step.static is not None else step.render(root, fast)
+                )
             except RuntimeFailure as exc:
                 audit_errors.append(str(exc))
                 continue
@@ -145,21 +156,12 @@ class PolicyExecutor:
         for target, (pre, post) in affixes.items():
             base = values.get(target, getattr(ctx, target, ""))
             values[target] = "".join(pre) + base + "".join(post)
-        return Decisions(values=values, detail={"rules": applied})
+        return Decisions(values=values, dropped=[], detail={"rules": applied})
 
 
-def _render(step: Step, render: Callable[[Step], dict[str, Any]]) -> dict[str, Any]:
-    try:
-        return render(step)
-    except RuntimeFailure as exc:
-        raise HookError(str(exc)) from None
-
-
-def _match_json(
-    steps: tuple[Step, ...], data: dict[str, Any]
-) -> tuple[list[Step], list[Step], list[str], Callable[[Step], dict[str, Any]]]:
+def _match_json(steps: tuple[Step, ...], data: dict[str, Any]) -> Found:
     """Each rule's `when` on the JSON view `data`, in rule order: (enforce hits, audit hits,
-    audit errors, how to render a hit's values)."""
+    audit errors)."""
     enforce: list[Step] = []
     audit: list[Step] = []
     errors: list[str] = []
@@ -176,7 +178,7 @@ def _match_json(
             if r is not True and (r is False or r is None or r == "" or r == [] or r == {}):
                 continue
         (audit if step.audit else enforce).append(step)
-    return enforce, audit, errors, lambda step: step.values(data)
+    return enforce, audit, errors
 
 
 def _pass(ctx: Context) -> None:

@@ -18,9 +18,10 @@ from the_loop.hooks.policy.jmes.batch import Condition, ConditionFailed, compile
 from the_loop.hooks.policy.jmes.values import Unsupported
 from the_loop.hooks.policy.steps import Step, shape_of
 
-__all__ = ["FastPlan", "fast_plan"]
+__all__ = ["FastPlan", "Found", "fast_plan"]
 
-Found = tuple[Sequence[Step], Sequence[Step], list[str], Callable[[Step], dict[str, Any]]]
+#: What matched: (enforce steps, audit steps, audit failures), each in rule order.
+Found = tuple[Sequence[Step], Sequence[Step], list[str]]
 
 
 class FastPlan:
@@ -33,7 +34,7 @@ class FastPlan:
         self.audit = audit
 
     def match(self, ctx: Any) -> Found | None:
-        """(enforce hits, audit hits, audit errors, how to render a hit), or None.
+        """(enforce hits, audit hits, audit errors), or None.
 
         An enforce condition that fails raises `HookError` naming the rule.
         """
@@ -54,7 +55,7 @@ class FastPlan:
                 return None
             audit = both[0]
             errors = [step.failure(error) for step, error in both[1]]
-        return enforce, audit, errors, lambda step: step.values_fast(ctx)
+        return enforce, audit, errors
 
 
 def fast_plan(point: str, steps: Sequence[Step]) -> FastPlan | None:

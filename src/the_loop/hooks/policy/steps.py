@@ -13,17 +13,51 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from the_loop.hooks.points import SPECS, WorkItem, context_to_json
 from the_loop.hooks.policy.jmes.api import COMPILE_ERRORS
 from the_loop.hooks.policy.jmes.batch import Record, Shape, compile_value
-from the_loop.hooks.policy.rules import Rule, Template, Value
+from the_loop.hooks.policy.rules import AFFIXES, Rule, Template, Value
 
-__all__ = ["RuntimeFailure", "Step", "render_value", "shape_of", "steps_at"]
+__all__ = [
+    "Effects", "RuntimeFailure", "Step", "effects_of", "render_value", "shape_of", "steps_at",
+]
 
 #: A template as the fast path renders it: text, or (the expression's text, its evaluator).
 FastPart = str | tuple[str, Callable[[Any], Any]]
+
+
+class Effects(NamedTuple):
+    """A rule's values sorted by what they do to the decisions (see the executor's `_decide`).
+
+    `sets` are last-wins decisions; `unless_refused` are `proceed`/`reason`, which a refusal
+    earlier in the rule order freezes; `affixes` are (decision, 0 prefix | 1 suffix, text);
+    `refuses` is `proceed: false`, with its `reason` (None when the rule sets none).
+    """
+
+    sets: tuple[tuple[str, Any], ...]
+    unless_refused: tuple[tuple[str, Any], ...]
+    affixes: tuple[tuple[str, int, Any], ...]
+    refuses: bool
+    reason: Any
+
+
+def effects_of(decided: dict[str, Any]) -> Effects:
+    """Sort a rule's rendered values into `Effects`."""
+    sets: list[tuple[str, Any]] = []
+    unless_refused: list[tuple[str, Any]] = []
+    affixes: list[tuple[str, int, Any]] = []
+    for key, value in decided.items():
+        affix = AFFIXES.get(key)
+        if affix is not None:
+            affixes.append((affix[0], 0 if affix[1] == "prefix" else 1, value))
+        elif key == "proceed" or key == "reason":
+            unless_refused.append((key, value))
+        else:
+            sets.append((key, value))
+    return Effects(tuple(sets), tuple(unless_refused), tuple(affixes),
+                   decided.get("proceed") is False, decided.get("reason"))
 
 
 class RuntimeFailure(Exception):
@@ -42,11 +76,16 @@ class Step:
     constants: tuple[tuple[str, Any], ...]
     templates: tuple[tuple[str, Template], ...]
     static: dict[str, Any] | None = None  # every value, when no template needs the context
+    effects: Effects | None = None  # `static`, sorted
     fast: tuple[tuple[str, tuple[FastPart, ...]], ...] = ()
 
     def failure(self, exc: Exception) -> str:
         """The message for this rule's `when` failing at run time."""
         return self._where("when", self.when_text, exc)
+
+    def render(self, root: Any, fast: bool) -> dict[str, Any]:
+        """`values_fast(root)` if `fast` (root is the context), else `values(root)`."""
+        return self.values_fast(root) if fast else self.values(root)
 
     def values(self, data: dict[str, Any]) -> dict[str, Any]:
         """The rule's values, templates rendered from the JSON view `data`."""
@@ -131,7 +170,7 @@ def steps_at(rules: list[Rule], point: str, *, fast: bool = True) -> tuple[Step,
             name=rule.name, file=rule.file, audit=rule.audit, when=rule.when.get(point),
             when_text=rule.when_text or "",
             constants=tuple(constants.items()), templates=tuple(templates.items()),
-            static=static,
+            static=static, effects=None if static is None else effects_of(static),
             fast=tuple((k, _fast_parts(t, point)) for k, t in templates.items()) if fast else (),
         ))
     return tuple(out)
