@@ -19,7 +19,8 @@ import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import jmespath
 import pytest
@@ -37,6 +38,15 @@ from the_loop.hooks.policy.functions import (
     PolicyFunctions,
 )
 from the_loop.hooks.policy.jmes import api as jmes_api
+from the_loop.hooks.policy.jmes.batch import (
+    Condition,
+    ConditionFailed,
+    Record,
+    Shape,
+    compile_matcher,
+    compile_value,
+)
+from the_loop.hooks.policy.jmes.semantics import truthy
 
 SUITE = Path(__file__).parent / "data" / "jmespath-compliance"
 
@@ -202,6 +212,97 @@ def test_compliance_expressions_compile() -> None:
         if not compiled.compiled:
             fallbacks.append((case["expression"], compiled.fallback_reason))
     assert fallbacks == []
+
+
+# --------------------------------------------------------------------------------------------
+# 1b. The suite through the batch compiler (policy.jmes.batch): the document is an object whose
+#     scalar, list-of-string and flat-object members are read straight from its attributes.
+# --------------------------------------------------------------------------------------------
+
+
+def _declared(value: Any) -> str | Record | None:
+    """The field type of a JSON value (a Record for a flat object), or None: not declared."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return "list[str]"
+    if isinstance(value, dict) and value:
+        fields = {k: _declared(v) for k, v in value.items()}
+        if all(isinstance(t, str) for t in fields.values()):
+            return Record(SimpleNamespace, cast("dict[str, str]", fields),
+                          lambda record, value=value: value)
+    return None
+
+
+def _as_object(given: Any) -> tuple[Any, Shape] | None:
+    """`given` as an object (SimpleNamespace) and its Shape; None unless it is an object."""
+    if not isinstance(given, dict):
+        return None
+    fields: dict[str, str | Record] = {}
+    attrs: dict[str, Any] = {}
+    for key, value in given.items():
+        declared = _declared(value)
+        if declared is not None:
+            fields[key] = declared
+            attrs[key] = SimpleNamespace(**value) if isinstance(declared, Record) else value
+    return SimpleNamespace(**attrs), Shape(fields, lambda obj, given=given: given)
+
+
+def _suite_groups() -> Iterator[Any]:
+    for path in sorted(SUITE.glob("*.json")):
+        for index, group in enumerate(json.loads(path.read_text(encoding="utf-8"))):
+            yield pytest.param(group, id=f"{path.stem}-{index}")
+
+
+def _parsed(text: str) -> Any:
+    try:
+        return compile_expression(text, reference=True)
+    except exceptions.JMESPathError:  # syntax, arity, unknown function: no evaluation
+        return None
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+@pytest.mark.parametrize("group", list(_suite_groups()))
+def test_compliance_through_the_batch_compiler(group: dict[str, Any]) -> None:
+    """Each case as a value (compile_value) and all of a group's cases as one matcher, in both
+    error modes: the same results, truth and errors as the reference, condition by condition."""
+    found = _as_object(group["given"])
+    if found is None:
+        pytest.skip("the document is not an object")
+    obj, shape = found
+    given = group["given"]
+    conditions: list[Condition] = []
+    outcomes: list[tuple[str, Any]] = []
+    for case in group["cases"]:
+        reference = _parsed(case["expression"])
+        if reference is None:
+            continue
+        expected = _outcome(lambda r=reference: r.search(given))
+        value = compile_value(reference.ast, shape, reference.search)
+        got = _outcome(lambda v=value: v(obj))
+        assert got[0] == expected[0] and (
+            jeq(got[1], expected[1]) if got[0] == "ok" else got[1] is expected[1]
+        ), (case["expression"], got, expected)
+        conditions.append(Condition(reference.ast, len(conditions), reference.search))
+        outcomes.append(expected)
+    hits, errors = compile_matcher(conditions, shape, collect_errors=True)(obj)
+    assert hits == [i for i, (kind, r) in enumerate(outcomes) if kind == "ok" and truthy(r)]
+    assert [(i, type(e)) for i, e in errors] == [
+        (i, r) for i, (kind, r) in enumerate(outcomes) if kind == "error"
+    ]
+    first_error = next((i for i, (kind, _) in enumerate(outcomes) if kind == "error"), None)
+    matcher = compile_matcher(conditions, shape)
+    if first_error is None:
+        assert matcher(obj) == hits
+    else:
+        with pytest.raises(ConditionFailed) as info:
+            matcher(obj)
+        assert info.value.tag == first_error
+        assert type(info.value.error) is outcomes[first_error][1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -802,6 +903,22 @@ def test_reference_is_counted_separately() -> None:
     assert after["reference"] == before["reference"] + 1
     assert after["compiled"] == before["compiled"] + 1
     assert after["fallback"] == before["fallback"]
+
+
+def test_lazy_expression_generates_its_code_on_first_use() -> None:
+    """lazy=True checks now (errors are the same) and generates, and counts, on first use."""
+    with pytest.raises(exceptions.UnknownFunctionError):
+        compile_expression("nope(a)", lazy=True)
+    before = compile_stats()
+    lazy = compile_expression("a.b[0] == `1`", lazy=True)
+    assert compile_stats() == before and "source" not in lazy.__dict__
+    assert lazy.search({"a": {"b": [1]}}) is True and lazy.search({"a": None}) is False
+    assert compile_stats()["compiled"] == before["compiled"] + 1
+    assert lazy.compiled and lazy.source
+    fallback = compile_expression("&a", lazy=True)
+    assert not fallback.compiled and "expression reference" in fallback.fallback_reason
+    assert compile_stats()["fallback"] == before["fallback"] + 1
+    assert not hasattr(compile_expression("a", lazy=True), "nonsense")
 
 
 def test_compiled_expression_is_immutable() -> None:

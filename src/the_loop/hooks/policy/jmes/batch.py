@@ -112,14 +112,15 @@ class _BatchCodegen(Codegen):
         return f"{prefix}{self.local_counter}"
 
     def const(self, value: Any) -> Val:
-        """Strings and finite numbers are written into the source (one function, no sharing)."""
+        """Strings and finite numbers are written into the source (one function, no sharing);
+        a number in parentheses, so that ``(0).__class__`` and ``-(1)`` stay valid Python."""
         cls = value.__class__
-        if (
-            cls is str
-            or (cls is int and -_MAX_INLINE_INT < value < _MAX_INLINE_INT)
-            or (cls is float and math.isfinite(value))
+        if cls is str:
+            return Val(repr(value), K_STR, value)
+        if (cls is int and -_MAX_INLINE_INT < value < _MAX_INLINE_INT) or (
+            cls is float and math.isfinite(value)
         ):
-            return Val(repr(value), super().const(value).kind, value)
+            return Val(f"({value!r})", K_NUM, value)
         return super().const(value)
 
     def bind(self, path: tuple[str, ...], fn: Fn) -> tuple[Val, int] | None:
@@ -212,6 +213,7 @@ class _BatchCodegen(Codegen):
         """Compile the main function: prologue (field reads and checks, in a ``try`` whose
         failure is a mismatch), ``start``, the body (in one ``try`` if ``guard_all``)."""
         body = self.main.lines
+        guard_all = guard_all and bool(body)
         lines: list[str] = []
         if self.prologue:
             lines += ["try:", *("    " + line for line in self.prologue),
