@@ -8,17 +8,19 @@ recorded as `hooks.audit`. An expression that fails at run time raises `HookErro
 rule and expression, so the chain records `hooks.failed` (and a required policy refuses) —
 never a silent null.
 
-Rules are grouped by point at load. Per point, the `when` conditions of the enforce rules are
-compiled into one function, and those of the audit rules into another (`fast.py`): each reads
-the context's fields once, straight from the context object, and returns the matching rules.
-The per-rule evaluation on a JSON view of the context (`_Slow`) is what runs with
-`reference=True`, and whenever the fast plan cannot (a context of another class, a record field
-that is not a `WorkItem`); both give the same decisions.
+Rules are grouped by point at load; a point only looks at its own. Per point, the `when`
+conditions of the enforce rules are compiled into one function, and those of the audit rules
+into another (`fast.py`): each reads the context's fields once, straight from the context
+object, and returns the matching rules; a rule without `when` is matched at no cost, and a rule
+whose values need no context has them decided at load (`steps.py`). Each rule evaluated on a
+JSON view of the context (`_match_json`) is what runs with `reference=True`, and whenever the
+fast path declines (a context of another class, a field off its catalog type); both give the
+same decisions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from the_loop.events import EventLog
@@ -132,6 +134,20 @@ class PolicyExecutor:
                 if pair is None:
                     pair = affixes[target] = ([], [])
                 pair[side].append(value)
+        if audit or audit_errors:
+            self._audit(point, ctx, audit, audit_errors, root, fast)
+        if not applied:
+            return None
+        for target, (pre, post) in affixes.items():
+            base = values.get(target, getattr(ctx, target, ""))
+            values[target] = "".join(pre) + base + "".join(post)
+        return Decisions(values=values, dropped=[], detail={"rules": applied})
+
+    def _audit(
+        self, point: str, ctx: Context, audit: Iterable[Step], errors: list[str], root: Any,
+        fast: bool,
+    ) -> None:
+        """Record what the matching audit rules would have decided (and their failures)."""
         audited: list[str] = []
         would: dict[str, dict[str, Any]] = {}
         for step in audit:
@@ -140,23 +156,16 @@ class PolicyExecutor:
                     dict(step.static) if step.static is not None else step.render(root, fast)
                 )
             except RuntimeFailure as exc:
-                audit_errors.append(str(exc))
+                errors.append(str(exc))
                 continue
             audited.append(step.name)
-        if audited or audit_errors:
-            fields: dict[str, Any] = {
-                "point": point, "hook": self.name, "rules": audited, "would": would,
-                "work_item": ctx.work_item.ref,
-            }
-            if audit_errors:
-                fields["errors"] = audit_errors
-            self.log.emit("hooks.audit", **fields)
-        if not applied:
-            return None
-        for target, (pre, post) in affixes.items():
-            base = values.get(target, getattr(ctx, target, ""))
-            values[target] = "".join(pre) + base + "".join(post)
-        return Decisions(values=values, dropped=[], detail={"rules": applied})
+        fields: dict[str, Any] = {
+            "point": point, "hook": self.name, "rules": audited, "would": would,
+            "work_item": ctx.work_item.ref,
+        }
+        if errors:
+            fields["errors"] = errors
+        self.log.emit("hooks.audit", **fields)
 
 
 def _match_json(steps: tuple[Step, ...], data: dict[str, Any]) -> Found:
