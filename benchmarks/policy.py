@@ -114,7 +114,7 @@ def best_load(fn: Callable[[], Any], times: int = 1 if QUICK else 3) -> tuple[An
 
 
 def per_call(calls: dict[str, Callable[[], Any]], budget: float = 0.05,
-             rounds: int = 7) -> dict[str, float]:
+             rounds: int = 11) -> dict[str, float]:
     """Seconds per call of each function: best of `rounds`, measured round-robin.
 
     Interleaving the functions within each round lets them share whatever else the machine
@@ -207,7 +207,7 @@ def main() -> int:
                 f"{d['reference'] / d['python']:.1f}× |"
             )
             loads.append(f"| {n:,} | {ms(load_py)} | {ms(load_c)} | {ms(load_r)} |")
-    print("session_spawn through one Chain, 1 rule in 10 matching (best of 7, interleaved; "
+    print("session_spawn through one Chain, 1 rule in 10 matching (best of 11, interleaved; "
           "µs per call; × = ratio)\n")
     print("| rules | hand-written Python µs | policy compiled µs | compiled / Python "
           "| policy reference µs | reference / Python | reference / compiled |")
