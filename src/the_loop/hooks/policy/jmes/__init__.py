@@ -5,7 +5,8 @@ Modules, each with one concern: ``api`` (``compile_expression``, ``CompiledExpre
 checks), ``runtime`` (the helpers generated code calls), ``reference`` (the corrected reference
 interpreter, used as the fallback), ``values`` (kinds and the codegen's value records), and the
 code generator in three layers: ``base`` (plumbing), ``calls`` (function calls), ``codegen``
-(the node compilers).
+(the node compilers). ``batch`` compiles many expressions over one typed root object into one
+function (the policy executor's hot path).
 """
 
 from __future__ import annotations
