@@ -6,6 +6,7 @@ catalog in `the_loop.hooks.points` are disjoint, and a test keeps them so.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -61,6 +62,7 @@ EVENT_TYPES: dict[str, str] = {
 }
 
 _REDACTED = "[redacted]"
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str, separators=(",", ":"))
 
 
 class EventLog:
@@ -85,6 +87,7 @@ class EventLog:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._host = socket.gethostname()
+        self._file: tuple[int, tuple[int, int]] | None = None
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         """Record one event; returns the record as written."""
@@ -94,7 +97,7 @@ class EventLog:
             "ts": time.time(), "event": event, "source": self.source, "pid": self._pid,
         }
         record.update(fields)
-        line = json.dumps(record, ensure_ascii=False, default=str, separators=(",", ":"))
+        line = _ENCODER.encode(record)
         if self._secrets is not None:
             found = [
                 secret for secret in self._secrets()
@@ -103,21 +106,47 @@ class EventLog:
             ]
             if found:
                 record = _redact(record, found)
-                line = json.dumps(record, ensure_ascii=False, default=str,
-                                  separators=(",", ":"))
+                line = _ENCODER.encode(record)
         with self._lock:
             self.memory.append(record)
             if len(self.memory) > 10_000:
                 del self.memory[:5_000]
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            data = (line + "\n").encode("utf-8")
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
+            if self.path is not None:
+                os.write(self._fd(), (line + "\n").encode("utf-8"))
         return record
+
+    def _fd(self) -> int:
+        """The log file, opened O_APPEND once and reopened when it was moved or removed
+        (log rotation), so each event is one write to the file that is at the path now."""
+        assert self.path is not None
+        try:
+            current = os.stat(self.path)
+        except FileNotFoundError:
+            current = None
+        if self._file is not None and current is not None and (
+            current.st_ino, current.st_dev) == self._file[1]:
+            return self._file[0]
+        if self._file is not None:
+            os.close(self._file[0])
+            self._file = None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        st = os.fstat(fd)
+        self._file = (fd, (st.st_ino, st.st_dev))
+        return fd
+
+    def close(self) -> None:
+        """Close the log file (it reopens on the next event)."""
+        with self._lock:
+            if self._file is not None:
+                os.close(self._file[0])
+                self._file = None
+
+    def __del__(self) -> None:
+        file = getattr(self, "_file", None)
+        if file is not None:
+            with contextlib.suppress(OSError):
+                os.close(file[0])
 
     def of(self, event: str) -> list[dict[str, Any]]:
         """In-memory records of one type (for tests and traces)."""
