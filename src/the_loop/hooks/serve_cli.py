@@ -21,11 +21,6 @@ from typing import Any
 from the_loop.errors import HooksConfigError, LoopError, UsageError
 from the_loop.hooks.executor import LifecycleHooks
 
-
-class _Stop(Exception):
-    """SIGTERM arrived."""
-
-
 CLI_NAMES = {"path": "--path", "module": "--module", "executor": "--executor", "with": "--with"}
 
 
@@ -139,15 +134,20 @@ def serve(args: argparse.Namespace) -> int:
     )
     previous: Any = None
     in_main = threading.current_thread() is threading.main_thread()
+    stop = threading.Event()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
-        raise _Stop  # runs in the main thread, inside serve_forever's loop
+        # Only set a flag: an exception raised here could land inside a request being
+        # handled on this thread and be swallowed by socketserver's error handler.
+        stop.set()
 
     if in_main:
         previous = signal.signal(signal.SIGTERM, on_term)
+    server.serve_in_thread()
     try:
-        server.serve_forever()
-    except (KeyboardInterrupt, _Stop):
+        while not stop.wait(0.25):
+            pass
+    except KeyboardInterrupt:
         pass
     finally:
         server.shutdown()
