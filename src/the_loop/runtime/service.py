@@ -1,8 +1,8 @@
 """The loop: arms work items, starts them, launches sessions, walks the graph, closes items.
 
-The seven lifecycle points are fired here and only here, each by one visible
-`self.fire(<Context>(...))` call placed before the thing it decides
-(`grep -n "self.fire(" src/the_loop/runtime/service.py` lists them all).
+Every lifecycle point is fired by one visible `.fire(<Context>(...))` call placed before the
+thing it decides: here, and `input_received` in poller.py (`grep -rn "fire(" runtime/`
+lists all eight call sites; waiting_for_input has two, a question and a gate).
 """
 
 from __future__ import annotations
