@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -86,7 +85,6 @@ class EventLog:
         self._secrets = secrets
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        self._host = socket.gethostname()
         self._file: tuple[int, tuple[int, int]] | None = None
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from the_loop.hooks.executor import (
     default_points,
     handler_for,
 )
-from the_loop.hooks.points import DECISION, POINTS, SPECS, Context, WorkItem
+from the_loop.hooks.points import POINTS, SPECS, Context, WorkItem
 
 C = TypeVar("C", bound=Context)
 
@@ -401,10 +401,4 @@ def _read_patch(
     return ""
 
 
-def is_decision(point: str, name: str) -> bool:
-    """Whether `name` is a decision at `point`."""
-    fs = SPECS[point].field(name)
-    return fs is not None and fs.role == DECISION
-
-
-__all__ = ["Chain", "Link", "Outcome", "Step", "WorkItem", "copy_context", "is_decision"]
+__all__ = ["Chain", "Link", "Outcome", "Step", "WorkItem", "copy_context"]
