@@ -1,4 +1,4 @@
-"""Tests for the JMESPath compiler of the policy engine (the_loop.hooks.policy.compiler).
+"""Tests for the JMESPath compiler of the policy engine (the_loop.hooks.policy.jmes).
 
 1. The official compliance suite (tests/data/jmespath-compliance, copied from the jmespath.py
    project with its licence), compiled and on the corrected reference interpreter.
@@ -29,8 +29,7 @@ from hypothesis import strategies as st
 from jmespath import exceptions
 from jmespath.visitor import Options, TreeInterpreter
 
-from the_loop.hooks.policy import compiler
-from the_loop.hooks.policy.compiler import compile_expression, compile_stats, root_paths
+from the_loop.hooks.policy import jmes
 from the_loop.hooks.policy.functions import (
     POLICY_FUNCTION_SPECS,
     POLICY_FUNCTIONS,
@@ -38,6 +37,7 @@ from the_loop.hooks.policy.functions import (
     PolicyFunctions,
 )
 from the_loop.hooks.policy.jmes import api as jmes_api
+from the_loop.hooks.policy.jmes import compile_expression, compile_stats, root_paths
 from the_loop.hooks.policy.jmes.batch import (
     Condition,
     ConditionFailed,
@@ -962,7 +962,7 @@ def test_literal_results_are_fresh_enough() -> None:
 
 
 def test_no_warnings_from_generated_code() -> None:
-    assert frozenset(FIELD_TYPES.values()) == compiler.FIELD_TYPES
+    assert frozenset(FIELD_TYPES.values()) == jmes.FIELD_TYPES
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         compile_expression("a.b")

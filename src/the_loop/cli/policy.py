@@ -46,7 +46,7 @@ def _stats_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int
 
 def cmd_check(args: argparse.Namespace) -> int:
     from the_loop.hooks.policy import PolicyError, read_policy
-    from the_loop.hooks.policy.compiler import compile_stats
+    from the_loop.hooks.policy.jmes import compile_stats
 
     folder = policy_dir(args)
     before = dict(compile_stats())

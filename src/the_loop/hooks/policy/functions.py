@@ -5,7 +5,7 @@ They are available in two forms that behave identically:
 * :class:`PolicyFunctions`, a :class:`jmespath.functions.Functions` subclass for the reference
   interpreter: ``jmespath.search(expr, data, Options(custom_functions=PolicyFunctions()))``;
 * :data:`POLICY_FUNCTION_SPECS`, the plain implementations plus the arity and type information the
-  compiler (:mod:`the_loop.hooks.policy.compiler`) uses to check calls at compile time and to call
+  compiler (:mod:`the_loop.hooks.policy.jmes`) uses to check calls at compile time and to call
   the functions from generated code.
 
 Both forms take their signatures from the same ``@signature`` declarations, so the arity and the

@@ -25,7 +25,7 @@ from the_loop.hooks.points import (
     unknown_point_message,
 )
 from the_loop.hooks.policy.checks import check_fields, describe_compile_error
-from the_loop.hooks.policy.compiler import CompiledExpression, compile_expression, root_paths
+from the_loop.hooks.policy.jmes import CompiledExpression, compile_expression, root_paths
 
 RULE_KEYS = ("name", "on", "when", "description", "mode", "set")
 FILE_KEYS = ("rules",)
