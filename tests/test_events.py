@@ -196,3 +196,21 @@ def test_a_secret_with_json_escaped_characters_is_redacted_without_breaking_the_
     text = (tmp_path / "events.jsonl").read_text()
     assert 'ab\\"cd' not in text and "[redacted]" in text
     assert json.loads(text)["error"] == "sent [redacted]"
+
+
+def test_event_tail_returns_only_new_events_and_waits_for_a_torn_line(tmp_path: Path) -> None:
+    from the_loop.events import EventTail
+
+    path = tmp_path / "events.jsonl"
+    tail = EventTail(path)
+    assert tail.new() == []  # no file yet
+    log = EventLog(path)
+    log.emit("hooks.loaded", hooks=["a"])
+    assert [r["hooks"] for r in tail.new()] == [["a"]]
+    assert tail.new() == []
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write('{"event": "hooks.loaded", "hoo')  # a writer mid-line
+    assert tail.new() == []
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write('ks": ["b"]}\n')
+    assert [r["hooks"] for r in tail.new()] == [["b"]]

@@ -182,3 +182,31 @@ def read_events(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                 continue
             if isinstance(record, dict):
                 yield record
+
+
+class EventTail:
+    """Reads a log file incrementally: each `new()` returns the events appended since the
+    last call, reading only the new bytes (a line still being written waits for its end)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.offset = 0
+
+    def new(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        out: list[dict[str, Any]] = []
+        for line in data[:end].splitlines():
+            try:
+                record = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+        return out

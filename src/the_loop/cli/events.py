@@ -33,7 +33,7 @@ def line_of(record: dict[str, Any]) -> str:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from the_loop.events import read_events
+    from the_loop.events import EventTail
     from the_loop.runtime.settings import settings_of
 
     path = settings_of(config_of(args)).events_path
@@ -48,14 +48,12 @@ def cmd_events(args: argparse.Namespace) -> int:
                                                    else f"#{want_ref.lstrip('#')}")
         return True
 
-    seen = 0
+    tail = EventTail(path)
     while True:
-        records = list(read_events(path))
-        for r in records[seen:]:
+        for r in tail.new():
             if keep(r):
                 print(json.dumps(r, ensure_ascii=False) if args.json else line_of(r),
                       flush=True)
-        seen = len(records)
         if not args.follow:
             return 0
         time.sleep(0.5)

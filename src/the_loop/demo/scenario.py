@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from the_loop.demo.hooks import STAMP_HOOK, Compliance
-from the_loop.events import read_events
+from the_loop.events import EventTail
 from the_loop.runtime.poller import poll_once, reply, wait_sessions
 
 TOKEN_ENV = "THE_LOOP_DEMO_TOKEN"
@@ -80,16 +80,13 @@ class Narrator:
     """Prints each lifecycle point as it fires (from any process) and each phase change."""
 
     def __init__(self, events: Path, out: TextIO) -> None:
-        self.events = events
+        self.tail = EventTail(events)
         self.out = out
-        self.seen = 0
         self.points: list[str] = []
 
     def flush(self) -> None:
-        records = list(read_events(self.events))
-        for r in records[self.seen:]:
+        for r in self.tail.new():
             self.show(r)
-        self.seen = len(records)
 
     def show(self, r: dict[str, Any]) -> None:
         event = r.get("event")
