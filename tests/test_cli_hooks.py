@@ -150,7 +150,7 @@ def test_r5_1_hooks_exits_1_when_the_config_file_is_missing(
     assert code == 1
     assert err == (
         f"the-loop: {missing}: no such file. Pass --config PATH, set $THE_LOOP_CLI_CONFIG, or "
-        "create ./.the-loop/cli-config.yaml\n"
+        "run `the-loop init` to write ./.the-loop/cli-config.yaml\n"
     )
 
 

@@ -466,8 +466,8 @@ def test_r3_6_load_chain_raises_hooks_config_error_and_records_load_failed(
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        (None, "no such file. Pass --config PATH, set $THE_LOOP_CLI_CONFIG, or create "
-               "./.the-loop/cli-config.yaml"),
+        (None, "no such file. Pass --config PATH, set $THE_LOOP_CLI_CONFIG, or run "
+               "`the-loop init` to write ./.the-loop/cli-config.yaml"),
         ("hooks: [\n", "not valid YAML at line 2, column 1"),
         ("- a list\n", "expected a mapping of keys at the top level, got list"),
     ],

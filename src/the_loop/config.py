@@ -66,17 +66,32 @@ class Config:
         return p if p.is_absolute() else (self.folder / p)
 
 
+#: Where the config is looked for when neither --config nor $THE_LOOP_CLI_CONFIG names it,
+#: in order: the working directory itself (a folder holding cli-config.yaml beside its
+#: policies/, as `the-loop demo` leaves one), then its .the-loop/ (what `the-loop init`
+#: writes), then the home folder's .the-loop/.
+def lookup_paths() -> tuple[Path, ...]:
+    """The conventional places, in the order they are tried."""
+    return (
+        Path.cwd() / "cli-config.yaml",
+        Path.cwd() / ".the-loop" / "cli-config.yaml",
+        Path.home() / ".the-loop" / "cli-config.yaml",
+    )
+
+
 def find_config(explicit: str | None = None) -> Path | None:
-    """`--config`, else $THE_LOOP_CLI_CONFIG, else ./.the-loop/…, else ~/.the-loop/…."""
+    """`--config`, else $THE_LOOP_CLI_CONFIG, else the first of `lookup_paths()` that exists.
+
+    The environment variable comes before the working directory: inside an agent session
+    it names the operator's config, so a cli-config.yaml the agent writes into its
+    workspace is never read.
+    """
     if explicit:
         return Path(explicit).expanduser().absolute()
     env = os.environ.get(ENV_VAR, "")
     if env:
         return Path(env).expanduser().absolute()
-    for candidate in (
-        Path.cwd() / ".the-loop" / "cli-config.yaml",
-        Path.home() / ".the-loop" / "cli-config.yaml",
-    ):
+    for candidate in lookup_paths():
         if candidate.is_file():
             return candidate.absolute()
     return None
@@ -90,8 +105,8 @@ def read_config(path: Path | None) -> Config:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(
-            f"{path}: no such file. Pass --config PATH, set ${ENV_VAR}, or create "
-            "./.the-loop/cli-config.yaml"
+            f"{path}: no such file. Pass --config PATH, set ${ENV_VAR}, or run "
+            "`the-loop init` to write ./.the-loop/cli-config.yaml"
         ) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None

@@ -1,15 +1,45 @@
-"""Builds the argument parser from the command modules and turns errors into exit codes."""
+"""Builds the argument parser from one visible table of commands and turns errors into exit codes.
+
+Every command group is a module of `the_loop.cli` with a `register(sub)` function, listed in
+`COMMANDS` below; the subcommands of `the-loop policy` are listed in `POLICY_SUBCOMMANDS`.
+A new command is one line in one of these tables.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from the_loop import __version__
+from the_loop.cli import demo, events, hooks, items, loop, policy, serve
 from the_loop.errors import LoopError
+
+Register = Callable[[Any], None]
+
+#: Every top-level command group, in the order `the-loop --help` lists them.
+COMMANDS: tuple[Register, ...] = (
+    hooks.register,        # hooks, hooks points|run|schema|serve
+    policy.register,       # policy check|test (subcommands below)
+    items.register,        # items add|list|show|comment|label|close
+    loop.register,         # start, reply, poll, ask, graph complete
+    serve.register,        # serve (the control plane)
+    events.register,       # events
+    demo.register,         # demo
+)
+
+#: The subcommands of `the-loop policy`; each `register(ps)` adds its parser to `ps`.
+POLICY_SUBCOMMANDS: tuple[Register, ...] = (
+    policy.register_check,  # policy check [DIR]
+    policy.register_test,   # policy test [DIR]
+)
+
+CONFIG_HELP = (
+    "the cli-config.yaml to use; accepted anywhere on the line (default: "
+    "$THE_LOOP_CLI_CONFIG, else ./cli-config.yaml, ./.the-loop/cli-config.yaml, "
+    "~/.the-loop/cli-config.yaml)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,22 +56,32 @@ def build_parser() -> argparse.ArgumentParser:
         "their lifecycle.",
     )
     parser.add_argument("--version", action="version", version=f"the-loop {__version__}")
-    parser.add_argument(
-        "--config", metavar="PATH",
-        help="cli-config.yaml (default: $THE_LOOP_CLI_CONFIG, ./.the-loop/cli-config.yaml, "
-        "~/.the-loop/cli-config.yaml)",
-    )
+    parser.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    import the_loop.cli as pkg
-
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name == "app":
-            continue
-        module = importlib.import_module(f"the_loop.cli.{info.name}")
-        register = getattr(module, "register", None)
-        if register is not None:
-            register(sub)
+    for register in COMMANDS:
+        register(sub)
+    for register in POLICY_SUBCOMMANDS:
+        register(policy.subcommands(sub))
+    _config_everywhere(parser)
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out: list[argparse.ArgumentParser] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                out.append(child)
+                out.extend(_subparsers(child))
+    return out
+
+
+def _config_everywhere(parser: argparse.ArgumentParser) -> None:
+    """`--config` on every subcommand too; given there, it wins over one given earlier."""
+    for child in _subparsers(parser):
+        if not any("--config" in a.option_strings for a in child._actions):
+            child.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS,
+                               help=CONFIG_HELP)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

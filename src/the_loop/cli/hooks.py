@@ -131,11 +131,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.point not in POINTS:
         raise UsageError(unknown_point_message(args.point))
     data = _read_context_arg(args.context)
+    config = config_of(args)
+    if isinstance(data, dict) and "loop" not in data and config.loop:
+        data = {**data, "loop": config.loop}  # the fact the loop itself would pass
     try:
         ctx = context_from_json(args.point, data)
     except ValueError as exc:
         raise UsageError(f"--context: {exc}") from None
-    config = config_of(args)
     # A dry run: the chain's events stay in memory, so the loop's event log never shows a
     # decision or refusal for a work item that does not exist.
     chain = chain_from_config(config, log=EventLog())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from the_loop.cli._common import add_json, config_of, print_json
@@ -54,13 +55,18 @@ def register(sub: Any) -> None:
     cl.set_defaults(func=cmd_close)
 
 
-def tracker_of(args: argparse.Namespace) -> tuple[LocalTracker, Database]:
+def tracker_of(
+    args: argparse.Namespace, *, read: bool = False
+) -> tuple[LocalTracker, Database]:
+    """The local tracker of the config in effect. `read`: a command that only reads, which
+    creates no state folder or database (it reads an empty one when none exists yet)."""
     from the_loop.runtime.db import Database
     from the_loop.runtime.settings import settings_of
     from the_loop.runtime.tracker import LocalTracker
 
     settings = settings_of(config_of(args))
-    db = Database(settings.db_path)
+    path = settings.db_path
+    db = Database(Path(":memory:") if read and not path.exists() else path)
     return LocalTracker(db, settings.repository), db
 
 
@@ -75,7 +81,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    tracker, db = tracker_of(args)
+    tracker, db = tracker_of(args, read=True)
     try:
         items = tracker.items(state=args.state)
     finally:
@@ -92,7 +98,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    tracker, db = tracker_of(args)
+    tracker, db = tracker_of(args, read=True)
     try:
         item = tracker.get(args.ref)
     finally:

@@ -3,65 +3,137 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from the_loop.cli._common import add_json, print_json
-from the_loop.config import find_config
+from the_loop.cli._common import add_json, config_of, print_json
+from the_loop.errors import LoopError
+from the_loop.hooks.declaration import parse_hooks
 from the_loop.hooks.points import POINTS
+
+if TYPE_CHECKING:
+    from the_loop.hooks.policy import Policy
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("policy", help="check a policy folder; run its rule tests")
-    ps = p.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
+    """The `policy` group; its subcommands are listed in `app.POLICY_SUBCOMMANDS`."""
+    p = sub.add_parser("policy", help="check policy folders; run their rule tests")
+    p.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
+
+def subcommands(sub: Any) -> Any:
+    """The subparsers of the `policy` group, where a policy subcommand adds its parser."""
+    parser = sub.choices["policy"]
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+_DIR_HELP = ("a folder of rule files (default: every policy: entry of the config in effect; "
+             "without one, policies/ beside the config, else ./policies)")
+
+
+def register_check(ps: Any) -> None:
     pc = ps.add_parser("check", help="compile every rule; list the rules per point")
-    pc.add_argument("dir", metavar="DIR", nargs="?",
-                    help="the folder of rule files (default: policies next to cli-config.yaml, "
-                         "else ./policies)")
+    pc.add_argument("dir", metavar="DIR", nargs="?", help=_DIR_HELP)
     add_json(pc)
     pc.set_defaults(func=cmd_check)
 
+
+def register_test(ps: Any) -> None:
     pt = ps.add_parser("test", help="run the cases in DIR/tests against the rules")
-    pt.add_argument("dir", metavar="DIR", nargs="?",
-                    help="the folder of rule files (default: as for check)")
+    pt.add_argument("dir", metavar="DIR", nargs="?", help=_DIR_HELP)
     add_json(pt)
     pt.set_defaults(func=cmd_test)
 
 
-def policy_dir(args: argparse.Namespace) -> Path:
-    """DIR, else `policies` next to the config file in effect, else ./policies."""
+@dataclass(frozen=True)
+class Target:
+    """A policy folder to check or test, and the `policy:` entry that declares it ("" if none)."""
+
+    folder: Path
+    entry: str = ""
+    points: tuple[str, ...] | None = None
+
+
+def targets(args: argparse.Namespace) -> list[Target]:
+    """DIR; else every `policy:` entry of the config in effect; else policies/ beside the
+    config, else ./policies."""
     if args.dir:
-        return Path(args.dir)
-    config = find_config(getattr(args, "config", None))
-    if config is not None and config.is_file():
-        return config.parent / "policies"
-    return Path("policies")
+        return [Target(Path(args.dir))]
+    config = config_of(args)
+    if config.path is None:
+        if not Path("policies").is_dir():
+            raise LoopError(
+                "no policy folder: pass DIR, or run where a cli-config.yaml with a policy: "
+                "entry is found (`the-loop init` writes one), or pass --config PATH"
+            )
+        return [Target(Path("policies"))]
+    entries = [e for e in parse_hooks(config.hooks, config.folder) if e.kind == "policy"]
+    if entries:
+        return [Target(Path(e.resolved), e.name, e.on) for e in entries]
+    return [Target(config.folder / "policies")]
+
+
+def policy_dir(args: argparse.Namespace) -> Path:
+    """The first folder `targets` names (kept for callers that take one folder)."""
+    return targets(args)[0].folder
+
+
+def load_target(target: Target, *, lazy: bool = False) -> Policy:
+    """Read and check the target's folder, with its entry's `on:` (raises `PolicyError`)."""
+    from the_loop.hooks.policy import PolicyError, idle_rules, read_policy
+
+    policy = read_policy(target.folder, lazy=lazy)
+    if target.points is not None:
+        idle = idle_rules(policy, target.points)
+        if idle:
+            raise PolicyError([f"policy entry {target.entry!r}: {e}" for e in idle],
+                              folder=str(target.folder))
+    return policy
 
 
 def _stats_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: after.get(k, 0) - before.get(k, 0) for k in after}
 
 
+def _each(args: argparse.Namespace, one: Any) -> int:
+    """Run `one(target) -> (code, json)` per target; one JSON document, worst exit code."""
+    found = targets(args)
+    codes: list[int] = []
+    docs: list[dict[str, Any]] = []
+    for i, target in enumerate(found):
+        if len(found) > 1 and not args.json:
+            print(("\n" if i else "") + f"== policy entry {target.entry!r} ({target.folder})")
+        code, doc = one(target)
+        codes.append(code)
+        docs.append({"entry": target.entry, **doc} if target.entry else doc)
+    if args.json:
+        print_json(docs[0] if len(docs) == 1 else {"ok": not any(codes), "folders": docs})
+    return max(codes)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    from the_loop.hooks.policy import PolicyError, read_policy
+    return _each(args, lambda target: _check(args, target))
+
+
+def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]]:
+    from the_loop.hooks.policy import PolicyError
     from the_loop.hooks.policy.jmes import compile_stats
 
-    folder = policy_dir(args)
+    folder = target.folder
     before = dict(compile_stats())
     try:
-        policy = read_policy(folder)
+        policy = load_target(target)
     except PolicyError as exc:
         if not args.json:
             raise  # exit 1, every error listed on stderr
-        print_json({"folder": str(folder), "ok": False, "errors": exc.errors})
-        return 1
+        return 1, {"folder": str(folder), "ok": False, "errors": exc.errors}
     stats = _stats_delta(before, dict(compile_stats()))
     fallback = stats.get("fallback", 0)
     by_point = {p: policy.rules_at(p) for p in POINTS}
     if args.json:
-        print_json({
+        return 0, {
             "folder": str(folder), "ok": True, "files": [f.name for f in policy.files],
             "rules": len(policy.rules), "compile_stats": stats,
             "points": {
@@ -69,8 +141,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                      "description": r.description} for r in rules]
                 for p, rules in by_point.items() if rules
             },
-        })
-        return 0
+        }
     print(f"{folder}: {len(policy.rules)} rule(s) in {len(policy.files)} file(s), all "
           f"compiled and checked; {fallback} expression(s) fell back to the reference "
           "interpreter")
@@ -87,25 +158,28 @@ def cmd_check(args: argparse.Namespace) -> int:
     idle = [p for p, rules in by_point.items() if not rules]
     if idle:
         print(f"no rules at: {', '.join(idle)}")
-    return 0
+    return 0, {}
 
 
 def cmd_test(args: argparse.Namespace) -> int:
+    return _each(args, lambda target: _test(args, target))
+
+
+def _test(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]]:
     from the_loop.hooks.policy import PolicyError
     from the_loop.hooks.policy.testing import run_tests
 
-    folder = policy_dir(args)
+    folder = target.folder
     try:
-        report = run_tests(folder)
+        report = run_tests(folder, policy=load_target(target))
     except PolicyError as exc:
         if not args.json:
             raise  # exit 1, every error listed on stderr
-        print_json({"folder": str(folder), "ok": False, "passed": 0, "failed": 0,
-                    "errors": exc.errors, "cases": []})
-        return 1
+        return 1, {"folder": str(folder), "ok": False, "passed": 0, "failed": 0,
+                   "errors": exc.errors, "cases": []}
+    code = 0 if report.ok else 1
     if args.json:
-        print_json(report.to_json())
-        return 0 if report.ok else 1
+        return code, report.to_json()
     for r in report.results:
         print(f"{'PASS' if r.passed else 'FAIL'}  {Path(r.file).name}: {r.name}  ({r.point})")
         for problem in r.problems:
@@ -118,4 +192,4 @@ def cmd_test(args: argparse.Namespace) -> int:
     if report.errors:
         summary += f", {len(report.errors)} test file error(s)"
     print(summary)
-    return 0 if report.ok else 1
+    return code, {}

@@ -26,7 +26,23 @@ def load_policy(
     expressions with jmespath's reference interpreter instead of the compiler.
     """
     policy = read_policy(Path(folder), reference=reference, lazy=True)
+    if points is not None:
+        idle = idle_rules(policy, points)
+        if idle:
+            raise PolicyError(idle, folder=str(folder))
     return PolicyExecutor(name, policy, points=points)
 
 
-__all__ = ["Policy", "PolicyError", "PolicyExecutor", "Rule", "load_policy", "read_policy"]
+def idle_rules(policy: Policy, points: tuple[str, ...]) -> list[str]:
+    """One error per rule of `policy` that an entry's `on: points` leaves with nowhere to run."""
+    return [
+        f"{r.file}: rule {r.name!r} runs at {', '.join(r.points)}, which this entry's on: "
+        f"[{', '.join(points)}] leaves out, so it would never run; add its point to on:, "
+        "or move the rule to another policy folder"
+        for r in policy.rules if not set(r.points) & set(points)
+    ]
+
+
+__all__ = [
+    "Policy", "PolicyError", "PolicyExecutor", "Rule", "idle_rules", "load_policy", "read_policy",
+]

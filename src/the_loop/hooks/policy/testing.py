@@ -97,9 +97,15 @@ class _Case:
     audit: list[str] | None
 
 
-def run_tests(folder: Path, *, reference: bool = False) -> TestReport:
-    """Load the policy (raises `PolicyError`), then run every case in `folder/tests`."""
-    policy = read_policy(folder, reference=reference)
+def run_tests(
+    folder: Path, *, reference: bool = False, policy: Policy | None = None
+) -> TestReport:
+    """Load the policy (raises `PolicyError`), then run every case in `folder/tests`.
+
+    `policy`: the folder's rules, already read (by a caller that checked more about them).
+    """
+    if policy is None:
+        policy = read_policy(folder, reference=reference)
     report = TestReport(str(folder))
     tests = folder / "tests"
     files = rule_files(tests) if tests.is_dir() else []
