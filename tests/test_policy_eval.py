@@ -313,7 +313,6 @@ def test_i5_4_hooks_decided_names_the_rules_from_a_declared_entry(
 ) -> None:
     write(tmp_path / "policies", "a.yaml", """
         - {name: preamble, on: session_spawn, set: {prompt_prefix: "Rules. "}}
-        - {name: never-used, on: phase_changed, set: {notify: false}}
     """)
     config = write_config("""
         hooks:

@@ -85,11 +85,25 @@ def test_i5_1_required_policy_entry_with_missing_folder_fails_the_load(
 
 def test_i5_1_policy_entry_on_narrows_the_points(tmp_path: Path) -> None:
     rule(tmp_path, """
-        - {name: a, on: work_item_start, set: {reason: a}}
+        - {name: a, on: [work_item_start, session_spawn], set: {reason: a}}
         - {name: b, on: [session_spawn, input_received], set: {proceed: false}}
     """)
     executor = load_policy("house", tmp_path, points=("session_spawn", "waiting_for_input"))
     assert executor.points() == ("session_spawn",)
+
+
+def test_i15_6_a_rule_the_entry_on_leaves_nowhere_to_run_fails_the_load(tmp_path: Path) -> None:
+    path = rule(tmp_path, """
+        - {name: a, on: work_item_start, set: {reason: a}}
+        - {name: b, on: [session_spawn, input_received], set: {proceed: false}}
+    """)
+    with pytest.raises(PolicyError) as info:
+        load_policy("house", tmp_path, points=("session_spawn", "waiting_for_input"))
+    assert info.value.errors == [
+        f"{path}: rule 'a' runs at work_item_start, which this entry's on: [session_spawn, "
+        "waiting_for_input] leaves out, so it would never run; add its point to on:, or move "
+        "the rule to another policy folder"
+    ]
 
 
 # ------------------------------------------------------------------------ file shape
