@@ -58,6 +58,8 @@ EVENT_TYPES: dict[str, str] = {
     "serve.started": "the control plane started; fields: url",
     "serve.stopped": "the control plane stopped",
     "demo.step": "a step of the scripted demo; fields: step",
+    "decisions.failed": "a fired point could not be written to the decision log (the loop "
+                        "went on); fields: point, work_item, error",
 }
 
 _REDACTED = "[redacted]"
@@ -97,11 +99,7 @@ class EventLog:
         record.update(fields)
         line = _ENCODER.encode(record)
         if self._secrets is not None:
-            found = [
-                secret for secret in self._secrets()
-                if secret and len(secret) >= 4
-                and (secret in line or json.dumps(secret, ensure_ascii=False)[1:-1] in line)
-            ]
+            found = self.secrets_in(line)
             if found:
                 record = _redact(record, found)
                 line = _ENCODER.encode(record)
@@ -112,6 +110,17 @@ class EventLog:
             if self.path is not None:
                 os.write(self._fd(), (line + "\n").encode("utf-8"))
         return record
+
+    def secrets_in(self, text: str) -> list[str]:
+        """The secrets this log knows (four characters or more) that occur in `text`, raw or
+        JSON-escaped: what `emit` replaces, for other stores that follow the same rules."""
+        if self._secrets is None:
+            return []
+        return [
+            secret for secret in self._secrets()
+            if secret and len(secret) >= 4
+            and (secret in text or json.dumps(secret, ensure_ascii=False)[1:-1] in text)
+        ]
 
     def _fd(self) -> int:
         """The log file, opened O_APPEND once and reopened when it was moved or removed
@@ -149,6 +158,11 @@ class EventLog:
     def of(self, event: str) -> list[dict[str, Any]]:
         """In-memory records of one type (for tests and traces)."""
         return [r for r in self.memory if r["event"] == event]
+
+
+def redact(value: Any, secrets: list[str]) -> Any:
+    """`value` with every occurrence of each secret replaced, in keys and strings alike."""
+    return _redact(value, secrets)
 
 
 def _redact(value: Any, secrets: list[str]) -> Any:

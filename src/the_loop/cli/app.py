@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from the_loop import __version__
-from the_loop.cli import demo, events, hooks, items, loop, policy, serve
+from the_loop.cli import demo, events, hooks, items, loop, policy, replay, serve
 from the_loop.errors import LoopError
 
 Register = Callable[[Any], None]
@@ -33,6 +33,7 @@ COMMANDS: tuple[Register, ...] = (
 POLICY_SUBCOMMANDS: tuple[Register, ...] = (
     policy.register_check,  # policy check [DIR]
     policy.register_test,   # policy test [DIR]
+    replay.register,        # policy replay [--since 7d] [--point P] … (cli/replay.py)
 )
 
 CONFIG_HELP = (

@@ -33,6 +33,7 @@ from the_loop.runtime import harness as harness_mod
 from the_loop.runtime import workspace
 from the_loop.runtime.channels import Channels
 from the_loop.runtime.db import Database
+from the_loop.runtime.decisionlog import DecisionLog
 from the_loop.runtime.graph import Node, load_graph
 from the_loop.runtime.record import point_record
 from the_loop.runtime.settings import Settings, settings_of
@@ -79,6 +80,8 @@ class Loop:
         self.channels = Channels(self.settings.channels, self.log)
         self.strict_hooks = strict_hooks
         self._chain: Chain | None = None
+        self.decision_log = DecisionLog(self.db.conn, keep_days=self.settings.decision_keep_days,
+                                        log=self.log)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     # ------------------------------------------------------------------ hooks
@@ -93,6 +96,7 @@ class Loop:
         """Run the chain at ctx's point and record that the point fired."""
         outcome = self.chain.invoke(ctx)
         self.log.emit("lifecycle.point", **point_record(ctx, outcome))
+        self.decision_log.record(ctx, outcome, self.chain)
         return outcome
 
     # ------------------------------------------------------------------ state

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -45,6 +46,7 @@ class Settings:
     channels: list[ChannelSpec] = field(default_factory=list)
     git_repository: Path | None = None
     serve_token_env: str = ""
+    decision_keep_days: float = 30.0  # decisionLog.keepDays: how long fired points are kept
 
     @property
     def db_path(self) -> Path:
@@ -186,8 +188,22 @@ def settings_of(config: Config) -> Settings:
     if not isinstance(token_env, str):
         raise fail("serve.tokenEnv", "expected an environment variable name")
 
+    keep_days = _keep_days(data.get("decisionLog", {}), fail)
+
     return Settings(
         config=config, loop=config.loop or "the-loop", state_dir=config.state_dir,
         repository=repository, arm_label=arm_label, harness=harness, harnesses=harnesses,
         graph=graph, channels=channels, git_repository=git_path, serve_token_env=token_env,
+        decision_keep_days=keep_days,
     )
+
+
+def _keep_days(raw: object, fail: Callable[[str, str], ConfigError]) -> float:
+    """decisionLog: {keepDays: N}, N > 0 days (a fraction is allowed)."""
+    if not isinstance(raw, dict) or set(raw) - {"keepDays"}:
+        raise fail("decisionLog", f"expected {{keepDays: 30}}, got {_got(raw)}")
+    days = raw.get("keepDays", 30)
+    if type(days) not in (int, float) or not 0 < days <= 36_500:
+        raise fail("decisionLog.keepDays", f"expected a number of days above 0 (e.g. 30), got "
+                                           f"{_got(days)}")
+    return float(days)

@@ -4,9 +4,10 @@ Every `when` and template reads the context as it entered the executor, so no ru
 another's changes. Matching enforce rules apply in order: a refusal sticks (the first refusing
 rule's reason is kept), other decisions are last-wins, and `*_prefix`/`*_suffix` compose around
 the final value in rule order. Audit rules change nothing; what they would have decided is
-recorded as `hooks.audit`. An expression that fails at run time raises `HookError` naming file,
-rule and expression, so the chain records `hooks.failed` (and a required policy refuses) —
-never a silent null.
+recorded as `hooks.audit`, and their names are the patch's `audit` detail (an empty patch when
+only audit rules matched), so a traced run knows them. An expression that fails at run time
+raises `HookError` naming file, rule and expression, so the chain records `hooks.failed` (and a
+required policy refuses) — never a silent null.
 
 Rules are grouped by point at load; a point only looks at its own. Per point, the `when`
 conditions of the enforce rules are compiled into one function, and those of the audit rules
@@ -134,20 +135,25 @@ class PolicyExecutor:
                 if pair is None:
                     pair = affixes[target] = ([], [])
                 pair[side].append(value)
-        if audit or audit_errors:
-            self._audit(point, ctx, audit, audit_errors, root, fast)
+        audited = self._audit(point, ctx, audit, audit_errors, root, fast) if (
+            audit or audit_errors) else None
         if not applied:
-            return None
+            # Audit-only: an empty patch that names the matching audit rules in its detail.
+            return None if not audited else Decisions(values={}, detail={"audit": audited})
         for target, (pre, post) in affixes.items():
             base = values.get(target, getattr(ctx, target, ""))
             values[target] = "".join(pre) + base + "".join(post)
-        return Decisions(values=values, dropped=[], detail={"rules": applied})
+        detail: dict[str, Any] = {"rules": applied}
+        if audited:
+            detail["audit"] = audited
+        return Decisions(values=values, dropped=[], detail=detail)
 
     def _audit(
         self, point: str, ctx: Context, audit: Iterable[Step], errors: list[str], root: Any,
         fast: bool,
-    ) -> None:
-        """Record what the matching audit rules would have decided (and their failures)."""
+    ) -> list[str]:
+        """Record what the matching audit rules would have decided (and their failures);
+        returns the names of the audit rules that matched (the step's `audit` detail)."""
         audited: list[str] = []
         would: dict[str, dict[str, Any]] = {}
         for step in audit:
@@ -166,6 +172,7 @@ class PolicyExecutor:
         if errors:
             fields["errors"] = errors
         self.log.emit("hooks.audit", **fields)
+        return audited
 
 
 def _match_json(steps: tuple[Step, ...], data: dict[str, Any]) -> Found:

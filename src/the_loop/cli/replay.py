@@ -1,0 +1,143 @@
+"""`the-loop policy replay`: what the declaration in effect would decide on recorded work.
+
+Registered under the `policy` group by `register(policy_subparsers)` (app.py's table). Reads the decision log
+in `<stateDir>/loop.db` (see runtime/decisionlog.py), replays it with runtime/replay.py, prints
+the report (or `--json`), and with `--write-cases DIR` writes `policy test` cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from the_loop.cli._common import add_json, config_of, print_json
+from the_loop.errors import UsageError
+from the_loop.hooks.points import POINTS, unknown_point_message
+
+_SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+_WIDTH = 70
+
+
+def register(ps: Any) -> None:
+    """Add `replay` to the `policy` command group's subparsers."""
+    pr = ps.add_parser(
+        "replay", help="run the declaration in effect over recorded points; show what changes",
+        description="Replay the points the loop recorded (the decision log in stateDir) "
+                    "through the hooks declared in the config in effect (--config new.yaml) "
+                    "and report every decision that would be different, by rule.",
+    )
+    pr.add_argument("--since", metavar="AGE", default="",
+                    help="only points recorded in the last AGE (e.g. 7d, 12h, 30m, 2w); "
+                         "default: everything the log holds")
+    pr.add_argument("--point", metavar="P", default="", help="only this lifecycle point")
+    pr.add_argument("--work-item", metavar="REF", default="", help="only this work item")
+    pr.add_argument("--fail-on-change", action="store_true",
+                    help="exit 1 when any decision would change (for CI)")
+    pr.add_argument("--call-remote", action="store_true",
+                    help="call remote hooks (default: their recorded answers stand in)")
+    pr.add_argument("--write-cases", metavar="DIR", default="",
+                    help="write the replayed points as `policy test` cases into "
+                         "DIR/tests, expecting today's decisions (DIR: a declared policy "
+                         "folder)")
+    add_json(pr)
+    pr.set_defaults(func=cmd_replay)
+
+
+def parse_since(text: str, now: float) -> float | None:
+    """The epoch time AGE ago, or None for no bound; `UsageError` on a bad AGE."""
+    if not text:
+        return None
+    m = _SINCE.match(text)
+    if m is None:
+        raise UsageError(f"--since: expected an age like 7d, 12h, 30m or 2w, got {text!r}")
+    return now - float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from the_loop.runtime.cases import CaseWriter
+    from the_loop.runtime.decisionlog import read_points
+    from the_loop.runtime.replay import Replayer, replay_chain
+    from the_loop.runtime.settings import settings_of
+
+    since = parse_since(args.since, time.time())
+    if args.point and args.point not in POINTS:
+        raise UsageError(f"--point: {unknown_point_message(args.point)}")
+    config = config_of(args)
+    settings = settings_of(config)
+    chain, stand_ins = replay_chain(config, call_remote=args.call_remote)
+    replayer = Replayer(chain, stand_ins)
+    writer = CaseWriter(chain, Path(args.write_cases)) if args.write_cases else None
+    if writer is not None:
+        replayer.on_outcome = writer.add
+    report = replayer.run(read_points(settings.db_path, since=since, point=args.point,
+                                      work_item=args.work_item))
+    written = writer.write() if writer is not None else None
+    if args.json:
+        data = report.to_json()
+        if writer is not None:
+            data["cases"] = {"file": str(written) if written else None,
+                             "written": len(writer.cases), "skipped": writer.skipped}
+        print_json(data)
+    else:
+        _print_report(report.to_json(), config_name=str(config.path or "(no config)"))
+        if writer is not None:
+            _print_cases(writer.cases, writer.skipped, written, writer.folder)
+    return 1 if args.fail_on_change and report.changed else 0
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= _WIDTH else text[: _WIDTH - 1] + "…" + f" ({len(text)} chars)"
+
+
+def _side(by: dict[str, Any] | None) -> str:
+    if by is None:
+        return "no hook (the incoming value)"
+    out = str(by["hook"])
+    if by["rules"]:
+        out += " rule " + ", ".join(by["rules"])
+    if by["error"]:
+        out += f" (failed: {by['error']})"
+    return out
+
+
+def _print_report(data: dict[str, Any], *, config_name: str) -> None:
+    remote = data["remote"]
+    print(f"replayed {data['replayed']} recorded point(s) through the hooks of {config_name}; "
+          f"{data['changed']} would decide differently")
+    if remote.get("stood_in"):
+        print(f"remote hooks not called: the recorded answers of {', '.join(remote['stood_in'])} "
+              "stand in for them (--call-remote calls them)")
+        for name, n in remote.get("unrecorded", {}).items():
+            print(f"  {name}: no recorded answer at {n} point(s); it passed through there")
+    elif remote.get("called"):
+        print("remote hooks were called (--call-remote)")
+    for line in data["unreadable"]:
+        print(f"could not rebuild {line}")
+    for diff in data["differences"]:
+        print(f"\n{diff['time']}  {diff['point']}  {diff['work_item']}  (#{diff['id']})")
+        for change in diff["changes"]:
+            print(f"  {change['decision']}: {_show(change['before'])} → {_show(change['after'])}")
+            print(f"    before: {_side(change['before_by'])}")
+            print(f"    after:  {_side(change['after_by'])}")
+    if data["by_rule"]:
+        print("\nby rule:")
+        for entry in data["by_rule"].values():
+            for effect in entry["effects"]:
+                if "summary" in effect:
+                    print(f"  {effect['summary']}")
+
+
+def _print_cases(cases: list[dict[str, Any]], skipped: list[str], written: Path | None,
+                 folder: Path) -> None:
+    if written is None:
+        print(f"\nno case written: the policy in {folder} runs at none of the replayed points")
+    else:
+        print(f"\nwrote {len(cases)} case(s) to {written}; run `the-loop policy test {folder}`")
+    for line in skipped:
+        print(f"  skipped {line}")

@@ -1,0 +1,127 @@
+"""History to tests: recorded points become `policy test` cases expecting today's decisions.
+
+`CaseWriter(chain, folder)` targets the declared policy entry whose folder is `folder` (or
+whose `tests/` it is). For each replayed point where that policy runs, it takes the context as
+it reached the policy in today's chain, runs the policy alone on it — as `the-loop policy test`
+will — and keeps a case with those facts, every decision the policy leaves as the expectation,
+the enforce rules that applied and the audit rules that matched. Identical cases are written
+once; a point where the policy fails is skipped (and counted). `write()` puts them in
+`<folder>/tests/replay-<UTC time>.yaml`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from the_loop.errors import LoopError
+from the_loop.events import EventLog
+from the_loop.hooks.chain import Chain, Link, Outcome
+from the_loop.hooks.points import SPECS, Context
+from the_loop.hooks.policy.executor import PolicyExecutor
+from the_loop.runtime.decisionlog import Recorded, context_json
+
+__all__ = ["CaseWriter"]
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+class CaseWriter:
+    """Collects cases for one declared policy folder from replayed points."""
+
+    def __init__(self, chain: Chain, folder: Path) -> None:
+        policies = [link for link in chain.links if isinstance(link.executor, PolicyExecutor)]
+        target = folder.parent if folder.name == "tests" else folder
+        chosen = [link for link in policies
+                  if isinstance(link.executor, PolicyExecutor)
+                  and _same(link.executor.policy.folder, target)]
+        if not chosen:
+            declared = ", ".join(
+                f"{link.executor.policy.folder} ({link.name})" for link in policies
+                if isinstance(link.executor, PolicyExecutor)) or "none"
+            raise LoopError(f"--write-cases {folder}: not the folder of a declared policy "
+                            f"entry; declared policy folders: {declared}")
+        self.link = chosen[0]
+        executor = self.link.executor
+        assert isinstance(executor, PolicyExecutor)
+        self.folder = executor.policy.folder
+        self.index = chain.links.index(self.link)
+        self.before = {  # per point, the links that run before the policy (to reach its input)
+            point: Chain([link for link in chain.links[: self.index] if point in link.points],
+                         log=chain.log)
+            for point in SPECS
+        }
+        alone = PolicyExecutor("policy", executor.policy)
+        self.alone = Chain([Link("policy", alone, frozenset(alone.points()))], log=EventLog())
+        alone.bind_log(self.alone.log)
+        self.cases: list[dict[str, Any]] = []
+        self.skipped: list[str] = []
+        self._seen: set[str] = set()
+
+    def add(self, rec: Recorded, ctx: Context, outcome: Outcome) -> None:
+        """A case from one replayed point, when the policy runs there."""
+        if rec.point not in self.link.points or rec.point not in self.alone.links[0].points:
+            return
+        entering = self.before[rec.point].run(ctx)
+        facts = context_json(entering)
+        key = json.dumps([rec.point, facts], sort_keys=True)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        log = self.alone.log
+        seen = len(log.memory)
+        result = self.alone.invoke(entering)
+        step = result.steps[0] if result.steps else None
+        if step is not None and step.error:
+            self.skipped.append(f"#{rec.id} ({rec.point}, {rec.work_item}): {step.error}")
+            return
+        audit: list[str] = []
+        for event in log.memory[seen:]:
+            if event["event"] == "hooks.audit":
+                if event.get("errors"):
+                    self.skipped.append(f"#{rec.id} ({rec.point}, {rec.work_item}): "
+                                        f"{event['errors'][0]}")
+                    return
+                audit = list(event.get("rules", []))
+        final = result.context.__dict__
+        stamp = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(rec.at))
+        self.cases.append({
+            "name": f"{rec.point} on {rec.work_item} at {stamp} (#{rec.id})",
+            "point": rec.point,
+            "facts": facts,
+            "expect": {d.name: final[d.name] for d in SPECS[rec.point].decisions},
+            "rules": list(step.detail.get("rules", [])) if step is not None else [],
+            "audit": audit,
+        })
+        if len(log.memory) > 1000:
+            log.memory.clear()
+
+    def write(self, now: float | None = None) -> Path | None:
+        """Write the cases (None when there are none); never overwrites a file."""
+        if not self.cases:
+            return None
+        tests = self.folder / "tests"
+        tests.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None
+                                                           else time.time()))
+        path = tests / f"replay-{stamp}.yaml"
+        n = 1
+        while path.exists():
+            n += 1
+            path = tests / f"replay-{stamp}-{n}.yaml"
+        header = ("# Written by `the-loop policy replay --write-cases`: recorded points, with "
+                  "the decisions this policy\n# made on them when it was written as the "
+                  "expectation.\n")
+        text = yaml.safe_dump({"cases": self.cases}, sort_keys=False, allow_unicode=True,
+                              width=100)
+        path.write_text(header + text, encoding="utf-8")
+        return path

@@ -1,0 +1,227 @@
+"""The decision log: every fired point's whole context, final decisions and who changed what.
+
+One row per fired point in the `decision_log` table of `<stateDir>/loop.db` (created here, not
+in db.py's schema): the context as it entered the chain (every fact and every decision's
+incoming value, nothing shortened), each hook's step (its kind — local, remote or policy —,
+status, the decisions it changed, the policy rules that applied and the audit rules that
+matched, its error), and the final decisions. Secrets are replaced by the event log's rules
+(`EventLog.secrets_in`) before the row is written. Rows older than `decisionLog.keepDays` are
+deleted by one indexed DELETE, at most once an hour per process. A write that fails is
+recorded as `decisions.failed` and the loop goes on. `read_points` reads the rows back for
+`the-loop policy replay`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from the_loop.errors import LoopError
+from the_loop.events import EventLog, redact
+from the_loop.hooks.chain import Chain, Outcome
+from the_loop.hooks.points import SPECS, Context, WorkItem
+
+__all__ = ["TABLE", "DecisionLog", "Recorded", "count_points", "read_points"]
+
+TABLE = """
+CREATE TABLE IF NOT EXISTS decision_log(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, point TEXT NOT NULL,
+    work_item TEXT NOT NULL, record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS decision_log_at ON decision_log(at);
+CREATE INDEX IF NOT EXISTS decision_log_item ON decision_log(work_item, at);
+"""
+
+#: The layout of `record` (a JSON object); a reader refuses a version it does not know.
+VERSION = 1
+PRUNE_EVERY = 3600.0  # seconds between two prunes in one process
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_DECISIONS: dict[str, tuple[str, ...]] = {
+    point: tuple(d.name for d in spec.decisions) for point, spec in SPECS.items()
+}
+
+
+def kind_of(executor: object) -> str:
+    """local | remote | policy: what kind of hook an executor is."""
+    from the_loop.hooks.policy.executor import PolicyExecutor
+    from the_loop.hooks.remote import RemoteExecutor
+
+    if isinstance(executor, PolicyExecutor):
+        return "policy"
+    if isinstance(executor, RemoteExecutor):
+        return "remote"
+    return "local"
+
+
+def context_json(ctx: Context) -> dict[str, Any]:
+    """Every field of `ctx` as JSON values (work-item records as objects)."""
+    return {k: v.to_json() if isinstance(v, WorkItem) else list(v) if isinstance(v, list)
+            else v for k, v in ctx.__dict__.items()}
+
+
+def entry_of(ctx: Context, outcome: Outcome, kinds: dict[str, str]) -> dict[str, Any]:
+    """The `record` of one fired point (before redaction)."""
+    steps: list[dict[str, Any]] = []
+    for s in outcome.steps:
+        step: dict[str, Any] = {"hook": s.hook, "kind": kinds.get(s.hook, "local"),
+                                "status": s.status}
+        if s.changed:
+            step["changed"] = s.changed
+        if s.error:
+            step["error"] = s.error
+        if s.dropped:
+            step["dropped"] = s.dropped
+        for key in ("rules", "audit"):
+            if s.detail.get(key):
+                step[key] = list(s.detail[key])
+        steps.append(step)
+    final = outcome.context.__dict__
+    return {
+        "v": VERSION, "context": context_json(ctx), "steps": steps,
+        "decisions": {name: final[name] for name in _DECISIONS[ctx.POINT]},
+        "refused_by": outcome.refused_by,
+    }
+
+
+class DecisionLog:
+    """Writes one row per fired point into loop.db (the table is made on first use)."""
+
+    def __init__(self, conn: sqlite3.Connection, *, keep_days: float, log: EventLog) -> None:
+        self.conn = conn
+        self.keep_seconds = keep_days * 86_400.0
+        self.log = log
+        self._ready = False
+        self._pruned = 0.0
+        self._chain: Chain | None = None
+        self._kinds: dict[str, str] = {}
+
+    def record(self, ctx: Context, outcome: Outcome, chain: Chain) -> None:
+        """Store one fired point; a failure is recorded as `decisions.failed`, never raised."""
+        try:
+            self._write(ctx, outcome, chain)
+        except (sqlite3.Error, ValueError, TypeError) as exc:
+            self.log.emit("decisions.failed", point=ctx.POINT, work_item=ctx.work_item.ref,
+                          error=f"{type(exc).__name__}: {exc}")
+
+    def _write(self, ctx: Context, outcome: Outcome, chain: Chain) -> None:
+        if chain is not self._chain:
+            self._chain = chain
+            self._kinds = {link.name: kind_of(link.executor) for link in chain.links}
+        entry = entry_of(ctx, outcome, self._kinds)
+        line = _ENCODE(entry)
+        found = self.log.secrets_in(line)
+        if found:
+            line = _ENCODE(redact(entry, found))
+        now = time.time()
+        if not self._ready:
+            self.conn.executescript(TABLE)
+            self._ready = True
+        self.conn.execute(
+            "INSERT INTO decision_log(at, point, work_item, record) VALUES (?, ?, ?, ?)",
+            (now, ctx.POINT, ctx.work_item.ref, line),
+        )
+        if now - self._pruned >= PRUNE_EVERY:
+            self.prune(now)
+
+    def prune(self, now: float | None = None) -> int:
+        """Delete the rows older than keepDays; returns how many went."""
+        now = time.time() if now is None else now
+        if not self._ready:
+            self.conn.executescript(TABLE)
+            self._ready = True
+        self._pruned = now
+        cur = self.conn.execute("DELETE FROM decision_log WHERE at < ?",
+                                (now - self.keep_seconds,))
+        return int(cur.rowcount)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One fired point as the log holds it."""
+
+    id: int
+    at: float
+    point: str
+    work_item: str
+    context: dict[str, Any]
+    steps: list[dict[str, Any]]
+    decisions: dict[str, Any]
+    refused_by: str = ""
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise LoopError(f"no state database at {path}: the decision log is written there as "
+                        "the loop fires points; run some work first (or check --config)")
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND "
+                         "name='decision_log'").fetchone()
+    if found is None:
+        conn.close()
+        raise LoopError(f"{path} has no decision log yet: points are recorded as the loop "
+                        "fires them; run some work first")
+    return conn
+
+
+def _where(since: float | None, point: str, work_item: str) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if since is not None:
+        clauses.append("at >= ?")
+        params.append(since)
+    if point:
+        clauses.append("point = ?")
+        params.append(point)
+    if work_item:
+        if ":" in work_item:
+            clauses.append("work_item = ?")
+            params.append(work_item)
+        else:  # acme/app#3, #3 or 3: the ref's tail
+            tail = work_item if "#" in work_item else f"#{work_item}"
+            clauses.append("(work_item = ? OR substr(work_item, -length(?)) = ?)")
+            params += [work_item, tail, tail]
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def count_points(path: Path, *, since: float | None = None, point: str = "",
+                 work_item: str = "") -> int:
+    """How many recorded points match the filters."""
+    conn = _connect(path)
+    try:
+        where, params = _where(since, point, work_item)
+        return int(conn.execute(f"SELECT count(*) FROM decision_log{where}", params)
+                   .fetchone()[0])
+    finally:
+        conn.close()
+
+
+def read_points(path: Path, *, since: float | None = None, point: str = "",
+                work_item: str = "") -> Iterator[Recorded]:
+    """The recorded points matching the filters, oldest first (streamed, not all in memory).
+
+    Raises `LoopError` when there is no log, or a row this version cannot read.
+    """
+    conn = _connect(path)
+    loads = json.loads
+    try:
+        where, params = _where(since, point, work_item)
+        rows = conn.execute(
+            f"SELECT id, at, point, work_item, record FROM decision_log{where} ORDER BY id",
+            params,
+        )
+        for row_id, at, pt, ref, text in rows:
+            try:
+                rec = loads(text)
+                if rec.get("v") != VERSION:
+                    raise ValueError(f"record version {rec.get('v')!r}, expected {VERSION}")
+                yield Recorded(row_id, at, pt, ref, rec["context"], rec["steps"],
+                               rec["decisions"], rec.get("refused_by", ""))
+            except (ValueError, KeyError, AttributeError, TypeError) as exc:
+                raise LoopError(f"{path}: decision log row {row_id} cannot be read ({exc}); "
+                                "it was written by another version of the-loop") from None
+    finally:
+        conn.close()
