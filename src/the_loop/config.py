@@ -32,6 +32,7 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "channels": "where phase and closure messages go (list)",
     "repository": "a local git repository to create worktrees from (str)",
     "serve": "control-plane settings ({host, port, tokenEnv})",
+    "decisionLog": "how long fired points are kept for replay ({keepDays: 30})",
 }
 
 

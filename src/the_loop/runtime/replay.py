@@ -12,6 +12,7 @@ up by rule ("freeze-all would have refused 41 launches on 12 items").
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -144,6 +145,7 @@ class Report:
         if who is None:
             return
         names = who["rules"] or [f"(hook {who['hook']})"]
+        value = value if isinstance(value, bool) else None  # texts differ point by point
         for name in names:
             entry = self.by_rule.setdefault(name, {"hook": who["hook"], "points": 0,
                                                    "work_items": [], "effects": []})
@@ -175,7 +177,9 @@ class Report:
             for effect in entry["effects"]:
                 if effect["decision"] == "reason" and (effect["side"], effect["point"]) in refusals:
                     continue  # the reason that goes with a refusal is not a line of its own
-                effect["summary"] = line = f"{name} ({entry['hook']}) {_phrase(effect)}"
+                who = (f"hook {entry['hook']}" if name.startswith("(hook ")
+                       else f"{name} ({entry['hook']})")
+                effect["summary"] = line = f"{who} {_phrase(effect)}"
                 lines.append(line)
         return lines
 
@@ -185,13 +189,14 @@ def _phrase(effect: dict[str, Any]) -> str:
     one, many = NOUNS.get(effect["point"], ("point", "points"))
     what = f"{n} {one if n == 1 else many} on {items} item{'' if items == 1 else 's'}"
     decision, value = effect["decision"], effect["value"]
+    to = "" if value is None else f" to {json.dumps(value)}"
     if effect["side"] == "after":
         if decision == "proceed" and value is False:
             return f"would have refused {what}"
-        return f"would have set {decision} on {what}"
+        return f"would have set {decision}{to} on {what}"
     if decision == "proceed" and value is False:
         return f"would no longer refuse {what}"
-    return f"would no longer set {decision} on {what}"
+    return f"would no longer set {decision}{to} on {what}"
 
 
 class Replayer:

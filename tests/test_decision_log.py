@@ -1,0 +1,163 @@
+"""The decision log's own rules (issue 16): retention, a failed write never stops the loop,
+the config key is checked, hidden state in a hook shows up on replay, and a remote hook that
+is called for real (--call-remote) can answer differently from its record.
+
+Points are fired in-process through the runtime's own `Loop.fire` on a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime_helpers import LoopDir, closed_port
+from the_loop.config import read_config
+from the_loop.errors import ConfigError
+from the_loop.events import EventLog
+from the_loop.hooks.chain import Chain
+from the_loop.hooks.points import SessionSpawn, WorkItemStart
+from the_loop.runtime.decisionlog import DecisionLog, read_points
+from the_loop.runtime.service import Loop
+from the_loop.runtime.settings import settings_of
+
+NONCE_HOOK = """\
+import uuid
+from the_loop.sdk.hooks import LifecycleHooks
+
+
+class Nonce(LifecycleHooks):
+    def session_spawn(self, ctx):
+        ctx.prompt = f"[{uuid.uuid4().hex[:8]}] " + ctx.prompt
+        return ctx
+"""
+
+PREFIX = """\
+rules:
+  - name: preamble
+    on: session_spawn
+    set: {prompt_prefix: "Be careful. "}
+"""
+
+
+def fire_spawns(ld: LoopDir, n: int, **fields: Any) -> None:
+    loop = Loop(read_config(ld.config), strict_hooks=True, source="test")
+    try:
+        for i in range(n):
+            ref = ld.add(f"Item {i}")
+            loop.fire(SessionSpawn(**loop.base(ref), prompt=f"Work on item {i}.", **fields))
+    finally:
+        loop.close()
+
+
+def replay(ld: LoopDir, *args: str, config: Path | None = None) -> dict[str, Any]:
+    cfg = config or ld.config
+    code, out, err = ld.run("--config", str(cfg), "policy", "replay", "--json", *args)
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def test_hidden_state_in_a_local_hook_shows_up_as_a_difference(ld: LoopDir) -> None:
+    ld.write("hooks/nonce.py", NONCE_HOOK)
+    ld.write_config("hooks:\n  - {name: nonce, path: hooks/nonce.py}\n")
+    fire_spawns(ld, 3)
+    data = replay(ld)
+    assert (data["replayed"], data["changed"]) == (3, 3)
+    change = data["differences"][0]["changes"][0]
+    assert change["decision"] == "prompt"
+    assert change["before_by"] == change["after_by"] == {"hook": "nonce", "rules": [],
+                                                         "error": ""}
+    assert data["by_rule"]["(hook nonce)"]["effects"][0]["summary"] == (
+        "hook nonce would have set prompt on 3 launches on 3 items")
+
+
+def test_call_remote_calls_the_hook_and_its_failure_is_a_difference(ld: LoopDir) -> None:
+    """Recorded with a remote hook that answered; replayed against one that is down."""
+    from the_loop.demo.hooks import Compliance
+    from the_loop.hooks.server import HookServer
+
+    ld.write("policies/rules.yaml", PREFIX)
+    server = HookServer(Compliance(), port=0)
+    server.serve_in_thread()
+    try:
+        ld.write_config("hooks:\n  - {name: house, policy: policies}\n"
+                        f"  - {{name: compliance, url: '{server.url}'}}\n")
+        fire_spawns(ld, 2)
+    finally:
+        server.shutdown()
+    down = ld.root / "down.yaml"
+    down.write_text(ld.config.read_text().replace(server.url.rstrip("/"),
+                                                  f"http://127.0.0.1:{closed_port()}"))
+    assert replay(ld, config=down)["changed"] == 0  # the recorded answers stand in
+    data = replay(ld, "--call-remote", config=down)
+    assert data["changed"] == 2 and data["remote"]["called"] is True
+    [change] = data["differences"][0]["changes"]
+    assert change["after"] == "Be careful. Work on item 0."
+    assert change["before"] == change["after"] + (
+        "\n\n(compliance: keep customer data out of documents)")
+    assert change["before_by"]["hook"] == "compliance"
+    assert change["after_by"] == {"hook": "house", "rules": ["preamble"], "error": ""}
+    assert data["by_rule"]["(hook compliance)"]["effects"][0]["summary"] == (
+        "hook compliance would no longer set prompt on 2 launches on 2 items")
+
+
+def test_rows_older_than_keep_days_are_pruned_on_the_next_write(ld: LoopDir) -> None:
+    ld.write_config("decisionLog: {keepDays: 2}\n")
+    fire_spawns(ld, 2)
+    db = ld.state / "loop.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE decision_log SET at = at - 3 * 86400 WHERE id = 1")
+    fire_spawns(ld, 1)  # a new process: its first write prunes
+    assert [p.id for p in read_points(db)] == [2, 3]
+
+
+def test_pruning_waits_an_hour_between_two_runs_in_one_process(tmp_path: Path) -> None:
+    conn = sqlite3.connect(str(tmp_path / "loop.db"), isolation_level=None)
+    log = DecisionLog(conn, keep_days=1, log=EventLog())
+    now = time.time()
+    assert log.prune(now) == 0
+    conn.execute("INSERT INTO decision_log(at, point, work_item, record) "
+                 "VALUES (?, 'session_spawn', 'local:acme/app#1', '{}')", (now - 2 * 86400,))
+    assert log.prune(now) == 1
+
+
+def test_a_write_that_fails_is_recorded_and_the_loop_goes_on(tmp_path: Path) -> None:
+    conn = sqlite3.connect(str(tmp_path / "loop.db"), isolation_level=None)
+    events = EventLog()
+    log = DecisionLog(conn, keep_days=30, log=events)
+    conn.close()
+    chain = Chain()
+    ctx = WorkItemStart()
+    log.record(ctx, chain.invoke(ctx), chain)
+    [failed] = events.of("decisions.failed")
+    assert failed["point"] == "work_item_start"
+    assert "Cannot operate on a closed database" in failed["error"]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("{keepDays: 0}", "decisionLog.keepDays: expected a number of days above 0 (e.g. 30), "
+                      "got 0 (int)"),
+    ("{keepDays: '30'}", "decisionLog.keepDays: expected a number of days above 0"),
+    ("{keep: 30}", "decisionLog: expected {keepDays: 30}, got {'keep': 30} (dict)"),
+    ("30", "decisionLog: expected {keepDays: 30}, got 30 (int)"),
+])
+def test_decision_log_key_is_checked(ld: LoopDir, value: str, message: str) -> None:
+    ld.write_config(f"decisionLog: {value}\n")
+    with pytest.raises(ConfigError) as info:
+        settings_of(read_config(ld.config))
+    assert message in str(info.value)
+
+
+def test_keep_days_defaults_to_30(ld: LoopDir) -> None:
+    assert settings_of(read_config(ld.config)).decision_keep_days == 30.0
+
+
+def test_replay_without_a_state_database_says_so(ld: LoopDir) -> None:
+    code, _, err = ld.run("policy", "replay")
+    assert code == 1
+    assert f"no state database at {ld.state / 'loop.db'}" in err
