@@ -1,8 +1,9 @@
 """`the-loop policy replay`: what the declaration in effect would decide on recorded work.
 
-Registered under the `policy` group by `register(policy_subparsers)` (app.py's table). Reads the decision log
-in `<stateDir>/loop.db` (see runtime/decisionlog.py), replays it with runtime/replay.py, prints
-the report (or `--json`), and with `--write-cases DIR` writes `policy test` cases.
+Registered under the `policy` group by `register(policy_subparsers)` (app.py's table). Reads
+the decision log in `<stateDir>/loop.db` (see runtime/decisionlog.py), replays it with
+runtime/replay.py, prints the report (or `--json`), and with `--write-cases DIR` writes
+`policy test` cases.
 """
 
 from __future__ import annotations
