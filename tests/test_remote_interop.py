@@ -21,6 +21,7 @@ from jsonrpcclient import Error, Ok, notification, parse, request
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
+from the_loop import __version__
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain, Link
 from the_loop.hooks.points import POINTS, SessionSpawn, WorkItem, WorkItemStart
@@ -177,7 +178,8 @@ def gunicorn(tmp_path: Path, monkeypatch: Any) -> Iterator[str]:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     pytest.fail(f"gunicorn did not start:\n{log.read_text()}")
                 time.sleep(0.1)
-        assert health == {"status": "ok", "points": ["work_item_start", "session_spawn"]}
+        assert health == {"ok": True, "status": "ok", "server": f"the-loop {__version__}",
+                          "points": ["work_item_start", "session_spawn"]}
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -16,6 +16,7 @@ import yaml
 
 from the_loop import yamlsafe
 from the_loop.errors import ConfigError
+from the_loop.util import closest
 
 ENV_VAR = "THE_LOOP_CLI_CONFIG"
 
@@ -123,8 +124,6 @@ def read_config(path: Path | None) -> Config:
         )
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            from the_loop.hooks.points import closest
-
             hint = closest(str(key), tuple(TOP_LEVEL_KEYS))
             raise ConfigError(
                 f"{path}: unknown top-level key {key!r}"

@@ -20,12 +20,19 @@ class ConfigError(LoopError):
 
 
 class HooksConfigError(ConfigError):
-    """The hooks declaration cannot load; the message names the entry, key and fix."""
+    """The hooks declaration cannot load; the message names the entry, key and fix.
 
-    def __init__(self, message: str, *, entry: str = "", key: str = "") -> None:
+    `entry` and `key` say where, `detail` what is wrong there (the message without its
+    location), so a caller that names things differently (a command-line option, an
+    environment variable) builds its own message from the data instead of rewriting ours.
+    """
+
+    def __init__(self, message: str, *, entry: str = "", key: str = "",
+                 detail: str = "") -> None:
         super().__init__(message)
         self.entry = entry
         self.key = key
+        self.detail = detail or message
 
 
 class UsageError(LoopError):

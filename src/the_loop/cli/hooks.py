@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from the_loop.cli._common import add_json, config_of, print_json
+from the_loop.cli.serve_hooks import register_serve
 from the_loop.errors import UsageError
 from the_loop.events import EventLog
 from the_loop.hooks.declaration import parse_hooks
@@ -40,18 +41,7 @@ def register(sub: Any) -> None:
     ps = hs.add_parser("schema", help="the JSON Schema of the hooks section of cli-config.yaml")
     ps.set_defaults(func=cmd_schema)
 
-    pv = hs.add_parser("serve", help="host a local hook class over JSON-RPC")
-    src = pv.add_mutually_exclusive_group(required=True)
-    src.add_argument("--path", metavar="FILE", help="a .py file defining the class")
-    src.add_argument("--module", metavar="MOD", help="an installed dotted module")
-    pv.add_argument("--executor", metavar="NAME", help="the class, if the module has several")
-    pv.add_argument("--with", dest="with_json", metavar="JSON", default="{}",
-                    help="constructor keyword arguments as a JSON object")
-    pv.add_argument("--host", default="127.0.0.1")
-    pv.add_argument("--port", type=int, default=8765)
-    pv.add_argument("--token-env", metavar="VAR", default="",
-                    help="require Authorization: Bearer $VAR on every call")
-    pv.set_defaults(func=cmd_serve)
+    register_serve(hs)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -172,10 +162,3 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     print_json(hooks_schema())
     return 0
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from the_loop.hooks.serve_cli import serve
-
-    code: int = serve(args)
-    return code

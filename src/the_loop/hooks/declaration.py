@@ -8,7 +8,6 @@ half-loaded chain never exists.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
@@ -17,7 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from the_loop.errors import HooksConfigError
-from the_loop.hooks.points import POINTS, closest, unknown_point_message
+from the_loop.hooks.points import POINTS, unknown_point_message
+from the_loop.util import closest, url_may_carry_token
+from the_loop.util import is_loopback as is_loopback  # re-exported: cli/serve.py imports it here
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -256,17 +257,6 @@ def _parse_headers(e: _Entry, raw: Any) -> dict[str, str]:
     return out
 
 
-def is_loopback(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(
-        ".localhost"
-    ):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _check_url(e: _Entry, url: str, has_token: bool) -> None:
     try:
         parts = urlsplit(url)
@@ -286,7 +276,8 @@ def _check_url(e: _Entry, url: str, has_token: bool) -> None:
         raise e.fail(
             "url", f"expected https://host/path (or http:// to a loopback host), got {url!r}",
         )
-    if parts.scheme == "http" and not is_loopback(parts.hostname):
+    # Refused here even without a token: a hook's answer changes what the loop does.
+    if not url_may_carry_token(url):
         why = " and a bearer token must never cross a network in clear" if has_token else ""
         raise e.fail(
             "url", f"plain http:// is only allowed to a loopback host (127.0.0.1, ::1, "

@@ -29,19 +29,17 @@ def build_chain(entries: list[HookEntry], *, log: EventLog | None = None) -> Cha
     for entry in entries:
         if not entry.enabled:
             continue
-        executor = _construct(entry)
+        executor = construct(entry)
         defaults = default_points(executor)
         if entry.on is None:
             points = defaults
         else:
             extra = [p for p in entry.on if p not in defaults]
             if extra and entry.kind in ("module", "path"):
-                raise HooksConfigError(
-                    f"{entry.label} → on: {', '.join(extra)} not handled by "
-                    f"{type(executor).__name__} (it overrides: "
-                    f"{', '.join(defaults) or 'no point'}); `on` narrows the points a class "
-                    "overrides, it cannot add one", entry=entry.name, key="on",
-                )
+                raise _fail(entry, "on", f"{', '.join(extra)} not handled by "
+                            f"{type(executor).__name__} (it overrides: "
+                            f"{', '.join(defaults) or 'no point'}); `on` narrows the points a "
+                            "class overrides, it cannot add one")
             points = tuple(p for p in entry.on if p in defaults or entry.kind == "url")
         links.append(Link(entry.name, executor, frozenset(points), entry.required))
     chain = Chain(links, log=log)
@@ -52,7 +50,25 @@ def build_chain(entries: list[HookEntry], *, log: EventLog | None = None) -> Cha
     return chain
 
 
-def _construct(entry: HookEntry) -> LifecycleHooks | Executor:
+#: How a `path:`/`module:` entry's keys are spelled where a fix names another key.
+YAML_KEYS = {"path": "path:", "module": "module:", "executor": "executor:", "with": "with:"}
+
+
+def _fail(entry: HookEntry, key: str, detail: str, *, at_key: bool = True) -> HooksConfigError:
+    where = f"{entry.label} → {key}" if at_key else entry.label
+    return HooksConfigError(f"{where}: {detail}", entry=entry.name, key=key, detail=detail)
+
+
+def construct(
+    entry: HookEntry, *, names: dict[str, str] | None = None
+) -> LifecycleHooks | Executor:
+    """Import and construct one entry's executor; raises `HooksConfigError` naming entry and key.
+
+    `names` spells the keys a fix refers to (default: as in cli-config.yaml); a caller that
+    took the entry from elsewhere (command-line options, environment variables) passes its
+    own, and builds its message from the error's `key` and `detail`.
+    """
+    names = names or YAML_KEYS
     if entry.kind == "url":
         from the_loop.hooks.remote import RemoteExecutor
 
@@ -66,26 +82,20 @@ def _construct(entry: HookEntry) -> LifecycleHooks | Executor:
         try:
             return load_policy(entry.name, Path(entry.resolved), points=entry.on)
         except LoopError as exc:
-            raise HooksConfigError(
-                f"{entry.label} → policy: {exc}", entry=entry.name, key="policy",
-            ) from None
+            raise _fail(entry, "policy", str(exc)) from None
     module = _import(entry)
-    cls = _pick_class(entry, module)
+    cls = _pick_class(entry, module, names)
     if isinstance(cls, LifecycleHooks):
         if entry.with_:
-            raise HooksConfigError(
-                f"{entry.label} → with: {entry.executor} is already an instance; `with` "
-                "needs a class", entry=entry.name, key="with",
-            )
+            raise _fail(entry, "with", f"{entry.executor} is already an instance; "
+                                       f"`{names['with'].rstrip(':')}` needs a class")
         return cls
     try:
         built: LifecycleHooks = cls(**entry.with_)
         return built
     except (Exception, SystemExit) as exc:
-        raise HooksConfigError(
-            f"{entry.label}: constructing {cls.__name__}(**with) failed: "
-            f"{type(exc).__name__}: {exc}", entry=entry.name, key="with",
-        ) from None
+        raise _fail(entry, "with", f"constructing {cls.__name__}(**with) failed: "
+                                   f"{type(exc).__name__}: {exc}", at_key=False) from None
 
 
 def _import_installed(name: str) -> ModuleType:
@@ -112,17 +122,12 @@ def _import(entry: HookEntry) -> ModuleType:
             return _import_installed(entry.resolved)
         path = Path(entry.resolved)
         if not path.is_file():
-            raise HooksConfigError(
-                f"{entry.label} → path: no file at {path} (relative paths resolve against the "
-                "folder of cli-config.yaml)", entry=entry.name, key="path",
-            )
+            raise _fail(entry, "path", f"no file at {path} (relative paths resolve against the "
+                                       "folder of cli-config.yaml)")
         mod_name = f"the_loop_hook_{entry.name.replace('-', '_')}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
         if spec is None or spec.loader is None:
-            raise HooksConfigError(
-                f"{entry.label} → path: {path} is not a Python file", entry=entry.name,
-                key="path",
-            )
+            raise _fail(entry, "path", f"{path} is not a Python file")
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
         try:
@@ -136,46 +141,76 @@ def _import(entry: HookEntry) -> ModuleType:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        raise HooksConfigError(
-            f"{entry.label} → {key}: cannot import {entry.target!r}: "
-            f"{type(exc).__name__}: {exc}", entry=entry.name, key=key,
-        ) from None
+        raise _fail(entry, key, f"cannot import {entry.target!r}: "
+                                f"{type(exc).__name__}: {exc}") from None
 
 
-def _pick_class(entry: HookEntry, module: ModuleType) -> Any:
+def _pick_class(entry: HookEntry, module: ModuleType, names: dict[str, str]) -> Any:
     if entry.executor:
         obj = getattr(module, entry.executor, None)
         if obj is None:
-            raise HooksConfigError(
-                f"{entry.label} → executor: {entry.target!r} has no attribute "
-                f"{entry.executor!r}", entry=entry.name, key="executor",
-            )
+            raise _fail(entry, "executor", f"{entry.target!r} has no attribute "
+                                           f"{entry.executor!r}")
         if isinstance(obj, LifecycleHooks) or (
             isinstance(obj, type) and issubclass(obj, LifecycleHooks)
         ):
             return obj
-        raise HooksConfigError(
-            f"{entry.label} → executor: {entry.executor!r} is not a LifecycleHooks subclass "
-            f"(got {type(obj).__name__})", entry=entry.name, key="executor",
-        )
+        raise _fail(entry, "executor", f"{entry.executor!r} is not a LifecycleHooks subclass "
+                                       f"(got {type(obj).__name__})")
     found = [
         obj for obj in vars(module).values()
         if isinstance(obj, type) and issubclass(obj, LifecycleHooks) and obj is not LifecycleHooks
     ]
     own = [c for c in found if c.__module__ == module.__name__] or found
     if not own:
-        raise HooksConfigError(
-            f"{entry.label} → {entry.kind}: {entry.target!r} defines no LifecycleHooks "
-            "subclass; subclass the_loop.sdk.hooks.LifecycleHooks", entry=entry.name,
-            key=entry.kind,
-        )
+        raise _fail(entry, entry.kind, f"{entry.target!r} defines no LifecycleHooks subclass; "
+                                       "subclass the_loop.sdk.hooks.LifecycleHooks")
     if len(own) > 1:
-        names = ", ".join(sorted(c.__name__ for c in own))
-        raise HooksConfigError(
-            f"{entry.label} → executor: {entry.target!r} defines several LifecycleHooks "
-            f"subclasses ({names}); name one with executor:", entry=entry.name, key="executor",
-        )
+        listed = ", ".join(sorted(c.__name__ for c in own))
+        raise _fail(entry, "executor", f"{entry.target!r} defines several LifecycleHooks "
+                                       f"subclasses ({listed}); name one with {names['executor']}")
     return own[0]
+
+
+def load_executor(
+    *,
+    path: str | None,
+    module: str | None,
+    executor: str = "",
+    with_: dict[str, Any] | None = None,
+    names: dict[str, str],
+) -> LifecycleHooks:
+    """Import and construct a hook class as a `path:`/`module:` entry would be.
+
+    For hosts that name the class outside cli-config.yaml (`hooks serve`, the WSGI app):
+    `names` maps the keys path/module/executor/with to what the person typed, and every
+    error is a `HooksConfigError` whose message starts with that name.
+    """
+    kind = "path" if path else "module"
+    target = path or module or ""
+    resolved = target
+    if path:
+        file = Path(path).expanduser().absolute()
+        if not file.is_file():
+            raise HooksConfigError(f"{names['path']}: no file at {file}", key="path",
+                                   detail=f"no file at {file}")
+        resolved = str(file)
+    elif not all(part.isidentifier() for part in target.split(".")):
+        detail = f"expected a dotted module name like acme.hooks, got {target!r}"
+        raise HooksConfigError(f"{names['module']}: {detail}", key="module", detail=detail)
+    if executor and not executor.isidentifier():
+        detail = f"expected a class name, got {executor!r}"
+        raise HooksConfigError(f"{names['executor']}: {detail}", key="executor", detail=detail)
+    entry = HookEntry(index=0, name="served", kind=kind, target=target, resolved=resolved,
+                      executor=executor, with_=dict(with_ or {}))
+    try:
+        built = construct(entry, names=names)
+    except HooksConfigError as exc:
+        raise HooksConfigError(f"{names.get(exc.key, exc.key)}: {exc.detail}", key=exc.key,
+                               detail=exc.detail) from None
+    if not isinstance(built, LifecycleHooks):  # pragma: no cover - path/module entries
+        raise HooksConfigError(f"{target!r} did not give a LifecycleHooks executor")
+    return built
 
 
 # ----------------------------------------------------------------------------- load

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from the_loop.util import closest as closest  # re-exported: the policy modules import it here
+
 FACT = "fact"
 DECISION = "decision"
 
@@ -360,14 +362,6 @@ def point_doc(spec: PointSpec) -> str:
 # The SDK docstrings are the catalog table (R2.5): written once, here, from the specs.
 for _cls in CONTEXT_CLASSES:
     _cls.__doc__ = point_doc(SPECS[_cls.POINT])
-
-
-def closest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
-    """The valid name a typo most likely meant, or None."""
-    import difflib
-
-    found = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
-    return found[0] if found else None
 
 
 def unknown_point_message(name: object) -> str:

@@ -1,31 +1,15 @@
-"""The server half of the remote protocol: `handle_request` (any framework) and `HookServer`.
+"""`HookServer`: one executor hosted over JSON-RPC 2.0 on http.server (stdlib).
 
-`handle_request(executor, body) -> bytes` is the whole JSON-RPC 2.0 logic and never raises:
-
-- -32700 the body is not JSON (or not UTF-8); -32600 not a valid request object (an extra
-  member, a `jsonrpc` other than "2.0", a non-string method, an id that is not a string, an
-  integer or null); -32601 a method outside the catalog of points; -32602 params that are
-  not an object of the point's context fields with the right types.
-- -32000 the hook raised; -32603 the hook answered something the chain would reject (not a
-  context of the point's type, a decision of the wrong type). Nothing is coerced.
-- A success answers only the decisions that differ from the params, or `null`.
-- A catalog point the executor does not override answers `null`: it is what the same class
-  does when declared by `path:`, so a `url:` entry without `on:` (every point) works
-  unchanged instead of failing at the points the class leaves alone.
-- Notifications (no `id`) run the hook and get no answer (`b""`; HTTP 204). Batches are
-  supported as the spec says: answered in order, notifications left out, `b""` when only
-  notifications; an empty batch, or one over `MAX_BATCH`, is a single -32600.
-
-`HookServer` hosts one executor on `http.server` (HTTP/1.1 keep-alive, one write per answer
-and TCP_NODELAY); `wsgi.http_reply` is the HTTP layer it shares with the WSGI app: `GET /health`
-open to all, POST to any path for calls, 401 without the right bearer, 413 over the cap.
+HTTP/1.1 keep-alive, one write per answer and TCP_NODELAY; a listen backlog that holds a
+burst of callers (`BACKLOG`); a deadline per request so a client trickling its bytes cannot
+hold a thread. Routing, auth and limits are `wire.http_reply`'s (shared with the WSGI app);
+the JSON-RPC answer is `jsonrpc.handle_request`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import json
 import socket
 import socketserver
 import sys
@@ -34,156 +18,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from the_loop.hooks.chain import copy_context, describe_exception, read_answer
-from the_loop.hooks.executor import (
-    Executor,
-    HookError,
-    LifecycleHooks,
-    default_points,
-    handler_for,
-)
-from the_loop.hooks.points import POINTS, context_from_json, unknown_point_message
-from the_loop.hooks.wsgi import Reply, error_reply, http_reply, reason_of
+from the_loop.hooks.jsonrpc import AnyExecutor, OnCall, handle_request, health_body
+from the_loop.hooks.wire import Reply, error_reply, http_reply, reason_of
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-HOOK_RAISED = -32000
-UNAUTHORIZED = -32001
-
-MAX_BATCH = 50
-_MAX_MESSAGE = 2000
-_MEMBERS = frozenset(("jsonrpc", "method", "params", "id"))
-_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-               int: "a number", float: "a number", type(None): "null"}
-
-AnyExecutor = LifecycleHooks | Executor
-
-
-# ------------------------------------------------------------------------- JSON-RPC
-
-
-def handle_request(executor: AnyExecutor, body: bytes) -> bytes:
-    """Answer one JSON-RPC 2.0 request (or batch) for `executor`; never raises."""
-    try:
-        return _handle(executor, body)
-    except Exception as exc:  # a bug here must still answer valid JSON-RPC
-        return _dumps(_error(None, INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
-
-
-def served_points(executor: AnyExecutor) -> tuple[str, ...]:
-    """The points the executor answers with its own code (what /health lists)."""
-    return default_points(executor)
-
-
-def _handle(executor: AnyExecutor, body: bytes | str) -> bytes:
-    try:
-        text = body if isinstance(body, str) else bytes(body)
-        doc = json.loads(text, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
-        why = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON"
-        return _dumps(_error(None, PARSE_ERROR, f"parse error: the body is {why}"))
-    if isinstance(doc, list):
-        if not doc:
-            return _dumps(_error(None, INVALID_REQUEST, "invalid request: an empty batch"))
-        if len(doc) > MAX_BATCH:
-            return _dumps(_error(
-                None, INVALID_REQUEST,
-                f"invalid request: a batch of {len(doc)} requests; at most {MAX_BATCH}",
-            ))
-        answers = [a for a in (_one(executor, item) for item in doc) if a is not None]
-        return _dumps(answers) if answers else b""
-    answer = _one(executor, doc)
-    return b"" if answer is None else _dumps(answer)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _one(executor: AnyExecutor, req: Any) -> dict[str, Any] | None:
-    """The answer to one request object, or None for a notification."""
-    if not isinstance(req, dict):
-        return _error(None, INVALID_REQUEST,
-                      f"invalid request: expected an object, got {_json_type(req)}")
-    rid = req.get("id")
-    if not (rid is None or type(rid) in (int, str)):
-        return _error(None, INVALID_REQUEST,
-                      f"invalid request: id must be a string, an integer or null, got "
-                      f"{_json_type(rid)}")
-    extra = sorted(str(k) for k in req if k not in _MEMBERS)
-    if extra:
-        return _error(rid, INVALID_REQUEST,
-                      f"invalid request: unexpected member(s) {', '.join(extra)}; a request "
-                      "has jsonrpc, method, params and id")
-    if req.get("jsonrpc") != "2.0":
-        return _error(rid, INVALID_REQUEST,
-                      f'invalid request: "jsonrpc" must be "2.0", got {_short(req.get("jsonrpc"))}')
-    method = req.get("method")
-    if not isinstance(method, str):
-        return _error(rid, INVALID_REQUEST,
-                      f"invalid request: method must be a string, got {_json_type(method)}")
-    answer = _call(executor, method, req.get("params", {}), rid)
-    return answer if "id" in req else None
-
-
-def _call(executor: AnyExecutor, point: str, params: Any, rid: Any) -> dict[str, Any]:
-    if point not in POINTS:
-        return _error(rid, METHOD_NOT_FOUND, f"method not found: {unknown_point_message(point)}")
-    if isinstance(params, list):
-        return _error(rid, INVALID_PARAMS,
-                      "invalid params: send an object of context fields by name, not an array")
-    try:
-        ctx = context_from_json(point, params)
-    except Exception as exc:
-        return _error(rid, INVALID_PARAMS, f"invalid params: {exc}")
-    if point not in served_points(executor):
-        return _result(rid, None)
-    name = type(executor).__name__
-    try:
-        answer = handler_for(executor, point)(copy_context(ctx))
-    except HookError as exc:
-        return _error(rid, HOOK_RAISED, f"hook {name} failed at {point}: {exc}")
-    except (Exception, SystemExit, GeneratorExit) as exc:
-        return _error(rid, HOOK_RAISED, f"hook {name} raised at {point}: {describe_exception(exc)}")
-    # Read the answer back exactly as the chain does: decisions only, typed, never coerced.
-    changes, _dropped, error = read_answer(ctx, answer)
-    if error:
-        return _error(rid, INTERNAL_ERROR, f"hook {name} answered wrongly at {point}: {error}")
-    return _result(rid, changes or None)
-
-
-def _result(rid: Any, result: Any) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "result": result, "id": rid}
-
-
-def _error(rid: Any, code: int, message: str) -> dict[str, Any]:
-    if len(message) > _MAX_MESSAGE:
-        message = message[:_MAX_MESSAGE] + "…"
-    return {"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": rid}
-
-
-def _dumps(doc: Any) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("ascii")
-
-
-def _json_type(value: Any) -> str:
-    return _JSON_TYPES.get(type(value), type(value).__name__)
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 80 else text[:80] + "…"
-
-
-# ----------------------------------------------------------------------------- HTTP
-
-
-def health_body(executor: AnyExecutor) -> bytes:
-    """The body of `GET /health`: the points this executor serves."""
-    return _dumps({"status": "ok", "points": list(served_points(executor))})
+#: Connections the kernel queues before the server accepts them (socketserver's default, 5,
+#: made callers in a burst of 200 time out on connect).
+BACKLOG = 128
 
 
 class _DeadlineRaw(io.RawIOBase):
@@ -280,6 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = BACKLOG
     hook: HookServer
     idle_timeout = 30.0
     request_timeout = 10.0
@@ -315,13 +156,15 @@ class HookServer:
     any free port, see `.url`); `.serve_forever()` blocks, `.serve_in_thread()` returns the
     started thread, `.shutdown()` stops serving, closes the socket and open connections.
     With `token_env`, every POST needs `Authorization: Bearer $token_env` (read per request).
+    `on_call` hears one `CallRecord` per call (point, status, time, keys ignored).
     """
 
     def __init__(self, executor: AnyExecutor, host: str = "127.0.0.1", port: int = 0,
                  token_env: str = "", *, idle_timeout: float = 30.0,
-                 request_timeout: float = 10.0) -> None:
+                 request_timeout: float = 10.0, on_call: OnCall | None = None) -> None:
         self.executor = executor
         self.token_env = token_env
+        self.on_call = on_call
         self.health = health_body(executor)
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
@@ -344,7 +187,7 @@ class HookServer:
 
     def answer(self, body: bytes) -> bytes:
         """The JSON-RPC answer to one request body."""
-        return handle_request(self.executor, body)
+        return handle_request(self.executor, body, on_call=self.on_call)
 
     @property
     def url(self) -> str:

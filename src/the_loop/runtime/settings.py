@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from the_loop.config import Config
 from the_loop.errors import ConfigError
-from the_loop.hooks.declaration import is_loopback
+from the_loop.util import url_may_carry_token
 
 REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -168,7 +168,7 @@ def settings_of(config: Config) -> Settings:
             if "@" in parts.netloc:
                 raise fail(f"{key}.url", "credentials in the URL are not allowed (URL not "
                                          "shown); name an environment variable with tokenEnv")
-            if token_env and parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+            if token_env and not url_may_carry_token(url):
                 raise fail(f"{key}.url", f"a bearer token is never sent in clear: use https:// "
                                          f"for {parts.hostname}, or drop tokenEnv")
             channels.append(ChannelSpec("webhook", url, token_env))

@@ -1,6 +1,7 @@
 """The public SDK for hook authors: re-exports only (the names existing hook modules import)."""
 
 from the_loop.hooks.executor import LifecycleHooks
+from the_loop.hooks.jsonrpc import handle_request
 from the_loop.hooks.points import (
     POINTS,
     InputReceived,
@@ -12,7 +13,7 @@ from the_loop.hooks.points import (
     WorkItemComplete,
     WorkItemStart,
 )
-from the_loop.hooks.server import HookServer, handle_request
+from the_loop.hooks.server import HookServer
 
 __all__ = [
     "POINTS",

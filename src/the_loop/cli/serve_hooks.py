@@ -1,0 +1,166 @@
+"""`the-loop hooks serve`: host a hook class, a policy folder or the declared chain over JSON-RPC.
+
+What is served is loaded exactly as the loop loads it (`hooks.hosted`, `hooks.loading`):
+a class as a `path:`/`module:` entry, a folder as a `policy:` entry (any error refuses to
+start, every error listed), `--declared` as the whole chain of the config in effect. The
+URL is printed on stdout, one flushed line, so a script can read it; everything else goes
+to stderr: one line per call (point, status, milliseconds, fields ignored) unless
+`--quiet`, and under `--quiet` each ignored field still once. A non-loopback host needs
+`--token-env` (exit 2); SIGTERM and Ctrl-C stop the server cleanly (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from the_loop.cli._common import config_of
+from the_loop.errors import LoopError, UsageError
+from the_loop.hooks.declaration import ENV_RE
+from the_loop.hooks.hosted import declared_executor, policy_executor
+from the_loop.hooks.jsonrpc import AnyExecutor, CallRecord, OnCall, served_points
+from the_loop.hooks.loading import load_executor
+from the_loop.hooks.server import HookServer
+from the_loop.hooks.wsgi import first_sighting_log
+from the_loop.util import is_loopback
+
+CLI_NAMES = {"path": "--path", "module": "--module", "executor": "--executor", "with": "--with"}
+
+
+def register_serve(hooks_sub: Any) -> None:
+    """Add `serve` under `the-loop hooks`."""
+    pv = hooks_sub.add_parser(
+        "serve", help="host a hook class, a policy folder or the declared chain over JSON-RPC",
+    )
+    src = pv.add_mutually_exclusive_group(required=True)
+    src.add_argument("--path", metavar="FILE", help="a .py file defining the class")
+    src.add_argument("--module", metavar="MOD", help="an installed dotted module")
+    src.add_argument("--policy", metavar="DIR", help="a folder of policy rule files")
+    src.add_argument("--declared", action="store_true",
+                     help="the whole chain declared in the config in effect")
+    pv.add_argument("--executor", metavar="NAME", help="the class, if the module has several")
+    pv.add_argument("--with", dest="with_json", metavar="JSON", default="{}",
+                    help="constructor keyword arguments as a JSON object")
+    pv.add_argument("--host", default="127.0.0.1")
+    pv.add_argument("--port", type=int, default=8765)
+    pv.add_argument("--token-env", metavar="VAR", default="",
+                    help="require Authorization: Bearer $VAR on every call")
+    pv.add_argument("--quiet", action="store_true", help="no line per call on stderr")
+    pv.set_defaults(func=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run `the-loop hooks serve`; returns the exit code."""
+    token_env: str = args.token_env or ""
+    _check_listen(args.host, args.port, token_env)
+    executor = _executor(args)
+    on_call = first_sighting_log() if args.quiet else _per_call_log()
+    try:
+        server = HookServer(executor, host=args.host, port=args.port, token_env=token_env,
+                            on_call=on_call)
+    except OSError as exc:
+        raise LoopError(f"cannot listen on {args.host}:{args.port}: "
+                        f"{exc.strerror or exc}") from None
+    points = served_points(executor)
+    print(server.url, flush=True)
+    print(
+        f"the-loop: serving {_what(args, executor)} at {server.url} (points: "
+        f"{', '.join(points) or 'none'}; GET {server.url}health); "
+        f"{'bearer token required; ' if token_env else ''}Ctrl-C or SIGTERM stops it",
+        file=sys.stderr, flush=True,
+    )
+    _run(server)
+    print("the-loop: hook server stopped", file=sys.stderr, flush=True)
+    return 0
+
+
+def _check_listen(host: str, port: int, token_env: str) -> None:
+    if token_env:
+        if not ENV_RE.match(token_env):
+            raise UsageError(
+                f"--token-env: expected the NAME of an environment variable (e.g. "
+                f"HOOK_TOKEN), got {token_env!r}; never put the token itself on the command line"
+            )
+        if not os.environ.get(token_env):
+            raise UsageError(
+                f"--token-env {token_env}: the variable is unset or empty; export it before "
+                "starting (the server would otherwise refuse every call)"
+            )
+    elif not is_loopback(host):
+        raise UsageError(
+            f"--host {host}: refusing to listen beyond loopback without --token-env: anyone "
+            "who reaches the port could change your decisions. Pass --token-env VAR (and put "
+            "TLS in front: the loop sends tokens only over https to other hosts), or use "
+            "--host 127.0.0.1"
+        )
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port: expected 0..65535, got {port}")
+
+
+def _executor(args: argparse.Namespace) -> AnyExecutor:
+    if args.policy:
+        return policy_executor(args.policy)
+    if args.declared:
+        return declared_executor(config_of(args))
+    try:
+        with_ = json.loads(args.with_json or "{}")
+    except ValueError as exc:
+        raise UsageError(f"--with: not JSON ({exc}); pass an object like '{{\"team\": \"a\"}}'")
+    if not isinstance(with_, dict) or not all(
+        isinstance(k, str) and k.isidentifier() for k in with_
+    ):
+        raise UsageError(
+            f"--with: expected a JSON object of constructor keyword arguments, got "
+            f"{args.with_json!r}"
+        )
+    return load_executor(path=args.path, module=args.module, executor=args.executor or "",
+                         with_=with_, names=CLI_NAMES)
+
+
+def _what(args: argparse.Namespace, executor: AnyExecutor) -> str:
+    if args.policy:
+        return f"the policy folder {args.policy}"
+    if args.declared:
+        return "the declared chain"
+    return type(executor).__name__
+
+
+def _per_call_log() -> OnCall:
+    def record(call: CallRecord) -> None:
+        line = f"the-loop: {call.point} {call.status} {call.ms:.2f} ms"
+        if call.ignored:
+            line += f" (ignored: {', '.join(call.ignored)})"
+        print(line, file=sys.stderr, flush=True)
+
+    return record
+
+
+def _run(server: HookServer) -> None:
+    """Serve until SIGTERM or Ctrl-C."""
+    previous: Any = None
+    in_main = threading.current_thread() is threading.main_thread()
+    stop = threading.Event()
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        # Only set a flag: an exception raised here could land inside a request being
+        # handled on this thread and be swallowed by socketserver's error handler.
+        stop.set()
+
+    if in_main:
+        previous = signal.signal(signal.SIGTERM, on_term)
+    server.serve_in_thread()
+    try:
+        while not stop.wait(0.25):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,91 @@
+"""A tolerant reader for the params a hook server receives: other loops' names mapped to ours.
+
+A server must keep answering when a caller speaks a newer or different dialect of the same
+protocol (the open-source the-loop, GitHub MadaraUchiha-314/the-loop, or a newer version of
+this one). `read_params(point, params)` builds the point's context from what it knows:
+
+- keys this catalog does not know, in `params` and inside a work-item record, are ignored
+  and returned as dotted names (`instance`, `work_item.extra`) for the server's own log;
+- names with the same meaning under another name map to ours (`ALIASES` per point,
+  `RECORD_ALIASES` inside a work item); our name wins when both are sent;
+- a `kind` of `""` (the other loop's "not known") means our default for that field;
+- the work item's `kind` comes from `work_item_complete`'s top-level `kind` when the record
+  does not say (the other loop puts it there);
+- a field we do know with a value of the wrong type is still an error (`ValueError` naming
+  it), so a caller's bug is never silently read as a default.
+
+Facts that exist only in the other loop (`instance`, `effort`, `tmux_target`, …) are not
+readable by rules: the catalog stays the one list of what a rule can read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from the_loop.hooks.points import SPECS, WORK_ITEM_FIELDS, Context, WorkItem, check_value
+
+#: Per point: the other loop's field name → ours (same meaning, same type).
+ALIASES: dict[str, dict[str, str]] = {
+    "session_spawned": {"harness_session_id": "session_id"},
+    "input_received": {"command": "control"},
+}
+#: Inside a work-item record (`work_item`, `endpoint`): their name → ours.
+RECORD_ALIASES: dict[str, str] = {"provider": "tracker"}
+#: Fields whose empty string means "not known": read as our default.
+EMPTY_MEANS_DEFAULT = frozenset({"kind"})
+
+
+def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
+    """The point's context from `params`, and the keys ignored (dotted, sorted).
+
+    Raises `ValueError` naming a known field whose value has the wrong type.
+    """
+    spec = SPECS[point]
+    if not isinstance(params, dict):
+        raise ValueError(f"the context must be a JSON object, got {_json_type(params)}")
+    aliases = ALIASES.get(point, {})
+    ignored: list[str] = []
+    kwargs: dict[str, Any] = {}
+    for raw_key, value in params.items():
+        key = str(raw_key)
+        name = aliases.get(key, key)
+        fs = spec.field(name)
+        if fs is None or (name != key and name in params):
+            ignored.append(key)
+            continue
+        if fs.type == "WorkItem":
+            value = _record(value, ignored, prefix=f"{key}.")
+        elif name in EMPTY_MEANS_DEFAULT and value == "":
+            continue
+        kwargs[name] = check_value(fs, value, where=f"{point}.{key}")
+    their_kind = params.get("kind")
+    if point == "work_item_complete" and isinstance(their_kind, str) and their_kind:
+        item = kwargs.get("work_item", WorkItem())
+        raw = params.get("work_item")
+        if not (isinstance(raw, dict) and raw.get("kind")):
+            kwargs["work_item"] = dataclasses.replace(item, kind=their_kind)
+        ignored.remove("kind")
+    return spec.context(**kwargs), sorted(ignored)
+
+
+def _record(value: Any, ignored: list[str], *, prefix: str) -> Any:
+    """A work-item record as our field names; unknown keys recorded, types left to check."""
+    if not isinstance(value, dict):
+        return value  # the type check names it
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        name = RECORD_ALIASES.get(key, key)
+        if name not in WORK_ITEM_FIELDS or (name != key and name in value):
+            ignored.append(prefix + str(key))
+            continue
+        if name in EMPTY_MEANS_DEFAULT and item == "":
+            continue
+        out[name] = item
+    return out
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)

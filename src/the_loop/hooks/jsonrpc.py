@@ -1,0 +1,206 @@
+"""The JSON-RPC 2.0 half of a hook server: `handle_request(executor, body) -> bytes`, never raising.
+
+It is the whole server logic, for any HTTP framework (`HookServer`, the WSGI app):
+
+- -32700 the body is not JSON (or not UTF-8, or nested too deep to read); -32600 not a valid
+  request object (an extra member, a `jsonrpc` other than "2.0", a non-string method, an id
+  that is not a string, an integer or null); -32601 a method outside the catalog of points;
+  -32602 params that are not an object, or a field we know with a value of the wrong type.
+- params are read tolerantly (`dialect.read_params`): unknown keys are ignored (and reported
+  to the host through `on_call`), the other the-loop's names map to ours.
+- -32000 the hook raised; -32603 the hook answered something the chain would reject (not a
+  context of the point's type, a decision of the wrong type). Nothing is coerced.
+- A success answers only the decisions that differ from the params, or `null`.
+- A catalog point the executor does not handle answers `null`: it is what the same class
+  does when declared by `path:`, so a `url:` entry without `on:` (every point) works
+  unchanged instead of failing at the points the class leaves alone.
+- Notifications (no `id`) run the hook and get no answer (`b""`; HTTP 204). Batches are
+  supported as the spec says: answered in order, notifications left out, `b""` when only
+  notifications; an empty batch, or one over `MAX_BATCH`, is a single -32600.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from the_loop import __version__
+from the_loop.hooks.chain import copy_context, describe_exception, read_answer
+from the_loop.hooks.dialect import read_params
+from the_loop.hooks.executor import (
+    Executor,
+    HookError,
+    LifecycleHooks,
+    default_points,
+    handler_for,
+)
+from the_loop.hooks.points import POINTS, unknown_point_message
+from the_loop.hooks.wire import (
+    HOOK_RAISED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+)
+
+MAX_BATCH = 50
+_MAX_MESSAGE = 2000
+_MEMBERS = frozenset(("jsonrpc", "method", "params", "id"))
+_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+               int: "a number", float: "a number", type(None): "null"}
+
+AnyExecutor = LifecycleHooks | Executor
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """What a host may log about one call: the point, how it ended, its time, keys ignored."""
+
+    point: str
+    status: str  # "ok" or "error <code>"
+    ms: float
+    ignored: tuple[str, ...] = ()
+
+
+OnCall = Callable[[CallRecord], None]
+
+
+def handle_request(executor: AnyExecutor, body: bytes, *, on_call: OnCall | None = None) -> bytes:
+    """Answer one JSON-RPC 2.0 request (or batch) for `executor`; never raises.
+
+    `on_call`, when given, hears one `CallRecord` per call to a catalog point.
+    """
+    try:
+        return _handle(executor, body, on_call)
+    except Exception as exc:  # a bug here must still answer valid JSON-RPC
+        return _dumps(_error(None, INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
+
+
+def served_points(executor: AnyExecutor) -> tuple[str, ...]:
+    """The points the executor answers with its own code (what /health lists)."""
+    return default_points(executor)
+
+
+def health_body(executor: AnyExecutor) -> bytes:
+    """The body of `GET /health`: `ok` as the other the-loop's servers say it, the points
+    served, and this server's own fields."""
+    return _dumps({"ok": True, "points": list(served_points(executor)), "status": "ok",
+                   "server": f"the-loop {__version__}"})
+
+
+
+
+def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None) -> bytes:
+    try:
+        text = body if isinstance(body, str) else bytes(body)
+        doc = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        why = ("not UTF-8" if isinstance(exc, UnicodeDecodeError) else
+               "nested too deep to read" if isinstance(exc, RecursionError) else "not JSON")
+        return _dumps(_error(None, PARSE_ERROR, f"parse error: the body is {why}"))
+    if isinstance(doc, list):
+        if not doc:
+            return _dumps(_error(None, INVALID_REQUEST, "invalid request: an empty batch"))
+        if len(doc) > MAX_BATCH:
+            return _dumps(_error(
+                None, INVALID_REQUEST,
+                f"invalid request: a batch of {len(doc)} requests; at most {MAX_BATCH}",
+            ))
+        answers = [a for a in (_one(executor, item, on_call) for item in doc) if a is not None]
+        return _dumps(answers) if answers else b""
+    answer = _one(executor, doc, on_call)
+    return b"" if answer is None else _dumps(answer)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _one(executor: AnyExecutor, req: Any, on_call: OnCall | None) -> dict[str, Any] | None:
+    """The answer to one request object, or None for a notification."""
+    if not isinstance(req, dict):
+        return _error(None, INVALID_REQUEST,
+                      f"invalid request: expected an object, got {_json_type(req)}")
+    rid = req.get("id")
+    if not (rid is None or type(rid) in (int, str)):
+        return _error(None, INVALID_REQUEST,
+                      f"invalid request: id must be a string, an integer or null, got "
+                      f"{_json_type(rid)}")
+    extra = sorted(str(k) for k in req if k not in _MEMBERS)
+    if extra:
+        return _error(rid, INVALID_REQUEST,
+                      f"invalid request: unexpected member(s) {', '.join(extra)}; a request "
+                      "has jsonrpc, method, params and id")
+    if req.get("jsonrpc") != "2.0":
+        return _error(rid, INVALID_REQUEST,
+                      f'invalid request: "jsonrpc" must be "2.0", got {_short(req.get("jsonrpc"))}')
+    method = req.get("method")
+    if not isinstance(method, str):
+        return _error(rid, INVALID_REQUEST,
+                      f"invalid request: method must be a string, got {_json_type(method)}")
+    started = time.perf_counter()
+    ignored: list[str] = []
+    answer = _call(executor, method, req.get("params", {}), rid, ignored)
+    if on_call is not None and method in POINTS:
+        error = answer.get("error")
+        on_call(CallRecord(
+            method, f"error {error['code']}" if error else "ok",
+            (time.perf_counter() - started) * 1000.0, tuple(ignored),
+        ))
+    return answer if "id" in req else None
+
+
+def _call(
+    executor: AnyExecutor, point: str, params: Any, rid: Any, ignored: list[str]
+) -> dict[str, Any]:
+    if point not in POINTS:
+        return _error(rid, METHOD_NOT_FOUND, f"method not found: {unknown_point_message(point)}")
+    if isinstance(params, list):
+        return _error(rid, INVALID_PARAMS,
+                      "invalid params: send an object of context fields by name, not an array")
+    try:
+        ctx, skipped = read_params(point, params)
+    except (ValueError, TypeError, RecursionError) as exc:
+        return _error(rid, INVALID_PARAMS, f"invalid params: {exc}")
+    ignored.extend(skipped)
+    if point not in served_points(executor):
+        return _result(rid, None)
+    name = type(executor).__name__
+    try:
+        answer = handler_for(executor, point)(copy_context(ctx))
+    except HookError as exc:
+        return _error(rid, HOOK_RAISED, f"hook {name} failed at {point}: {exc}")
+    except (Exception, SystemExit, GeneratorExit) as exc:
+        return _error(rid, HOOK_RAISED, f"hook {name} raised at {point}: {describe_exception(exc)}")
+    # Read the answer back exactly as the chain does: decisions only, typed, never coerced.
+    changes, _dropped, error = read_answer(ctx, answer)
+    if error:
+        return _error(rid, INTERNAL_ERROR, f"hook {name} answered wrongly at {point}: {error}")
+    return _result(rid, changes or None)
+
+
+def _result(rid: Any, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "result": result, "id": rid}
+
+
+def _error(rid: Any, code: int, message: str) -> dict[str, Any]:
+    if len(message) > _MAX_MESSAGE:
+        message = message[:_MAX_MESSAGE] + "…"
+    return {"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": rid}
+
+
+def _dumps(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+def _json_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:80] + "…"

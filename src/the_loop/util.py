@@ -1,0 +1,48 @@
+"""Small helpers several layers borrow: a did-you-mean hint, and who may carry a token where.
+
+Kept free of imports from the rest of the package, so the engine, the runtime, the config
+reader and the CLI can all use them without importing each other.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+from urllib.parse import urlsplit
+
+
+def closest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
+    """The valid name a typo most likely meant, or None."""
+    found = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def is_loopback(host: str) -> bool:
+    """True for a literal loopback address (127.0.0.0/8, ::1) or the name `localhost` itself.
+
+    Any other name, `anything.localhost` included, is resolved through DNS by the client,
+    so it is not trusted to stay on this machine.
+    """
+    name = host.strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def url_may_carry_token(url: str) -> bool:
+    """Whether a bearer token may be sent to `url`: https://, or http:// to a loopback host.
+
+    The one rule for every place that sends a token: hooks `url:` entries, webhook
+    channels, and the clients pointed at `the-loop hooks serve`.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return False
+    if parts.scheme == "https":
+        return bool(host)
+    return parts.scheme == "http" and is_loopback(host)

@@ -1,0 +1,116 @@
+"""The layering of src/: no import cycle, and the engine never imports the runtime or the CLI.
+
+Every import counts, those inside functions and under TYPE_CHECKING too; importing
+`a.b.c` also imports the packages `a` and `a.b`, except the importer's own ancestors.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import the_loop
+
+SRC = Path(the_loop.__file__).parent
+ENGINE = ("the_loop.hooks", "the_loop.sdk")
+NOT_FROM_ENGINE = ("the_loop.runtime", "the_loop.cli")
+
+
+def _modules(src: Path) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for file in src.rglob("*.py"):
+        parts = list(file.relative_to(src.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = file
+    return out
+
+
+def _ancestors(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """module → the modules of the package at `src` it imports (directly)."""
+    modules = _modules(src)
+    graph: dict[str, set[str]] = {}
+    for name, file in modules.items():
+        package = name if file.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    targets.add(full if full in modules else base)
+        edges: set[str] = set()
+        for target in targets:
+            while target not in modules and "." in target:
+                target = target.rpartition(".")[0]
+            if target not in modules:
+                continue  # not ours
+            for dep in {target} | _ancestors(target):
+                if dep != name and dep not in _ancestors(name):
+                    edges.add(dep)
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle as a path (first module repeated at the end), or []."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def test_the_walker_finds_a_cycle_through_an_import_inside_a_function(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from pkg.sub import b\n")
+    (pkg / "a.py").write_text("def f():\n    from pkg.sub.b import g\n    return g\n")
+    (pkg / "sub" / "b.py").write_text("from .. import a\n")
+    graph = import_graph(pkg)
+    assert graph["pkg.a"] == {"pkg.sub", "pkg.sub.b"}  # the package comes with its module
+    assert graph["pkg.sub.b"] == {"pkg.a"}  # a relative import; its own package is not an edge
+    assert find_cycle(graph) in (["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"],
+                                 ["pkg.a", "pkg.sub.b", "pkg.a"])
+
+
+def test_src_has_no_import_cycle() -> None:
+    assert find_cycle(import_graph()) == []
+
+
+def test_the_engine_imports_nothing_from_the_runtime_or_the_cli() -> None:
+    bad = sorted(
+        f"{module} imports {dep}"
+        for module, deps in import_graph().items() if module.startswith(ENGINE)
+        for dep in deps if dep.startswith(NOT_FROM_ENGINE)
+    )
+    assert bad == []
