@@ -21,9 +21,9 @@ from typing import Any
 from the_loop.hooks.jsonrpc import AnyExecutor, OnCall, handle_request, health_body
 from the_loop.hooks.wire import Reply, error_reply, http_reply, reason_of
 
-#: Connections the kernel queues before the server accepts them (socketserver's default, 5,
-#: made callers in a burst of 200 time out on connect).
-BACKLOG = 128
+#: Connections the kernel queues before the server accepts them (capped by net.core.somaxconn;
+#: socketserver's default of 5 made callers in a burst of 200 time out on connect).
+BACKLOG = 1024
 
 
 class _DeadlineRaw(io.RawIOBase):

@@ -1,0 +1,130 @@
+"""Real hook servers for tests: `hooks serve` in a subprocess, gunicorn, raw HTTP requests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class Served:
+    """A running `the-loop hooks serve` process, the URL it printed, and its stderr."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "the_loop", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+            env={**os.environ, **(env or {})},
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url:
+            _, err = self.proc.communicate(timeout=10)
+            raise AssertionError(f"hooks serve did not start: {err}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        _, err = self.proc.communicate(timeout=10)
+        return self.proc.returncode, err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate(timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@contextlib.contextmanager
+def gunicorn(env: dict[str, str], cwd: Path, *, worker_class: str = "sync",
+             workers: int = 2) -> Iterator[str]:
+    """gunicorn serving `the_loop.hooks.wsgi:app_from_env()` with `env`; yields its URL.
+
+    Its stderr is in `cwd/gunicorn.log`."""
+    port = free_port()
+    log = cwd / "gunicorn.log"
+    args = [sys.executable, "-m", "gunicorn", "-w", str(workers), "-k", worker_class,
+            "-b", f"127.0.0.1:{port}", "--graceful-timeout", "2"]
+    if worker_class == "gthread":
+        args += ["--threads", "4"]
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [*args, "the_loop.hooks.wsgi:app_from_env()"], env={**os.environ, **env},
+            stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
+        )
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url + "health", timeout=1):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"gunicorn did not start:\n{log.read_text()}") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def post(url: str, payload: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """POST JSON; returns (status, parsed body or None)."""
+    req = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            body = resp.read()
+            return resp.status, json.loads(body) if body else None
+    except urllib.error.HTTPError as exc:
+        with exc:
+            body = exc.read()
+            return exc.code, json.loads(body) if body else None
+
+
+def get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+
+def raw(url: str, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
+    """Send exactly these bytes (a request head without its final blank line, and a body);
+    returns the status and body of the answer (the connection is closed after)."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=20) as sock:
+        sock.sendall(head + b"\r\nConnection: close\r\n\r\n" + body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    status_line, _, rest = data.partition(b"\r\n")
+    _, _, payload = rest.partition(b"\r\n\r\n")
+    return int(status_line.split()[1]), payload
