@@ -253,7 +253,7 @@ def test_hooks_run_prints_the_trace_and_final_decisions(
     lines = out.splitlines()
     assert lines[0] == "session_spawn: 1 hook(s) run: prefix"
     assert re.fullmatch(
-        r"  prefix +changed +\d+\.\d{3} ms  changed prompt='ACME: Fix the bug\.'", lines[1]
+        r'  prefix +changed +\d+\.\d{3} ms  changed prompt="ACME: Fix the bug\."', lines[1]
     ), lines[1]
     assert lines[2:] == [
         "final decisions:",

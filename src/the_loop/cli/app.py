@@ -13,13 +13,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from the_loop import __version__
-from the_loop.cli import demo, events, hooks, items, loop, policy, replay, serve
+from the_loop.cli import demo, events, hooks, init, items, loop, policy, replay, serve
 from the_loop.errors import LoopError
 
 Register = Callable[[Any], None]
 
 #: Every top-level command group, in the order `the-loop --help` lists them.
 COMMANDS: tuple[Register, ...] = (
+    init.register,         # init [DIR]
     hooks.register,        # hooks, hooks points|run|schema|serve
     policy.register,       # policy check|test (subcommands below)
     items.register,        # items add|list|show|comment|label|close

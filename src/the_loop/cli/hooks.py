@@ -142,7 +142,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for step in outcome.steps:
         line = f"  {step.hook:<16} {step.status:<9} {step.ms:8.3f} ms"
         if step.changed:
-            line += "  changed " + ", ".join(f"{k}={v!r}" for k, v in step.changed.items())
+            line += "  changed " + ", ".join(
+                f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in step.changed.items()
+            )
         if step.error:
             line += f"  error: {step.error}"
         if step.dropped:

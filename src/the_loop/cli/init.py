@@ -1,0 +1,63 @@
+"""`the-loop init [DIR]`: write a working starting point where the config lookup finds it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from the_loop.config import ENV_VAR, lookup_paths
+from the_loop.errors import LoopError
+
+DEFAULT_DIR = ".the-loop"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "init", help="write a cli-config.yaml, example policies with tests, an example hook",
+    )
+    p.add_argument("dir", metavar="DIR", nargs="?", default=DEFAULT_DIR,
+                   help="the folder to write (created if missing)")
+    p.set_defaults(func=cmd_init)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from the_loop.scaffold import FILES
+
+    folder = Path(args.dir).expanduser()
+    present = [name for name in FILES if (folder / name).exists()]
+    if present:
+        raise LoopError(
+            f"{folder}: not written, it already holds {', '.join(present)}; init never "
+            "overwrites a file: pass another DIR, or move those away"
+        )
+    try:
+        for name, text in FILES.items():
+            path = folder / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("x", encoding="utf-8") as fh:
+                fh.write(text)
+    except OSError as exc:
+        raise LoopError(f"{folder}: cannot write: {exc.strerror} ({exc.filename})") from None
+    config = (folder / "cli-config.yaml").absolute()
+    rules = sum(1 for n in FILES if n.startswith("policies/") and n.count("/") == 1)
+    print(f"wrote {folder}/: cli-config.yaml, policies/ ({rules} rules, each with a test "
+          "case in policies/tests/), hooks/example.py")
+    found = config in {p.absolute() for p in lookup_paths()} and not os.environ.get(ENV_VAR)
+    flag = "" if found else f" --config {config}"
+    if not found:
+        print(f"(the lookup does not find {config} from here: the commands below pass "
+              f"--config; or set ${ENV_VAR})")
+    print("next:")
+    for command, what in (
+        (f"the-loop{flag} policy check", "compile every rule; list them per point"),
+        (f"the-loop{flag} policy test", "run the cases in policies/tests"),
+        (f"the-loop{flag} hooks", "what is declared"),
+        (f"echo '{{\"labels\": [\"do-not-automate\"]}}' | the-loop{flag} hooks run "
+         "work_item_start --context -", "a dry run of the declared hooks"),
+    ):
+        print(f"  {command}\n      {what}")
+    print(f"then edit {folder / 'policies'}/*.yaml and add a case to policies/tests/ for each "
+          "rule (docs/policy-guide.md)")
+    return 0

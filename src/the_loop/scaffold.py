@@ -1,0 +1,185 @@
+"""The files `the-loop init` writes: a config, one commented rule per common need, a test
+case for each, and an example hook class. Every file here is loaded and tested as written."""
+
+from __future__ import annotations
+
+CONFIG = """\
+# Written by `the-loop init`. The CLI finds this file from the folder that holds .the-loop/
+# (or from this folder); elsewhere pass --config PATH or set $THE_LOOP_CLI_CONFIG.
+# Every key: docs/declaring-hooks.md (hooks) and docs/runtime.md (the rest).
+loop: my-loop                  # the fact `loop` every hook and rule sees
+stateDir: state                # event log, tracker database, workspaces (beside this file)
+tracker: {kind: local, repository: acme/app}
+
+hooks:
+  # YAML rules: policies/*.yaml, tested by policies/tests/*.yaml (`the-loop policy test`).
+  - name: house-rules
+    policy: policies
+    required: true             # if the policy itself fails, a point with `proceed` refuses
+  # A Python class, imported from this folder (never from a checkout).
+  - name: example
+    path: hooks/example.py
+    with: {tag: "my-loop"}     # keyword arguments for the class
+"""
+
+STARTS = """\
+# Which work items may start. A rule is: a name, the point(s) it runs at (`on`), an optional
+# condition (`when`, JMESPath over the point's facts: `the-loop hooks points`), and the
+# decisions it sets. Strings in JMESPath take single quotes: 'do-not-automate'.
+rules:
+  - name: refuse-by-label
+    description: a work item labelled do-not-automate never starts
+    on: work_item_start
+    when: "contains(labels, 'do-not-automate')"
+    set:
+      proceed: false           # a policy may only refuse; a refusal sticks
+      reason: "{{ work_item.ref }} is labelled do-not-automate"
+"""
+
+SESSIONS = """\
+# What an agent session is told. prompt_prefix and prompt_suffix compose around the prompt
+# in rule order; `{{ expression }}` inside a string is filled from the facts.
+rules:
+  - name: prefix-for-repository
+    description: sessions on acme/app start with the house rules
+    on: session_spawn
+    when: "work_item.repository == 'acme/app'"
+    set:
+      prompt_prefix: "Follow CONTRIBUTING.md of {{ work_item.repository }}.\\n\\n"
+"""
+
+NOTIFICATIONS = """\
+# Quieter channels: `notify: false` keeps a phase change off the channels. `mode: audit`
+# would only record (in hooks.audit) what the rule would decide, to try a rule out first.
+rules:
+  - name: quiet-notifications
+    description: no phase messages for items labelled quiet, except when they finish
+    on: phase_changed
+    when: "contains(labels, 'quiet') && !terminal"
+    set:
+      notify: false
+"""
+
+INPUT = """\
+# What a person's input may do. `control` is a command without its slash (approve, stop).
+rules:
+  - name: approve-only-by-maintainers
+    description: only maintainers may /approve a gate
+    on: input_received
+    when: "control == 'approve' && !contains(['alice', 'bob'], actor)"
+    set:
+      proceed: false
+      reason: "only maintainers (alice, bob) may approve; {{ actor }} is not one"
+"""
+
+TEST_STARTS = """\
+# Each case: a point, the facts as they enter the chain, the final decisions expected and
+# (optionally) exactly the rules that applied. `the-loop policy test --explain` shows why.
+cases:
+  - name: a do-not-automate item is refused
+    point: work_item_start
+    facts:
+      work_item: {ref: "local:acme/app#1", repository: acme/app}
+      labels: [do-not-automate]
+    expect:
+      proceed: false
+      reason: "local:acme/app#1 is labelled do-not-automate"
+    rules: [refuse-by-label]
+
+  - name: any other item starts
+    point: work_item_start
+    facts:
+      labels: [bug]
+    expect: {proceed: true}
+    rules: []
+"""
+
+TEST_SESSIONS = """\
+cases:
+  - name: a session on acme/app gets the prefix
+    point: session_spawn
+    facts:
+      work_item: {repository: acme/app}
+      prompt: "Write the design."
+    expect:
+      prompt: "Follow CONTRIBUTING.md of acme/app.\\n\\nWrite the design."
+    rules: [prefix-for-repository]
+
+  - name: another repository's prompt is left alone
+    point: session_spawn
+    facts:
+      work_item: {repository: acme/docs}
+      prompt: "Write the design."
+    expect: {prompt: "Write the design."}
+    rules: []
+"""
+
+TEST_NOTIFICATIONS = """\
+cases:
+  - name: a quiet item's phase change is not announced
+    point: phase_changed
+    facts: {labels: [quiet], terminal: false}
+    expect: {notify: false}
+    rules: [quiet-notifications]
+
+  - name: a quiet item that finishes is announced
+    point: phase_changed
+    facts: {labels: [quiet], terminal: true}
+    expect: {notify: true}
+    rules: []
+"""
+
+TEST_INPUT = """\
+cases:
+  - name: an /approve from someone else is dropped
+    point: input_received
+    facts: {kind: command, actor: mallory, control: approve, text: /approve}
+    expect:
+      proceed: false
+      reason: "only maintainers (alice, bob) may approve; mallory is not one"
+    rules: [approve-only-by-maintainers]
+
+  - name: a maintainer's /approve goes through
+    point: input_received
+    facts: {kind: command, actor: alice, control: approve, text: /approve}
+    expect: {proceed: true}
+    rules: []
+"""
+
+HOOK = '''\
+"""An example hook class, declared in cli-config.yaml as `example`. Edit it or delete it.
+
+A hook class overrides the points it handles (`the-loop hooks points` lists them); each
+method gets a typed context and returns None (change nothing) or the context with its
+decisions changed. Anything it raises is recorded as hooks.failed and the loop goes on.
+"""
+
+from the_loop.sdk.hooks import LifecycleHooks, WaitingForInput
+
+
+class Example(LifecycleHooks):
+    """Tags every question an agent asks, so people see which loop asks."""
+
+    def __init__(self, tag: str = "") -> None:
+        self.tag = tag
+
+    def waiting_for_input(self, ctx: WaitingForInput) -> WaitingForInput | None:
+        if ctx.kind != "question" or not self.tag:
+            return None
+        ctx.question = f"[{self.tag}] {ctx.question}"
+        return ctx
+'''
+
+#: Path (relative to the folder `init` writes) → text, in the order they are written.
+FILES: dict[str, str] = {
+    "cli-config.yaml": CONFIG,
+    "policies/10-starts.yaml": STARTS,
+    "policies/20-sessions.yaml": SESSIONS,
+    "policies/30-notifications.yaml": NOTIFICATIONS,
+    "policies/40-input.yaml": INPUT,
+    "policies/tests/starts.yaml": TEST_STARTS,
+    "policies/tests/sessions.yaml": TEST_SESSIONS,
+    "policies/tests/notifications.yaml": TEST_NOTIFICATIONS,
+    "policies/tests/input.yaml": TEST_INPUT,
+    "hooks/example.py": HOOK,
+}

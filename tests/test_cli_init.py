@@ -1,0 +1,80 @@
+"""`the-loop init`: a working starting point the config lookup finds (issue 15, item 1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from the_loop.hooks.policy.testing import run_tests
+from the_loop.scaffold import FILES
+
+
+def test_init_writes_every_file_and_says_what_to_run_next(tmp_path: Path, run_cli: Any) -> None:
+    done = run_cli("init")
+    assert done.returncode == 0, done.stderr
+    written = sorted(str(p.relative_to(tmp_path / ".the-loop"))
+                     for p in (tmp_path / ".the-loop").rglob("*") if p.is_file())
+    assert written == sorted(FILES)
+    assert "the-loop policy check\n" in done.stdout
+    assert "--config" not in done.stdout  # the lookup finds ./.the-loop/cli-config.yaml
+
+
+def test_right_after_init_the_author_commands_work_with_no_flags(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    assert run_cli("init").returncode == 0
+    check = run_cli("policy", "check")
+    assert check.returncode == 0, check.stderr
+    assert check.stdout.startswith(f"{tmp_path / '.the-loop' / 'policies'}: 4 rule(s)")
+    test = run_cli("policy", "test")
+    assert test.returncode == 0, test.stdout
+    assert test.stdout.splitlines()[-1] == "8 passed, 0 failed"
+    listed = run_cli("hooks")
+    assert listed.returncode == 0 and "house-rules" in listed.stdout
+    assert "hooks/example.py" in listed.stdout
+    dry = run_cli("hooks", "run", "work_item_start", "--context", "-", "--json",
+                  stdin='{"labels": ["do-not-automate"]}')
+    assert dry.returncode == 0, dry.stderr
+    final = json.loads(dry.stdout)["context"]
+    assert final["loop"] == "my-loop"  # from the config, not ""
+    assert final["proceed"] is False and final["reason"] == " is labelled do-not-automate"
+    asked = run_cli("hooks", "run", "waiting_for_input", "--context", "-", "--json",
+                    stdin='{"kind": "question", "question": "Which database?"}')
+    assert json.loads(asked.stdout)["context"]["question"] == "[my-loop] Which database?"
+    # and from inside the folder itself, by ./cli-config.yaml
+    inside = run_cli("policy", "test", cwd=tmp_path / ".the-loop")
+    assert inside.returncode == 0, inside.stdout
+
+
+def test_every_example_rule_has_a_case_that_matches_it_and_one_that_does_not(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    run_cli("init")
+    report = run_tests(tmp_path / ".the-loop" / "policies")
+    assert report.ok and report.unexercised == []
+    matched = [r.rules for r in report.results]
+    assert matched.count([]) == 4 and len(matched) == 8
+
+
+def test_init_never_overwrites_a_file(tmp_path: Path, run_cli: Any) -> None:
+    (tmp_path / ".the-loop" / "policies").mkdir(parents=True)
+    (tmp_path / ".the-loop" / "policies" / "10-starts.yaml").write_text("mine", "utf-8")
+    done = run_cli("init")
+    assert done.returncode == 1
+    assert done.stderr == (
+        "the-loop: .the-loop: not written, it already holds policies/10-starts.yaml; init "
+        "never overwrites a file: pass another DIR, or move those away\n"
+    )
+    assert (tmp_path / ".the-loop" / "policies" / "10-starts.yaml").read_text("utf-8") == "mine"
+    assert not (tmp_path / ".the-loop" / "cli-config.yaml").exists()
+
+
+def test_init_elsewhere_prints_commands_that_name_the_config(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    done = run_cli("init", "ops/loop")
+    config = tmp_path / "ops" / "loop" / "cli-config.yaml"
+    assert done.returncode == 0
+    assert f"the-loop --config {config} policy test\n" in done.stdout
+    assert run_cli("--config", str(config), "policy", "test").returncode == 0
