@@ -80,6 +80,10 @@ class LifecycleHooks:
     def work_item_complete(self, ctx: WorkItemComplete) -> WorkItemComplete | None:
         return None
 
+    def handles(self, point: str) -> bool:
+        """Whether this class overrides `point` (what it runs when `on` does not narrow it)."""
+        return point in type(self).overridden_points()
+
     @classmethod
     def overridden_points(cls) -> tuple[str, ...]:
         """The points this class overrides, in lifecycle order."""

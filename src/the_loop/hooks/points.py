@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from the_loop.hooks.compat import ContextMethods, WorkItemMethods
 from the_loop.util import closest as closest  # re-exported: the policy modules import it here
 
 FACT = "fact"
@@ -21,7 +22,7 @@ DECISION = "decision"
 
 
 @dataclass(frozen=True)
-class WorkItem:
+class WorkItem(WorkItemMethods):
     """A read-only record of the ticket or pull request being delivered."""
 
     ref: str = ""
@@ -90,7 +91,7 @@ def decision(default: bool | str, doc: str, applied: str) -> Any:
 
 
 @dataclass
-class Context:
+class Context(ContextMethods):
     """Fields every point carries. Subclasses add their own facts and decisions."""
 
     POINT: ClassVar[str] = ""

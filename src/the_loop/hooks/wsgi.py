@@ -117,8 +117,10 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> WSGIApplication:
         except LoopError as exc:
             raise HooksConfigError(f"{ENV_PREFIX}POLICY: {exc}") from None
     elif source == "CONFIG":
-        config = read_config(Path(value).expanduser().absolute())
-        executor = declared_executor(config)
+        try:
+            executor = declared_executor(read_config(Path(value).expanduser().absolute()))
+        except LoopError as exc:
+            raise HooksConfigError(f"{ENV_PREFIX}CONFIG: {exc}") from None
     else:
         executor = load_executor(
             path=value if source == "PATH" else None,

@@ -1,0 +1,99 @@
+"""The tolerant reader a hook server uses for `params` (issue 14.2), rule by rule."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from any_loop_data import PARAMS
+from the_loop.hooks.dialect import read_params
+from the_loop.hooks.jsonrpc import CallRecord, handle_request
+from the_loop.hooks.points import POINTS, SPECS, WorkItem
+from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
+
+
+def test_unknown_keys_in_params_and_in_a_work_item_are_ignored_and_listed() -> None:
+    ctx, ignored = read_params("session_spawn", {
+        "prompt": "p", "added_in_v9": {"any": ["shape"]},
+        "work_item": {"ref": "local:acme/app#1", "labels_v2": 3},
+    })
+    assert isinstance(ctx, SessionSpawn) and ctx.prompt == "p"
+    assert ctx.work_item == WorkItem(ref="local:acme/app#1")
+    assert ignored == ["added_in_v9", "work_item.labels_v2"]
+
+
+def test_provider_is_read_as_tracker_and_ours_wins_when_both_are_sent() -> None:
+    ctx, ignored = read_params("work_item_start", {"work_item": {"provider": "github"}})
+    assert ctx.work_item.tracker == "github" and ignored == []
+    ctx, ignored = read_params("work_item_start",
+                               {"work_item": {"provider": "github", "tracker": "local"}})
+    assert ctx.work_item.tracker == "local" and ignored == ["work_item.provider"]
+
+
+def test_an_empty_kind_means_our_default() -> None:
+    ctx, _ = read_params("waiting_for_input", {"kind": "", "work_item": {"kind": ""}})
+    assert ctx.kind == "question" and ctx.work_item.kind == "issue"  # type: ignore[attr-defined]
+    ctx, _ = read_params("input_received", {"kind": ""})
+    assert ctx.kind == "comment"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("point", "theirs", "ours", "value"), [
+    ("input_received", "command", "control", "stop"),
+    ("session_spawned", "harness_session_id", "session_id", "s-1"),
+])
+def test_a_field_with_another_name_there_maps_to_ours(
+    point: str, theirs: str, ours: str, value: str
+) -> None:
+    ctx, ignored = read_params(point, {theirs: value})
+    assert getattr(ctx, ours) == value and ignored == []
+
+
+def test_work_item_completes_kind_is_the_work_items_kind_when_the_record_does_not_say() -> None:
+    ctx, ignored = read_params("work_item_complete",
+                               {"kind": "pull-request", "work_item": {"kind": ""}})
+    assert ctx.work_item.kind == "pull-request" and ignored == []
+    ctx, _ = read_params("work_item_complete",
+                         {"kind": "pull-request", "work_item": {"kind": "issue"}})
+    assert ctx.work_item.kind == "issue"
+
+
+@pytest.mark.parametrize(("params", "says"), [
+    ({"work_item": {"provider": 7}}, "session_spawn.work_item: tracker must be str"),
+    ({"work_item": {"number": "7"}}, "number must be int"),
+    ({"respawn": "no"}, "session_spawn.respawn must be bool"),
+    ({"proceed": 0}, "session_spawn.proceed must be bool"),
+])
+def test_a_known_field_of_the_wrong_type_is_still_an_error(params: Any, says: str) -> None:
+    with pytest.raises(ValueError) as info:
+        read_params("session_spawn", params)
+    assert says in str(info.value)
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+def test_every_request_shape_of_the_other_loop_is_read(point: str) -> None:
+    ctx, ignored = read_params(point, PARAMS[point])
+    assert type(ctx) is POINTS[point]
+    ours = {f.name for f in SPECS[point].fields}
+    assert set(ignored).isdisjoint(ours)
+
+
+class Echo(LifecycleHooks):
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt = f"{ctx.work_item.tracker}:{ctx.prompt}"
+        return ctx
+
+
+def test_the_server_answers_and_reports_the_ignored_keys_to_its_host() -> None:
+    calls: list[CallRecord] = []
+    body = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "session_spawn", "params": {
+        "prompt": "p", "effort": "high", "work_item": {"provider": "github", "x": 1}}})
+    answer = json.loads(handle_request(Echo(), body.encode(), on_call=calls.append))
+    assert answer == {"jsonrpc": "2.0", "result": {"prompt": "github:p"}, "id": 3}
+    assert [(c.point, c.status, c.ignored) for c in calls] == [
+        ("session_spawn", "ok", ("effort", "work_item.x"))]
+    bad = json.dumps({"jsonrpc": "2.0", "id": 4, "method": "session_spawn",
+                      "params": {"respawn": 1}})
+    handle_request(Echo(), bad.encode(), on_call=calls.append)
+    assert calls[-1].status == "error -32602"

@@ -1,0 +1,178 @@
+"""`hooks serve --policy DIR` and `--declared` (issue 14.1), its log line per call and
+`--quiet` (issue 15.8), and the WSGI app's matching THE_LOOP_HOOK_* modes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from any_loop_data import upstream_request
+from serving_helpers import Served, post
+from the_loop.errors import HooksConfigError
+from the_loop.hooks.wsgi import app_from_env
+
+PREFIX_RULES = """\
+rules:
+  - name: team-prefix
+    on: session_spawn
+    set:
+      prompt_prefix: "[rules] "
+"""
+RAISES = """\
+from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
+
+class Broken(LifecycleHooks):
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+        raise RuntimeError("compliance database is down")
+"""
+STAMP = """\
+from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
+
+class Stamp(LifecycleHooks):
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt = "[stamp] " + ctx.prompt
+        return ctx
+"""
+CALL = {"jsonrpc": "2.0", "method": "session_spawn", "params": {"prompt": "p"}, "id": 1}
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Any]:
+    started: list[Served] = []
+
+    def run(*args: str) -> Served:
+        started.append(Served(["hooks", "serve", *args, "--port", "0"], tmp_path))
+        return started[-1]
+
+    yield run
+    for s in started:
+        s.kill()
+
+
+def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "the_loop", *args], capture_output=True,
+                          text=True, cwd=tmp_path, env=dict(os.environ), timeout=30)
+
+
+def write_rules(folder: Path, text: str = PREFIX_RULES) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rules.yaml").write_text(text, encoding="utf-8")
+    return folder
+
+
+def test_serve_policy_hosts_a_folder_and_logs_one_line_per_call(
+    tmp_path: Path, serve: Any
+) -> None:
+    write_rules(tmp_path / "rules")
+    served = serve("--policy", "rules")
+    assert post(served.url, CALL)[1]["result"] == {"prompt": "[rules] p"}
+    post(served.url, upstream_request("work_item_start"))
+    code, err = served.stop()
+    assert code == 0
+    assert "serving the policy folder rules" in err and "points: session_spawn;" in err
+    lines = [line for line in err.splitlines() if line.startswith("the-loop: session_spawn ")]
+    assert len(lines) == 1 and lines[0].startswith("the-loop: session_spawn ok ")
+    assert lines[0].endswith(" ms")
+    start = next(line for line in err.splitlines() if "work_item_start ok" in line)
+    assert start.endswith("(ignored: command, harness, instance)")
+
+
+def test_serve_quiet_logs_no_calls_but_each_ignored_field_once(
+    tmp_path: Path, serve: Any
+) -> None:
+    write_rules(tmp_path / "rules")
+    served = serve("--policy", "rules", "--quiet")
+    for _ in range(3):
+        post(served.url, upstream_request("work_item_start"))
+    _, err = served.stop()
+    assert " ok " not in err
+    assert err.count("ignoring field(s) this catalog does not know: command, harness, "
+                     "instance") == 1
+
+
+def test_serve_policy_with_errors_refuses_to_start_listing_every_error(tmp_path: Path) -> None:
+    write_rules(tmp_path / "rules", "rules:\n  - name: a\n    on: session_spwan\n    set: "
+                "{proceed: false}\n  - name: b\n    on: session_spawn\n    when: 'nope ==='\n"
+                "    set: {proceed: false}\n")
+    result = run_cli(tmp_path, "hooks", "serve", "--policy", "rules", "--port", "0")
+    assert result.returncode == 1 and result.stdout == ""
+    assert "2 errors in policy folder" in result.stderr
+    assert "rule 'a' → on: 'session_spwan' is not a lifecycle point" in result.stderr
+    assert "rule 'b' → when: syntax error" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_policy_without_a_folder_says_so(tmp_path: Path) -> None:
+    result = run_cli(tmp_path, "hooks", "serve", "--policy", "missing", "--port", "0")
+    assert result.returncode == 1
+    assert "missing: no policy folder there" in result.stderr
+
+
+def _config(tmp_path: Path, hooks: str) -> None:
+    (tmp_path / "cli-config.yaml").write_text(f"loop: acme\nstateDir: state\nhooks:\n{hooks}",
+                                              encoding="utf-8")
+
+
+def test_serve_declared_runs_the_chain_in_order(tmp_path: Path, serve: Any) -> None:
+    write_rules(tmp_path / "rules")
+    (tmp_path / "stamp.py").write_text(STAMP, encoding="utf-8")
+    _config(tmp_path, "  - name: stamp\n    path: stamp.py\n"
+                      "  - name: house\n    policy: rules\n")
+    served = serve("--declared", "--config", "cli-config.yaml")
+    # The policy reads the prompt the stamp left: declaration order.
+    assert post(served.url, CALL)[1]["result"] == {"prompt": "[rules] [stamp] p"}
+    _, err = served.stop()
+    assert "serving the declared chain" in err
+
+
+def test_serve_declared_keeps_required_a_failing_required_hook_refuses(
+    tmp_path: Path, serve: Any
+) -> None:
+    write_rules(tmp_path / "rules")
+    (tmp_path / "broken.py").write_text(RAISES, encoding="utf-8")
+    _config(tmp_path, "  - name: house\n    policy: rules\n"
+                      "  - name: compliance\n    path: broken.py\n    required: true\n")
+    served = serve("--declared", "--config", "cli-config.yaml")
+    result = post(served.url, CALL)[1]["result"]
+    assert result["proceed"] is False
+    assert "compliance" in result["reason"] and "compliance database is down" in result["reason"]
+
+
+def test_serve_declared_with_a_broken_declaration_refuses_to_start(tmp_path: Path) -> None:
+    _config(tmp_path, "  - name: x\n    path: nowhere.py\n")
+    result = run_cli(tmp_path, "--config", "cli-config.yaml", "hooks", "serve", "--declared",
+                     "--port", "0")
+    assert result.returncode == 1
+    assert "hooks[0] ('x') → path: no file at" in result.stderr
+
+
+def test_serve_declared_without_a_config_says_how_to_name_one(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "THE_LOOP_CLI_CONFIG"}
+    env["HOME"] = str(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "the_loop", "hooks", "serve", "--declared",
+                             "--port", "0"], capture_output=True, text=True, cwd=tmp_path,
+                            env=env, timeout=30)
+    assert result.returncode == 1
+    assert "no cli-config.yaml found to serve the declared chain of" in result.stderr
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"THE_LOOP_HOOK_POLICY": "/x", "THE_LOOP_HOOK_PATH": "/y.py"},
+     "got THE_LOOP_HOOK_PATH and THE_LOOP_HOOK_POLICY"),
+    ({"THE_LOOP_HOOK_POLICY": "/nonexistent/rules"},
+     "THE_LOOP_HOOK_POLICY: /nonexistent/rules: no policy folder there"),
+    ({"THE_LOOP_HOOK_CONFIG": "/nonexistent/cli-config.yaml"},
+     "THE_LOOP_HOOK_CONFIG: /nonexistent/cli-config.yaml: no such file"),
+])
+def test_wsgi_policy_and_config_modes_name_the_variable(
+    env: dict[str, str], expected: str
+) -> None:
+    with pytest.raises(HooksConfigError) as info:
+        app_from_env(env)
+    assert expected in str(info.value)

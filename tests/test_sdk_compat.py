@@ -1,0 +1,96 @@
+"""The SDK names hook files written for the open-source the-loop use (issue 14.4)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from any_loop_data import EXPECTED, THEIR_STYLE_HOOK, VALUES
+from the_loop.hooks import load_chain
+from the_loop.hooks.dialect import read_params
+from the_loop.hooks.points import POINTS, SPECS
+from the_loop.sdk.hooks import (
+    Context,
+    DecisionTypeError,
+    LifecycleHooks,
+    SessionSpawn,
+    WorkItem,
+    WorkItemStart,
+)
+
+
+@pytest.mark.parametrize(("ref", "kind", "fields"), [
+    ("local:acme/app#12", "", {"tracker": "local", "host": "", "owner": "acme", "repo": "app",
+                               "repository": "acme/app", "number": 12, "kind": "issue",
+                               "url": "local://acme/app/12"}),
+    ("github:acme/app#7", "pull-request",
+     {"tracker": "github", "host": "github.com", "repository": "acme/app", "number": 7,
+      "kind": "pull-request", "url": "https://github.com/acme/app/pull/7"}),
+    ("github:git.acme.example/acme/app#3", "",
+     {"tracker": "github", "host": "git.acme.example",
+      "url": "https://git.acme.example/acme/app/issues/3"}),
+    ("issue-9", "", {"tracker": "", "number": 0, "kind": "issue", "url": ""}),
+])
+def test_from_ref_takes_our_ref_formats_apart(
+    ref: str, kind: str, fields: dict[str, object]
+) -> None:
+    item = WorkItem.from_ref(ref, kind=kind, id="x")
+    assert item.ref == ref and item.id == "x"
+    for key, value in fields.items():
+        assert getattr(item, key) == value, key
+
+
+def test_provider_is_a_read_only_alias_of_tracker() -> None:
+    item = WorkItem(tracker="local")
+    assert item.provider == "local"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        item.provider = "github"  # type: ignore[misc]
+    assert "provider" not in item.to_params() and item.to_params()["tracker"] == "local"
+
+
+def test_handles_is_what_the_class_overrides() -> None:
+    class Only(LifecycleHooks):
+        def session_spawn(self, ctx: SessionSpawn) -> None:
+            return None
+
+    assert [p for p in POINTS if Only().handles(p)] == ["session_spawn"]
+    assert Only().handles("no_such_point") is False
+
+
+def test_to_params_is_every_field_as_json_and_reads_back() -> None:
+    ctx = SessionSpawn(prompt="p", command=["a"], work_item=WorkItem.from_ref("local:a/b#1"))
+    params = ctx.to_params()
+    assert set(params) == {f.name for f in SPECS["session_spawn"].fields}
+    assert params["work_item"]["repository"] == "a/b"
+    assert read_params("session_spawn", params)[0] == ctx
+
+
+def test_decisions_and_facts_name_the_fields() -> None:
+    assert WorkItemStart.decisions() == ("proceed", "reason")
+    assert "actor" in WorkItemStart.facts() and "proceed" not in WorkItemStart.facts()
+    assert issubclass(WorkItemStart, Context)
+
+
+def test_apply_sets_decisions_checked_first_and_refuses_a_wrong_type() -> None:
+    ctx = WorkItemStart()
+    assert ctx.apply({"proceed": False, "reason": "no", "actor": "x", "other": 1}) == (
+        "proceed", "reason")
+    assert (ctx.proceed, ctx.reason, ctx.actor) == (False, "no", "")
+    with pytest.raises(DecisionTypeError, match="decision 'proceed' must be bool"):
+        ctx.apply({"reason": "changed", "proceed": "yes"})
+    assert ctx.reason == "no"  # nothing was set
+    assert issubclass(DecisionTypeError, TypeError)
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+def test_a_hook_file_in_their_style_runs_declared_by_path(tmp_path: Path, point: str) -> None:
+    (tmp_path / "house_rules.py").write_text(THEIR_STYLE_HOOK, encoding="utf-8")
+    config = tmp_path / "cli-config.yaml"
+    config.write_text("hooks:\n  - name: house\n    path: house_rules.py\n", encoding="utf-8")
+    ctx, _ = read_params(point, VALUES[point])
+    out = load_chain(config).run(ctx)
+    changed = {d.name: getattr(out, d.name) for d in SPECS[point].decisions
+               if getattr(out, d.name) != getattr(ctx, d.name)}
+    assert changed == EXPECTED[point]
