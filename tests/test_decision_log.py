@@ -17,7 +17,7 @@ import pytest
 
 from runtime_helpers import LoopDir, closed_port
 from the_loop.config import read_config
-from the_loop.errors import ConfigError
+from the_loop.errors import ConfigError, LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain
 from the_loop.hooks.points import SessionSpawn, WorkItemStart
@@ -161,3 +161,34 @@ def test_replay_without_a_state_database_says_so(ld: LoopDir) -> None:
     code, _, err = ld.run("policy", "replay")
     assert code == 1
     assert f"no state database at {ld.state / 'loop.db'}" in err
+
+
+def test_a_row_in_the_first_layout_still_reads(tmp_path: Path) -> None:
+    """Version 1 rows kept every change and every final decision in full."""
+    db = tmp_path / "loop.db"
+    conn = sqlite3.connect(str(db), isolation_level=None)
+    DecisionLog(conn, keep_days=30, log=EventLog()).prune()
+    record = {"v": 1, "context": {"prompt": "hi", "proceed": True, "reason": ""},
+              "steps": [{"hook": "p", "kind": "policy", "status": "changed",
+                         "changed": {"prompt": "> hi"}, "rules": ["r"]}],
+              "decisions": {"prompt": "> hi", "proceed": True, "reason": ""},
+              "refused_by": ""}
+    conn.execute("INSERT INTO decision_log(at, point, work_item, record) VALUES "
+                 "(1, 'session_spawn', 'local:acme/app#1', ?)", (json.dumps(record),))
+    conn.close()
+    [point] = read_points(db)
+    assert point.decisions == {"prompt": "> hi", "proceed": True, "reason": ""}
+    assert point.steps[0]["changed"] == {"prompt": "> hi"}
+
+
+def test_a_row_of_an_unknown_layout_is_refused_by_name(tmp_path: Path) -> None:
+    db = tmp_path / "loop.db"
+    conn = sqlite3.connect(str(db), isolation_level=None)
+    DecisionLog(conn, keep_days=30, log=EventLog()).prune()
+    conn.execute("INSERT INTO decision_log(at, point, work_item, record) VALUES "
+                 "(1, 'session_spawn', 'local:acme/app#1', '{\"v\": 9}')")
+    conn.close()
+    with pytest.raises(LoopError) as info:
+        list(read_points(db))
+    assert str(info.value) == (f"{db}: decision log row 1 cannot be read (record version 9, "
+                               "expected 2); it was written by another version of the-loop")

@@ -22,6 +22,7 @@ from runtime_helpers import LoopDir
 from the_loop.demo.hooks import STAMP_HOOK, Compliance
 from the_loop.hooks.points import POINTS
 from the_loop.hooks.server import HookServer
+from the_loop.runtime.decisionlog import read_points
 
 TOKEN_ENV = "I16_COMPLIANCE_TOKEN"
 TOKEN = "tok-i16-0123456789abcdef"
@@ -115,8 +116,15 @@ class Run:
         return config
 
     def rows(self) -> list[dict[str, Any]]:
-        return [{**r, "record": json.loads(r["record"])}
-                for r in self.ld.query("SELECT * FROM decision_log ORDER BY id")]
+        """The decision log as `read_points` gives it back (every change in full)."""
+        return [{"id": p.id, "point": p.point, "work_item": p.work_item, "record": {
+                    "context": p.context, "steps": p.steps, "decisions": p.decisions,
+                    "refused_by": p.refused_by}}
+                for p in read_points(self.ld.state / "loop.db")]
+
+    def raw(self) -> list[dict[str, Any]]:
+        """The stored rows, as written."""
+        return self.ld.query("SELECT * FROM decision_log ORDER BY id")
 
 
 def drive(ld: LoopDir, ref: str, env: dict[str, str]) -> None:
@@ -200,6 +208,19 @@ def test_every_fired_point_is_one_decision_log_row_with_its_whole_context(run: R
     assert "prompt" not in event["facts"]
 
 
+def test_a_text_a_hook_edited_is_stored_once_with_the_edit(run: Run) -> None:
+    """The log keeps a prompt once: each hook's edit is what it put around the text."""
+    [spawn] = [json.loads(r["record"]) for r in run.raw()
+               if r["point"] == "session_spawn"][:1]
+    prompt = spawn["context"]["prompt"]
+    assert json.dumps(spawn).count(prompt[:40]) == 1
+    assert spawn["steps"][0]["edits"] == {"prompt": [
+        f"House rules apply to {run.refs[0]}.\n\n", "\n\nKeep it short."]}
+    assert spawn["steps"][1]["edits"] == {"prompt": [
+        "", "\n\n(compliance: keep customer data out of documents)"]}
+    assert spawn["decisions"] == {}  # the final prompt is the walk through the edits
+
+
 def test_audit_findings_are_stored_with_the_step(run: Run) -> None:
     phase = [r["record"] for r in run.rows() if r["point"] == "phase_changed"]
     assert phase and all(r["steps"][0]["audit"] == ["trial-quiet"] for r in phase)
@@ -217,7 +238,7 @@ def test_refusals_are_stored_with_the_refusing_hook(run: Run) -> None:
 
 def test_no_secret_reaches_the_decision_log(run: Run) -> None:
     rows = run.rows()
-    assert rows and not [r for r in rows if TOKEN in json.dumps(r)]
+    assert rows and not [r for r in run.raw() if TOKEN in json.dumps(r)]
     inputs = [r["record"] for r in rows if r["point"] == "input_received"
               and "Admins first" in r["record"]["context"]["text"]]
     assert inputs and all("token: [redacted]" in r["context"]["text"] for r in inputs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,9 @@ CREATE INDEX IF NOT EXISTS decision_log_item ON decision_log(work_item, at);
 """
 
 #: The layout of `record` (a JSON object); a reader refuses a version it does not know.
-VERSION = 1
+#: Version 1 kept every changed text and every final decision in full; `expand` reads both.
+VERSION = 2
+READS = (1, 2)
 PRUNE_EVERY = 3600.0  # seconds between two prunes in one process
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _DECISIONS: dict[str, tuple[str, ...]] = {
@@ -64,13 +67,34 @@ def context_json(ctx: Context) -> dict[str, Any]:
 
 
 def entry_of(ctx: Context, outcome: Outcome, kinds: dict[str, str]) -> dict[str, Any]:
-    """The `record` of one fired point (before redaction)."""
+    """The `record` of one fired point (before redaction).
+
+    Stored compactly (`expand` undoes it): a text a hook edited around its incoming value is
+    kept as that edit (`edits`: [before, after]), not as a second copy; `decisions` holds only
+    the final values that the walk from the context through each step's changes does not
+    already give (a required hook's failure-refusal, say).
+    """
+    names = _DECISIONS[ctx.POINT]
+    current = {name: ctx.__dict__[name] for name in names}
     steps: list[dict[str, Any]] = []
     for s in outcome.steps:
         step: dict[str, Any] = {"hook": s.hook, "kind": kinds.get(s.hook, "local"),
                                 "status": s.status}
         if s.changed:
-            step["changed"] = s.changed
+            changed: dict[str, Any] = {}
+            edits: dict[str, list[str]] = {}
+            for key, value in s.changed.items():
+                was = current.get(key)
+                if isinstance(value, str) and isinstance(was, str) and was and (
+                        at := value.find(was)) >= 0:
+                    edits[key] = [value[:at], value[at + len(was):]]
+                else:
+                    changed[key] = value
+                current[key] = value
+            if changed:
+                step["changed"] = changed
+            if edits:
+                step["edits"] = edits
         if s.error:
             step["error"] = s.error
         if s.dropped:
@@ -82,22 +106,66 @@ def entry_of(ctx: Context, outcome: Outcome, kinds: dict[str, str]) -> dict[str,
     final = outcome.context.__dict__
     return {
         "v": VERSION, "context": context_json(ctx), "steps": steps,
-        "decisions": {name: final[name] for name in _DECISIONS[ctx.POINT]},
+        "decisions": {name: final[name] for name in names if final[name] != current[name]},
         "refused_by": outcome.refused_by,
     }
 
 
-class DecisionLog:
-    """Writes one row per fired point into loop.db (the table is made on first use)."""
+def expand(point: str, rec: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A stored record's steps with every change in full, and its final decisions."""
+    context = rec["context"]
+    current = {name: context[name] for name in _DECISIONS[point]}
+    steps: list[dict[str, Any]] = rec["steps"]
+    for step in steps:
+        edits = step.pop("edits", None)
+        if edits:
+            changed = step.setdefault("changed", {})
+            for key, (before, after) in edits.items():
+                changed[key] = before + current[key] + after
+        if "changed" in step:
+            current.update(step["changed"])
+    current.update(rec["decisions"])
+    return steps, current
 
-    def __init__(self, conn: sqlite3.Connection, *, keep_days: float, log: EventLog) -> None:
-        self.conn = conn
+
+class DecisionLog:
+    """Writes one row per fired point into loop.db (the table is made on first use).
+
+    It has its own connection to the file (opened on the first write), with
+    `synchronous=NORMAL`: in WAL mode a commit is then not flushed to disk on its own — an
+    operating-system crash may lose the last rows, never corrupt the file — so the log costs a
+    point microseconds, not a disk flush. The loop's own state keeps its connection.
+    """
+
+    def __init__(self, path: Path | sqlite3.Connection, *, keep_days: float,
+                 log: EventLog) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = path if isinstance(
+            path, sqlite3.Connection) else None
         self.keep_seconds = keep_days * 86_400.0
         self.log = log
         self._ready = False
         self._pruned = 0.0
         self._chain: Chain | None = None
         self._kinds: dict[str, str] = {}
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            assert isinstance(self.path, Path)
+            conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None,
+                                   check_same_thread=False)
+            weakref.finalize(self, conn.close)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn = conn
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None and not isinstance(self.path, sqlite3.Connection):
+            self._conn.close()
+            self._conn = None
 
     def record(self, ctx: Context, outcome: Outcome, chain: Chain) -> None:
         """Store one fired point; a failure is recorded as `decisions.failed`, never raised."""
@@ -139,7 +207,7 @@ class DecisionLog:
         return int(cur.rowcount)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Recorded:
     """One fired point as the log holds it."""
 
@@ -216,10 +284,11 @@ def read_points(path: Path, *, since: float | None = None, point: str = "",
         for row_id, at, pt, ref, text in rows:
             try:
                 rec = loads(text)
-                if rec.get("v") != VERSION:
+                if rec.get("v") not in READS:
                     raise ValueError(f"record version {rec.get('v')!r}, expected {VERSION}")
-                yield Recorded(row_id, at, pt, ref, rec["context"], rec["steps"],
-                               rec["decisions"], rec.get("refused_by", ""))
+                steps, decisions = expand(pt, rec)
+                yield Recorded(row_id, at, pt, ref, rec["context"], steps, decisions,
+                               rec.get("refused_by", ""))
             except (ValueError, KeyError, AttributeError, TypeError) as exc:
                 raise LoopError(f"{path}: decision log row {row_id} cannot be read ({exc}); "
                                 "it was written by another version of the-loop") from None

@@ -80,8 +80,8 @@ class Loop:
         self.channels = Channels(self.settings.channels, self.log)
         self.strict_hooks = strict_hooks
         self._chain: Chain | None = None
-        self.decision_log = DecisionLog(self.db.conn, keep_days=self.settings.decision_keep_days,
-                                        log=self.log)
+        self.decision_log = DecisionLog(self.settings.db_path,
+                                        keep_days=self.settings.decision_keep_days, log=self.log)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     # ------------------------------------------------------------------ hooks

@@ -1,0 +1,202 @@
+"""Replay from the decision log vs the same chain on contexts held in memory (issue 16).
+
+A 100-rule policy (session_spawn; one rule in ten matches and adds a prompt prefix, one in
+fifty refuses items carrying a label) runs in a real chain. Two tables:
+
+1. Replay: 100,000 recorded points are written to a real loop.db through `DecisionLog` (as
+   the loop writes them), then `Replayer.run(read_points(db))` — reading, decoding, rebuilding
+   each context, running the chain, comparing the decisions — against `chain.invoke` on the
+   same 100,000 contexts already in memory. Target: replay within 2x.
+2. The loop's cost of the decision log per point: `DecisionLog.record` (one INSERT committed on
+   its own, on the log's own connection, as `Loop.fire` does it) next to the point's own cost
+   in `Loop.fire` (`chain.invoke` plus the `lifecycle.point` event, written to a real
+   events.jsonl), and, for scale, one of the loop's own state writes (a flushed commit).
+
+Best of 3 runs for each timing. Prints markdown tables.
+
+    .venv/bin/python benchmarks/replay.py [--quick]     (--quick: 10,000 points)
+"""
+
+from __future__ import annotations
+
+import gc
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from the_loop.events import EventLog
+from the_loop.hooks.chain import Chain, Link
+from the_loop.hooks.points import SessionSpawn, WorkItem
+from the_loop.hooks.policy import load_policy
+from the_loop.runtime.db import Database
+from the_loop.runtime.decisionlog import DecisionLog, read_points
+from the_loop.runtime.record import point_record
+from the_loop.runtime.replay import Replayer, rebuild
+
+QUICK = "--quick" in sys.argv
+POINTS = 10_000 if QUICK else 100_000
+RULES = 100
+FIRE_SAMPLE = 2_000  # points fired one commit each for table 2
+
+
+def rules_yaml(n: int) -> str:
+    lines = ["rules:"]
+    for i in range(n):
+        lines.append(f"  - name: rule-{i}")
+        lines.append("    on: session_spawn")
+        if i % 50 == 7:
+            lines.append(f"    when: \"contains(labels, 'frozen-{i}')\"")
+            lines.append(f"    set: {{proceed: false, reason: \"frozen by rule {i} "
+                         "({{ work_item.ref }})\"}")
+        else:
+            label = "loop" if i % 10 == 0 else f"team-{i}"
+            lines.append(f"    when: \"work_item.repository == 'acme/app' && "
+                         f"contains(labels, '{label}')\"")
+            lines.append(f"    set: {{prompt_prefix: \"[{i}] \"}}")
+    return "\n".join(lines) + "\n"
+
+
+def contexts(n: int) -> list[SessionSpawn]:
+    out = []
+    for i in range(n):
+        number = i % 1000 + 1
+        item = WorkItem(ref=f"local:acme/app#{number}", tracker="local", owner="acme",
+                        repo="app", repository="acme/app", number=number, kind="issue",
+                        url=f"local://acme/app/{number}", id=str(number))
+        labels = ["loop", "backend", f"loop:phase-{i % 5}"]
+        if i % 97 == 0:
+            labels.append("frozen-7")
+        out.append(SessionSpawn(
+            work_item=item, loop="acme", labels=labels, actor="alice", harness="demo",
+            model="demo-1", command=["python3", "-m", "the_loop.demo.agent"],
+            cwd=f"/srv/loop/workspaces/acme-app-{number}", node="design", phase="design",
+            prompt=(f"You are working on {item.ref}: item {number}.\n\nWrite the design "
+                    "document for this work item. Ask with `the-loop ask` when you need a "
+                    "person; finish with `the-loop graph complete`.\n") * 2,
+        ))
+    return out
+
+
+def best(fn: Callable[[], Any], times: int = 3) -> float:
+    took = []
+    for _ in range(times):
+        gc.collect()
+        start = time.perf_counter()
+        fn()
+        took.append(time.perf_counter() - start)
+    return min(took)
+
+
+def build_chain(folder: Path) -> Chain:
+    policy = load_policy("house-rules", folder)
+    chain = Chain([Link("house-rules", policy, frozenset(policy.points()), True)],
+                  log=EventLog())
+    policy.bind_log(chain.log)
+    return chain
+
+
+def fill(db: Path, chain: Chain, ctxs: list[SessionSpawn]) -> None:
+    """Record every context through DecisionLog (one transaction, to fill the log fast)."""
+    conn = sqlite3.connect(str(db), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    log = DecisionLog(conn, keep_days=30, log=EventLog())
+    log.prune()  # makes the table (outside the transaction) and sets the prune clock
+    conn.execute("BEGIN")
+    for ctx in ctxs:
+        log.record(ctx, chain.invoke(ctx), chain)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "policies").mkdir()
+        (root / "policies" / "rules.yaml").write_text(rules_yaml(RULES), encoding="utf-8")
+        chain = build_chain(root / "policies")
+        ctxs = contexts(POINTS)
+        db = root / "loop.db"
+        fill(db, chain, ctxs)
+        size = db.stat().st_size
+
+        def in_memory() -> None:
+            invoke = chain.invoke
+            for ctx in ctxs:
+                invoke(ctx)
+
+        report: list[Any] = []
+
+        def replay() -> None:
+            report.append(Replayer(chain, {}).run(read_points(db)))
+
+        def decode_only() -> None:
+            for rec in read_points(db):
+                rebuild(rec.point, rec.context)
+
+        t_mem = best(in_memory)
+        t_replay = best(replay)
+        t_decode = best(decode_only)
+        assert report[-1].replayed == POINTS and report[-1].changed == 0
+
+        # Table 2: as the loop writes, one committed INSERT per point, on a fresh loop.db
+        # that the loop's own Database also has open.
+        sample = ctxs[:FIRE_SAMPLE]
+        state = Database(root / "state" / "loop.db")
+        state.conn.execute("INSERT INTO work(ref, state) VALUES ('local:acme/app#1', 'running')")
+        events = EventLog(root / "events.jsonl")
+        dlog = DecisionLog(state.path, keep_days=30, log=events)
+        dlog.prune()
+        outcomes = [chain.invoke(ctx) for ctx in sample]
+
+        def state_write() -> None:
+            for _ in sample:
+                with state.transaction() as conn:
+                    conn.execute("UPDATE work SET updated=? WHERE ref='local:acme/app#1'",
+                                 (time.time(),))
+
+        def point_cost() -> None:
+            invoke = chain.invoke
+            for ctx in sample:
+                outcome = invoke(ctx)
+                events.emit("lifecycle.point", **point_record(ctx, outcome))
+
+        def log_cost() -> None:
+            for ctx, outcome in zip(sample, outcomes, strict=True):
+                dlog.record(ctx, outcome, chain)
+
+        t_point = best(point_cost)
+        t_log = best(log_cost)
+        t_state = best(state_write)
+        dlog.close()
+        state.close()
+
+    n = POINTS
+    print(f"## Replay of {n:,} recorded session_spawn points, {RULES}-rule policy "
+          f"(loop.db {size / 1e6:.1f} MB)\n")
+    print("| path | points/s | µs/point | ratio to in-memory |")
+    print("|---|---:|---:|---:|")
+    for name, t in (("chain.invoke on contexts in memory (baseline)", t_mem),
+                    ("policy replay: read + decode + rebuild + run + compare", t_replay),
+                    ("  of which read + decode + rebuild only", t_decode)):
+        print(f"| {name} | {n / t:,.0f} | {t / n * 1e6:.1f} | {t / t_mem:.2f}x |")
+    print(f"\ntarget: replay within 2x of the in-memory chain: "
+          f"{'met' if t_replay <= 2 * t_mem else 'NOT met'} ({t_replay / t_mem:.2f}x)\n")
+    m = FIRE_SAMPLE
+    print(f"## The loop's cost of the decision log, per point ({m:,} points, one commit each)\n")
+    print("| cost | µs/point | ratio to the point's own cost |")
+    print("|---|---:|---:|")
+    print(f"| the point: chain.invoke + lifecycle.point event (Loop.fire without the log) | "
+          f"{t_point / m * 1e6:.1f} | 1.00x |")
+    print(f"| DecisionLog.record: encode, redact check, INSERT + commit (WAL, its own "
+          f"connection, synchronous=NORMAL) | {t_log / m * 1e6:.1f} | {t_log / t_point:.2f}x |")
+    print(f"| for scale: one loop state write (Database.transaction: UPDATE work, commit "
+          f"flushed to disk) | {t_state / m * 1e6:.1f} | {t_state / t_point:.2f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
