@@ -35,29 +35,41 @@ RECORD_ALIASES: dict[str, str] = {"provider": "tracker"}
 #: Fields whose empty string means "not known": read as our default.
 EMPTY_MEANS_DEFAULT = frozenset({"kind"})
 
+_FIELDS = {point: {f.name: f for f in spec.fields} for point, spec in SPECS.items()}
+_SIMPLE: dict[str, type] = {"str": str, "bool": bool, "int": int}
+_RECORD_TYPES: dict[str, type] = {name: int if name == "number" else str
+                                  for name in WORK_ITEM_FIELDS}
+
 
 def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
     """The point's context from `params`, and the keys ignored (dotted, sorted).
 
     Raises `ValueError` naming a known field whose value has the wrong type.
     """
-    spec = SPECS[point]
     if not isinstance(params, dict):
         raise ValueError(f"the context must be a JSON object, got {_json_type(params)}")
+    fields = _FIELDS[point]
     aliases = ALIASES.get(point, {})
     ignored: list[str] = []
     kwargs: dict[str, Any] = {}
     for raw_key, value in params.items():
         key = str(raw_key)
         name = aliases.get(key, key)
-        fs = spec.field(name)
+        fs = fields.get(name)
         if fs is None or (name != key and name in params):
             ignored.append(key)
             continue
+        want = _SIMPLE.get(fs.type)
+        if want is not None and type(value) is want:  # the common case, checked inline
+            if value == "" and name in EMPTY_MEANS_DEFAULT:
+                continue
+            kwargs[name] = value
+            continue
         if fs.type == "WorkItem":
             value = _record(value, ignored, prefix=f"{key}.")
-        elif name in EMPTY_MEANS_DEFAULT and value == "":
-            continue
+            if isinstance(value, WorkItem):
+                kwargs[name] = value
+                continue
         kwargs[name] = check_value(fs, value, where=f"{point}.{key}")
     their_kind = params.get("kind")
     if point == "work_item_complete" and isinstance(their_kind, str) and their_kind:
@@ -66,23 +78,27 @@ def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
         if not (isinstance(raw, dict) and raw.get("kind")):
             kwargs["work_item"] = dataclasses.replace(item, kind=their_kind)
         ignored.remove("kind")
-    return spec.context(**kwargs), sorted(ignored)
+    return SPECS[point].context(**kwargs), sorted(ignored)
 
 
 def _record(value: Any, ignored: list[str], *, prefix: str) -> Any:
-    """A work-item record as our field names; unknown keys recorded, types left to check."""
+    """A work-item record in our names, built when every type is right; else the mapped
+    object, for `check_value` to name the wrong type. Unknown keys are recorded."""
     if not isinstance(value, dict):
         return value  # the type check names it
     out: dict[str, Any] = {}
-    for key, item in value.items():
+    typed = True
+    for raw_key, item in value.items():
+        key = str(raw_key)
         name = RECORD_ALIASES.get(key, key)
-        if name not in WORK_ITEM_FIELDS or (name != key and name in value):
-            ignored.append(prefix + str(key))
+        if name not in _RECORD_TYPES or (name != key and name in value):
+            ignored.append(prefix + key)
             continue
         if name in EMPTY_MEANS_DEFAULT and item == "":
             continue
+        typed = typed and type(item) is _RECORD_TYPES[name]
         out[name] = item
-    return out
+    return WorkItem(**out) if typed else out
 
 
 def _json_type(value: Any) -> str:

@@ -54,6 +54,7 @@ _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a bo
                int: "a number", float: "a number", type(None): "null"}
 
 AnyExecutor = LifecycleHooks | Executor
+_CLASS_POINTS: dict[type, tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,12 @@ def handle_request(executor: AnyExecutor, body: bytes, *, on_call: OnCall | None
 
 def served_points(executor: AnyExecutor) -> tuple[str, ...]:
     """The points the executor answers with its own code (what /health lists)."""
+    if isinstance(executor, LifecycleHooks):  # a class's overrides: looked up once per class
+        cls = type(executor)
+        found = _CLASS_POINTS.get(cls)
+        if found is None:
+            found = _CLASS_POINTS[cls] = default_points(executor)
+        return found
     return default_points(executor)
 
 
