@@ -10,11 +10,12 @@ One run, under a minute, prints markdown tables:
 2. Throughput of `HookServer` and of the WSGI app under gunicorn (2 workers: sync, then
    gthread for keep-alive) with 1 and 4 client threads.
 3. A served policy folder of 100 rules against an empty executor on the same stack
-   (`HookServer`; gunicorn gthread with THE_LOOP_HOOK_POLICY vs THE_LOOP_HOOK_PATH),
-   calls/s and p99 from keep-alive `http.client` callers (issue 14).
+   (`hooks serve`; gunicorn gthread with THE_LOOP_HOOK_POLICY vs THE_LOOP_HOOK_PATH):
+   calls/s, p99 and the server's CPU per call (issue 14; see benchmarks/served_policy.py).
 
 Targets: executor round trip ≤ 2× the floor; no call ≥ 40 ms anywhere (counted per row);
-a served policy ≥ 0.8× the empty executor's throughput on each stack.
+a served policy ≥ 0.8× the empty executor's throughput on each stack (judged on server CPU
+per call, which the machine's load barely moves).
 Run: `python benchmarks/remote.py` (`--served` for table 3 alone).
 """
 
@@ -38,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from served_policy import print_served, served_rows
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain, Link
 from the_loop.hooks.points import POINTS, SessionSpawn, WorkItem, context_to_json
@@ -187,7 +189,8 @@ def _latencies(call: Callable[[], None], n: int, warmup: int = 50) -> list[float
     return out
 
 
-def _throughput(make: Callable[[], Callable[[], None]], threads: int) -> tuple[float, list[float]]:
+def _throughput(make: Callable[[], Callable[[], None]], threads: int,
+                seconds: float = SECONDS) -> tuple[float, list[float]]:
     calls = [make() for _ in range(threads)]
     for c in calls:
         c()
@@ -205,7 +208,7 @@ def _throughput(make: Callable[[], Callable[[], None]], threads: int) -> tuple[f
     workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
     for w in workers:
         w.start()
-    stop_at[0] = time.perf_counter() + SECONDS
+    stop_at[0] = time.perf_counter() + seconds
     t0 = time.perf_counter()
     start.wait()
     for w in workers:
@@ -273,123 +276,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-# ------------------------------------------------------------- a served policy folder
-
-
-class _Empty(LifecycleHooks):
-    """The baseline executor: handles the point, decides nothing."""
-
-    def session_spawn(self, ctx: SessionSpawn) -> None:
-        return None
-
-
-EMPTY_SOURCE = """\
-from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
-
-class Empty(LifecycleHooks):
-    def session_spawn(self, ctx: SessionSpawn) -> None:
-        return None
-"""
-
-
-def _policy_folder(folder: Path) -> Path:
-    """100 rules at session_spawn over the facts a caller sends; two match CTX."""
-    rules = ["rules:"]
-    for i in range(98):
-        rules += [f"  - name: rule-{i}", "    on: session_spawn",
-                  f"    when: \"contains(labels, 'team-{i}') || work_item.number == `{1000 + i}`"
-                  f" || harness == 'h{i}'\"",
-                  "    set:", f"      prompt_prefix: \"[{i}] \""]
-    rules += ["  - name: frontend", "    on: session_spawn",
-              "    when: \"contains(labels, 'frontend') && work_item.repository == 'acme/app'\"",
-              "    set:", "      prompt_prefix: \"[frontend] \"",
-              "  - name: pull-requests", "    on: session_spawn",
-              "    when: \"work_item.kind == 'pull-request' && !contains(labels, 'trusted')\"",
-              "    set:", "      proceed: false",
-              "      reason: \"{{ work_item.ref }} needs the trusted label\""]
-    out = folder / "policy-100"
-    out.mkdir(exist_ok=True)
-    (out / "rules.yaml").write_text("\n".join(rules) + "\n", encoding="utf-8")
-    return out
-
-
-def _post_client(url: str) -> Callable[[], Callable[[], None]]:
-    parts = url.split("/")[2].rsplit(":", 1)
-
-    def make() -> Callable[[], None]:
-        conn = http.client.HTTPConnection(parts[0], int(parts[1]), timeout=10)
-        headers = {"Content-Type": "application/json"}
-
-        def call() -> None:
-            conn.request("POST", "/", body=BODY, headers=headers)
-            resp = conn.getresponse()
-            if resp.status != 200 or b'"result"' not in resp.read():
-                raise SystemExit(f"the served hook did not answer: HTTP {resp.status}")
-
-        return call
-
-    return make
-
-
-Row = tuple[str, int, float, list[float], float, list[float]]
-ROUNDS = 3  # empty and policy measured alternately, best rate of each kept (a shared machine)
-
-
-def _pair(stack: str, n: int, empty_url: str, policy_url: str) -> Row:
-    rates: dict[str, float] = {"e": 0.0, "p": 0.0}
-    lats: dict[str, list[float]] = {"e": [], "p": []}
-    for _ in range(ROUNDS):
-        for side, url in (("e", empty_url), ("p", policy_url)):
-            rate, values = _throughput(_post_client(url), n)
-            rates[side] = max(rates[side], rate)
-            lats[side] += values
-    return stack, n, rates["e"], lats["e"], rates["p"], lats["p"]
-
-
-def served_rows(folder: Path) -> list[Row]:
-    """(stack, threads, empty calls/s, empty latencies, policy calls/s, policy latencies)."""
-    from the_loop.hooks.hosted import policy_executor
-
-    policy_dir = _policy_folder(folder)
-    (folder / "empty.py").write_text(EMPTY_SOURCE, encoding="utf-8")
-    rows: list[Row] = []
-    empty, policy = HookServer(_Empty()), HookServer(policy_executor(policy_dir))
-    empty.serve_in_thread()
-    policy.serve_in_thread()
-    try:
-        for n in (1, 4):
-            rows.append(_pair("HookServer", n, empty.url, policy.url))
-    finally:
-        empty.shutdown()
-        policy.shutdown()
-    e_url, e_proc = _gunicorn(folder, "gthread", {"THE_LOOP_HOOK_PATH": str(folder / "empty.py")})
-    try:
-        p_url, p_proc = _gunicorn(folder, "gthread", {"THE_LOOP_HOOK_POLICY": str(policy_dir)})
-        try:
-            for n in (1, 4):
-                rows.append(_pair("gunicorn -w 2 -k gthread", n, e_url, p_url))
-        finally:
-            _stop(p_proc)
-    finally:
-        _stop(e_proc)
-    return rows
-
-
-def print_served(rows: list[Row]) -> bool:
-    print("\n### A served policy folder of 100 rules vs an empty executor (same stack)\n")
-    print(f"Best calls/s of {ROUNDS} alternating rounds of {SECONDS} s per side; p99 over all "
-          "rounds.\n")
-    print("| stack | client threads | empty calls/s | policy calls/s | × empty | "
-          "empty p99 ms | policy p99 ms |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    met = True
-    for stack, n, e_rate, e_lat, p_rate, p_lat in rows:
-        met = met and p_rate >= 0.8 * e_rate
-        print(f"| {stack} | {n} | {e_rate:,.0f} | {p_rate:,.0f} | {p_rate / e_rate:.2f} | "
-              f"{_p(e_lat, 0.99):.3f} | {_p(p_lat, 0.99):.3f} |")
-    return met
-
-
 # ---------------------------------------------------------------------------------- main
 
 
@@ -397,8 +283,8 @@ def main() -> int:
     began = time.perf_counter()
     if "--served" in sys.argv[1:]:
         with tempfile.TemporaryDirectory() as tmp:
-            met = print_served(served_rows(Path(tmp)))
-        print(f"\nTarget: a served policy ≥ 0.8× the empty executor: "
+            met = print_served(served_rows(Path(tmp), BODY, _throughput, _gunicorn, _stop))
+        print(f"\nTarget: a served policy ≥ 0.8× the empty executor (server CPU per call): "
               f"{'met' if met else 'MISSED'}. CPUs: {os.cpu_count()}; Python "
               f"{sys.version.split()[0]}; run {time.perf_counter() - began:.1f} s.")
         return 0
@@ -449,7 +335,7 @@ def main() -> int:
                                          values))
                 finally:
                     _stop(proc)
-            served = served_rows(Path(tmp))
+            served = served_rows(Path(tmp), BODY, _throughput, _gunicorn, _stop)
     finally:
         for ex in executors:
             ex.close()
@@ -479,8 +365,9 @@ def main() -> int:
     print(f"\nTargets: executor round trip {executor_med / base:.2f}× the floor (≤ 2×: "
           f"{'met' if executor_med <= 2 * base else 'MISSED'}); calls ≥ 40 ms outside the naive "
           f"row: {stalls} ({'met' if stalls == 0 else 'MISSED'}); a served policy ≥ 0.8× the "
-          f"empty executor: {'met' if served_met else 'MISSED'}. CPUs: {os.cpu_count()}; "
-          f"Python {sys.version.split()[0]}; whole run {time.perf_counter() - began:.1f} s.")
+          f"empty executor (server CPU): {'met' if served_met else 'MISSED'}. CPUs: "
+          f"{os.cpu_count()}; Python {sys.version.split()[0]}; whole run "
+          f"{time.perf_counter() - began:.1f} s.")
     return 0
 
 

@@ -265,3 +265,26 @@ def test_their_401_fails_the_hook_with_the_status(
         assert out.proceed is False and "HTTP 401" in out.reason
     finally:
         server.close()
+
+
+def test_the_shipped_policies_answer_their_requests(tmp_path: Path) -> None:
+    """The issue's done-when: their calls to `hooks serve --policy policies/` get our
+    refusals and prompts (the shipped rules that need labels never match: they send none)."""
+    policies = Path(__file__).parents[1] / "policies"
+    served = Served(["hooks", "serve", "--policy", str(policies), "--port", "0"], tmp_path)
+    try:
+        start = upstream_request("work_item_start")
+        start["params"]["work_item"]["repository"] = "acme/secret"
+        assert post(served.url, start)[1]["result"] == {
+            "proceed": False,
+            "reason": "acme/secret is not on this loop's allow list (acme/app, acme/docs)"}
+        spawn = post(served.url, upstream_request("session_spawn"))[1]["result"]
+        assert spawn["prompt"].startswith("Follow the house rules in CONTRIBUTING.md. You are "
+                                          "working on github:acme/app#7.")
+        approve = upstream_request("input_received")
+        approve["params"]["command"] = "approve"
+        assert post(served.url, approve)[1]["result"] == {
+            "proceed": False, "reason": "only maintainers (alice, bob) may approve; mallory "
+                                        "is not one"}
+    finally:
+        served.kill()
