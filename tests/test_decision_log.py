@@ -191,4 +191,29 @@ def test_a_row_of_an_unknown_layout_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(LoopError) as info:
         list(read_points(db))
     assert str(info.value) == (f"{db}: decision log row 1 cannot be read (record version 9, "
-                               "expected 2); it was written by another version of the-loop")
+                               "expected 2); it was not written by this version of the-loop")
+
+
+def test_replay_names_each_row_it_cannot_use_and_replays_the_rest(ld: LoopDir) -> None:
+    """A hostile or damaged row is skipped with one line naming it; nothing else is lost."""
+    fire_spawns(ld, 2)
+    with sqlite3.connect(ld.state / "loop.db") as conn:
+        conn.execute("UPDATE decision_log SET record='[1, 2]' WHERE id=1")
+        bad = json.loads(conn.execute("SELECT record FROM decision_log WHERE id=2")
+                         .fetchone()[0])
+        bad["context"]["prompt"] = 7
+        conn.execute("INSERT INTO decision_log(at, point, work_item, record) "
+                     "VALUES (?, 'session_spawn', 'local:acme/app#2', ?)",
+                     (time.time(), json.dumps(bad)))
+    data = replay(ld)
+    assert (data["replayed"], data["changed"]) == (1, 0)
+    db = ld.state / "loop.db"
+    assert data["unreadable"] == [
+        f"{db}: decision log row 1 cannot be read (AttributeError: 'list' object has no "
+        "attribute 'get'); it was not written by this version of the-loop",
+        "decision log row 3 (session_spawn, local:acme/app#2): its context cannot be "
+        "rebuilt: session_spawn.prompt must be str (got 7 that is int)",
+    ]
+    code, out, err = ld.run("policy", "replay")
+    assert code == 0 and "Traceback" not in err
+    assert "skipped: decision log row 3 (session_spawn, local:acme/app#2)" in out

@@ -76,7 +76,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if writer is not None:
         replayer.on_outcome = writer.add
     report = replayer.run(read_points(settings.db_path, since=since, point=args.point,
-                                      work_item=args.work_item))
+                                      work_item=args.work_item,
+                                      problems=replayer.report.unreadable))
     written = writer.write() if writer is not None else None
     if args.json:
         data = report.to_json()
@@ -119,7 +120,7 @@ def _print_report(data: dict[str, Any], *, config_name: str) -> None:
     elif remote.get("called"):
         print("remote hooks were called (--call-remote)")
     for line in data["unreadable"]:
-        print(f"could not rebuild {line}")
+        print(f"skipped: {line}")
     for diff in data["differences"]:
         print(f"\n{diff['time']}  {diff['point']}  {diff['work_item']}  (#{diff['id']})")
         for change in diff["changes"]:

@@ -268,10 +268,12 @@ def count_points(path: Path, *, since: float | None = None, point: str = "",
 
 
 def read_points(path: Path, *, since: float | None = None, point: str = "",
-                work_item: str = "") -> Iterator[Recorded]:
+                work_item: str = "", problems: list[str] | None = None) -> Iterator[Recorded]:
     """The recorded points matching the filters, oldest first (streamed, not all in memory).
 
-    Raises `LoopError` when there is no log, or a row this version cannot read.
+    Raises `LoopError` when there is no log. A row this version cannot read (another
+    layout, or not a record at all) raises `LoopError` too — or, with `problems`, is named
+    there and skipped.
     """
     conn = _connect(path)
     loads = json.loads
@@ -290,7 +292,11 @@ def read_points(path: Path, *, since: float | None = None, point: str = "",
                 yield Recorded(row_id, at, pt, ref, rec["context"], steps, decisions,
                                rec.get("refused_by", ""))
             except (ValueError, KeyError, AttributeError, TypeError) as exc:
-                raise LoopError(f"{path}: decision log row {row_id} cannot be read ({exc}); "
-                                "it was written by another version of the-loop") from None
+                what = exc if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+                message = (f"{path}: decision log row {row_id} cannot be read ({what}); "
+                           "it was not written by this version of the-loop")
+                if problems is None:
+                    raise LoopError(message) from None
+                problems.append(message)
     finally:
         conn.close()

@@ -285,7 +285,9 @@ class Replayer:
         try:
             ctx = rebuild(rec.point, rec.context)
         except (ValueError, KeyError) as exc:
-            self.report.unreadable.append(f"#{rec.id} ({rec.point}, {rec.work_item}): {exc}")
+            self.report.unreadable.append(
+                f"decision log row {rec.id} ({rec.point}, {rec.work_item}): its context cannot "
+                f"be rebuilt: {exc}")
             return None
         if self.stand_ins:
             self._stand_in(rec)
