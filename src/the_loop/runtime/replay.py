@@ -206,24 +206,23 @@ class Report:
         names = who["rules"] or [f"(hook {who['hook']})"]
         value = value if isinstance(value, bool) else None  # texts differ point by point
         for name in names:
+            # work_items are dicts (ordered, O(1) to test) until `summaries` makes them lists
             entry = self.by_rule.setdefault(name, {"hook": who["hook"], "points": 0,
-                                                   "work_items": [], "effects": []})
+                                                   "work_items": {}, "effects": []})
             if entry.get("_last") != point_id:  # points: differences, not decisions
                 entry["_last"] = point_id
                 entry["points"] += 1
-            if ref not in entry["work_items"]:
-                entry["work_items"].append(ref)
+            entry["work_items"][ref] = None
             for effect in entry["effects"]:
                 if (effect["side"], effect["point"], effect["decision"], effect["value"]) == (
                         side, point, decision, value):
                     break
             else:
                 effect = {"side": side, "point": point, "decision": decision, "value": value,
-                          "points": 0, "work_items": []}
+                          "points": 0, "work_items": {}}
                 entry["effects"].append(effect)
             effect["points"] += 1
-            if ref not in effect["work_items"]:
-                effect["work_items"].append(ref)
+            effect["work_items"][ref] = None
 
     def summaries(self) -> list[str]:
         """One line per rule and effect: 'freeze-all would have refused 41 launches on 12
@@ -231,6 +230,9 @@ class Report:
         lines: list[str] = []
         for name, entry in self.by_rule.items():
             entry.pop("_last", None)
+            entry["work_items"] = list(entry["work_items"])
+            for effect in entry["effects"]:
+                effect["work_items"] = list(effect["work_items"])
             refusals = {(e["side"], e["point"]) for e in entry["effects"]
                         if e["decision"] == "proceed" and e["value"] is False}
             for effect in entry["effects"]:
