@@ -198,7 +198,7 @@ def test_i5_4_when_uses_jmespath_truth(tmp_path: Path) -> None:
 def test_i5_4_only_rules_declared_for_the_point_are_looked_at(tmp_path: Path) -> None:
     # This rule would fail at run time (length of a number) if it were evaluated anywhere.
     write(tmp_path, "a.yaml", """
-        - {name: elsewhere, on: phase_changed, when: "length(work_item.number) > `0`",
+        - {name: elsewhere, on: phase_changed, when: "length(not_null(work_item.number)) > `0`",
            set: {notify: false}}
         - {name: here, on: session_spawn, set: {prompt_prefix: "x"}}
     """)
@@ -256,7 +256,8 @@ def test_i5_4_audit_beside_enforce_names_each_in_its_own_event(tmp_path: Path) -
 
 def test_i5_4_failing_audit_rule_is_recorded_and_changes_nothing(tmp_path: Path) -> None:
     write(tmp_path, "a.yaml", """
-        - {name: trial, on: work_item_start, mode: audit, when: "length(work_item.number)",
+        - {name: trial, on: work_item_start, mode: audit,
+           when: "length(not_null(work_item.number)) > `0`",
            set: {proceed: false}}
     """)
     chain = chain_of(tmp_path, required=True)[0]
@@ -265,7 +266,7 @@ def test_i5_4_failing_audit_rule_is_recorded_and_changes_nothing(tmp_path: Path)
     [audit] = chain.log.of("hooks.audit")
     assert audit["rules"] == []
     assert "policy rule 'trial'" in audit["errors"][0]
-    assert "'length(work_item.number)' failed at run time" in audit["errors"][0]
+    assert "'length(not_null(work_item.number)) > `0`' failed at run time" in audit["errors"][0]
 
 
 # ------------------------------------------------------------------ run-time errors
@@ -296,13 +297,14 @@ def test_i5_4_runtime_error_in_a_required_policy_refuses(tmp_path: Path) -> None
     write(tmp_path, "a.yaml", """
         - name: tpl
           on: work_item_start
-          set: {reason: "{{ length(work_item.number) }}"}
+          set: {reason: "{{ length(not_null(work_item.number)) }}"}
     """)
     chain = chain_of(tmp_path, required=True)[0]
     out = chain.run(WorkItemStart(work_item=ITEM))
     assert out.proceed is False
     assert out.reason.startswith("required hook 'house' failed: policy rule 'tpl'")
-    assert "→ set.reason: '{{ length(work_item.number) }}' failed at run time" in out.reason
+    assert ("→ set.reason: '{{ length(not_null(work_item.number)) }}' failed at run "
+            "time") in out.reason
 
 
 # ------------------------------------------------------------------ declared in config

@@ -145,8 +145,8 @@ CONDITIONS = [
     "not_null({s}, {w}.ref) == '{v}'",
     "lower({s}) == '{v}'",
     "{l}[0] == '{v}'",
-    "{w}",
-    "{s} > '{v}'",
+    "{w} && {s} != '{v}'",  # an object's truth (a bare {w} is always true: a load error)
+    "not_null({s}) > '{v}'",  # strings do not order (null); bare, a load error
     "to_number({s}) > `{n}`",
     "length(keys({w})) == `10`",
     "{w}.* | contains(@, '{v}')",
@@ -154,7 +154,8 @@ CONDITIONS = [
     "keys(@) | contains(@, '{s}')",
     "{w} | repository == 'acme/app'",
     "sort({l}) | [0] == '{v}'",
-    "{l}[0] == 'boom' && abs({s}) > `0`",  # a type error whenever the first label is 'boom'
+    # a type error whenever the first label is 'boom'
+    "{l}[0] == 'boom' && abs(not_null({s})) > `0`",
     "[{s}, {w}.ref][?@ == '{v}'] | length(@) == `1`",
     "{{a: {s}, b: {w}.number}}.b == `{n}`",
     "max_by([{w}], &number).kind == 'issue'",
@@ -166,7 +167,7 @@ TEMPLATES = [
     "{{{{ {w} }}}}",
     "{{{{ `null` }}}}-{{{{ 'lit' }}}} ",
     "{{{{ length({l}) }}}}/{{{{ {s} }}}} ",
-    "{{{{ {l}[0] == 'boom' && abs({s}) }}}}",  # fails when the first label is 'boom'
+    "{{{{ {l}[0] == 'boom' && abs(not_null({s})) }}}}",  # fails when the first label is 'boom'
 ]
 
 
@@ -256,14 +257,16 @@ def write(folder: Path, rules: str) -> Path:
 def test_i8_2_a_failing_condition_is_named_by_its_own_rule(tmp_path: Path) -> None:
     pair = Pair(write(tmp_path, """
         - {name: fine, on: session_spawn, when: "contains(labels, 'x')", set: {proceed: false}}
-        - {name: trial-1, on: session_spawn, mode: audit, when: "abs(actor) > `0`",
+        - {name: trial-1, on: session_spawn, mode: audit, when: "abs(not_null(actor)) > `0`",
            set: {proceed: false}}
         - {name: also-fine, on: session_spawn, when: "actor == 'bob'", set: {prompt: "p"}}
-        - {name: trial-2, on: session_spawn, mode: audit, when: "length(work_item.number)",
+        - {name: trial-2, on: session_spawn, mode: audit,
+           when: "length(not_null(work_item.number)) > `0`",
            set: {proceed: false}}
-        - {name: broken, on: session_spawn, when: "labels[0] == 'boom' && abs(actor) > `0`",
+        - {name: broken, on: session_spawn,
+           when: "labels[0] == 'boom' && abs(not_null(actor)) > `0`",
            set: {proceed: false}}
-        - {name: later, on: session_spawn, when: "harness == 'h' && abs(harness) > `0`",
+        - {name: later, on: session_spawn, when: "harness == 'h' && abs(not_null(harness)) > `0`",
            set: {proceed: false}}
     """))
     ok = pair.check(SessionSpawnOf(labels=["x"], actor="bob"))
@@ -273,7 +276,8 @@ def test_i8_2_a_failing_condition_is_named_by_its_own_rule(tmp_path: Path) -> No
         f"policy rule 'trial-{i}' ({tmp_path / 'rules.yaml'})" for i in (1, 2)
     ]
     for labels, harness, rule, expr in (
-        (["boom"], "h", "broken", "abs(actor)"), (["x"], "h", "later", "abs(harness)")
+        (["boom"], "h", "broken", "abs(not_null(actor))"),
+        (["x"], "h", "later", "abs(not_null(harness))"),
     ):
         failed = pair.check(SessionSpawnOf(labels=labels, actor="bob", harness=harness))
         assert failed["status"] == "failed" and failed["decisions"]["proceed"] is True
@@ -287,13 +291,14 @@ def SessionSpawnOf(**fields: Any) -> Context:
 
 def test_i8_2_audit_failures_are_recorded_per_rule_in_rule_order(tmp_path: Path) -> None:
     pair = Pair(write(tmp_path, """
-        - {name: trial-1, on: session_spawn, mode: audit, when: "abs(actor) > `0`",
+        - {name: trial-1, on: session_spawn, mode: audit, when: "abs(not_null(actor)) > `0`",
            set: {proceed: false}}
         - {name: applies, on: session_spawn, set: {prompt_prefix: "[x] "}}
-        - {name: trial-2, on: session_spawn, mode: audit, when: "length(work_item.number)",
+        - {name: trial-2, on: session_spawn, mode: audit,
+           when: "length(not_null(work_item.number)) > `0`",
            set: {proceed: false}}
         - {name: trial-3, on: session_spawn, mode: audit, when: "actor == 'bob'",
-           set: {proceed: false, reason: "{{ abs(actor) }}"}}
+           set: {proceed: false, reason: "{{ abs(not_null(actor)) }}"}}
         - {name: trial-4, on: session_spawn, mode: audit, set: {reason: "{{ work_item.ref }}"}}
     """))
     got = pair.check(SessionSpawnOf(actor="bob", prompt="P"))
@@ -308,7 +313,8 @@ def test_i8_2_audit_failures_are_recorded_per_rule_in_rule_order(tmp_path: Path)
 
 def test_i8_3_a_point_never_touches_the_rules_of_another(tmp_path: Path) -> None:
     pair = Pair(write(tmp_path, """
-        - {name: always-fails, on: phase_changed, when: "abs(actor) > `0`", set: {notify: false}}
+        - {name: always-fails, on: phase_changed,
+           when: "abs(not_null(actor)) > `0`", set: {notify: false}}
         - {name: prefix, on: session_spawn, set: {prompt_prefix: "[p] "}}
     """))
     assert pair.fast.rules_at("session_spawn") == ["prefix"]

@@ -47,6 +47,9 @@ def describe_compile_error(shown: str, text: str, exc: Exception) -> str:
     if isinstance(position, int):
         token = getattr(exc, "token_value", None)
         what = f"unexpected {token!r}" if token not in (None, "") else "unexpected token"
+        if str(getattr(exc, "token_type", "")).lower() == "number":
+            what = (f"unexpected number {token}; a number literal takes backquotes in "
+                    f"JMESPath: `{token}`")
         return f"syntax error in {shown} at column {position + 1}: {what}"
     return f"{shown} does not compile: {exc}"
 
@@ -88,7 +91,10 @@ def check_fields(
         names = sorted({n for _, (_, v) in lacking.items() for n in v})
         hint = closest(bad, names)
         message = f"reads {dotted_at}, but the context at {at} has no field {what!r}"
-        if hint:
+        if f'"{bad}"' in text:
+            message += (f'. "{bad}" in double quotes is a field name in JMESPath; a string '
+                        f"takes single quotes: '{bad}'.")
+        elif hint:
             message += f"; did you mean {((prefix + '.') if prefix else '') + hint!r}?"
         if len(lacking) == 1:
             message += f" Valid: {', '.join(valid)}"

@@ -26,6 +26,7 @@ from the_loop.hooks.points import (
 )
 from the_loop.hooks.policy.checks import check_fields, describe_compile_error
 from the_loop.hooks.policy.jmes import CompiledExpression, compile_expression, root_paths
+from the_loop.hooks.policy.typecheck import type_messages
 
 RULE_KEYS = ("name", "on", "when", "description", "mode", "set")
 FILE_KEYS = ("rules",)
@@ -414,4 +415,9 @@ class _Checker:
         problems = check_fields(root_paths(out[points[0]].ast), points, text)
         for problem in problems:
             fail(key, f"{shown} {problem}")
+        if not problems:  # types are checked once every field is known
+            problems = type_messages({p: e.ast for p, e in out.items()}, shown,
+                                     when=key == "when")
+            for problem in problems:
+                fail(key, problem)
         return None if problems else out

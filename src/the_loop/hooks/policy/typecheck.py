@@ -1,0 +1,347 @@
+"""Load-time type checks of rule expressions against the catalog's field types.
+
+A mistake the types prove is a load error naming the sub-expression, the types on both sides
+and the fix: a comparison that can only be false (`labels == 'draft'`: a list never equals a
+string) or only null (`work_item.number > '5'`: `<` compares numbers only), a function given
+a value it always rejects (`starts_with(labels, 'x')`), and a `when` that is always true or
+always false. Anything the types do not decide is accepted: the checker only speaks when
+every value the catalog allows gives the same wrong outcome, so a well-typed rule is never
+rejected (`tests/test_policy_types.py` generates them to prove it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from the_loop.hooks.points import SPECS, WORK_ITEM_FIELDS
+from the_loop.hooks.policy.exprtext import OPS, literal, show
+from the_loop.hooks.policy.functions import POLICY_FUNCTION_SPECS
+from the_loop.hooks.policy.jmes.reference import FUNCTION_TABLE
+from the_loop.hooks.policy.jmes.semantics import eq, truthy
+from the_loop.hooks.policy.jmes.values import (
+    ANY,
+    ARR,
+    BOOL,
+    EXPREF,
+    NO_LITERAL,
+    NULL,
+    NUM,
+    OBJ,
+    RETURNS,
+    STR,
+    Kind,
+    kinds,
+)
+
+Node = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class T:
+    """What the checker knows of a value: its possible JMESPath types, and more when known.
+
+    `elem`: the types of an array's elements; `fields`: an object's fields; `literal`: the
+    value itself; `truth`: True/False when the value is always truthy/falsy.
+    """
+
+    kinds: Kind
+    elem: Kind | None = None
+    fields: Mapping[str, T] | None = None
+    literal: Any = NO_LITERAL
+    truth: bool | None = None
+
+
+UNKNOWN = T(ANY)
+_CATALOG: dict[str, T] = {
+    "str": T(kinds(STR)), "int": T(kinds(NUM), truth=True), "bool": T(kinds(BOOL)),
+    "list[str]": T(kinds(ARR), elem=kinds(STR)),
+}
+_WORK_ITEM = T(kinds(OBJ), fields={
+    f: _CATALOG["int" if f == "number" else "str"] for f in WORK_ITEM_FIELDS
+}, truth=True)
+
+
+def root_type(point: str) -> T:
+    """The context at `point` as the checker sees it (every field present, never null)."""
+    return T(kinds(OBJ), fields={
+        f.name: _WORK_ITEM if f.type == "WorkItem" else _CATALOG[f.type]
+        for f in SPECS[point].fields
+    }, truth=True)
+
+
+def describe(t: T) -> str:
+    """'a list of strings', 'a number', 'null', 'a string or null' …"""
+    names = {STR: "a string", NUM: "a number", BOOL: "a boolean", OBJ: "an object",
+             NULL: "null", "expref": "an &expression"}
+    parts: list[str] = []
+    for k in (ARR, STR, NUM, BOOL, OBJ, NULL, "expref"):
+        if k not in t.kinds:
+            continue
+        if k == ARR:
+            parts.append("a list of strings" if t.elem == kinds(STR) else
+                         "a list of numbers" if t.elem == kinds(NUM) else "a list")
+        else:
+            parts.append(names[k])
+    return " or ".join(parts) or "nothing"
+
+
+def _of_literal(value: Any) -> T:
+    from the_loop.hooks.policy.jmes.values import kind_of
+
+    elem = None
+    if isinstance(value, list):
+        elem = frozenset().union(*(kind_of(v) for v in value)) if value else frozenset()
+    return T(kind_of(value), elem=elem, literal=value, truth=truthy(value))
+
+
+def _truth_of(ks: Kind) -> bool | None:
+    if ks <= kinds(NULL):
+        return False
+    if ks <= kinds(NUM):
+        return True
+    return None
+
+
+@dataclass
+class Checker:
+    """Infers each node's type over a point's context; collects one message per mistake."""
+
+    problems: list[tuple[str, str]] = field(default_factory=list)
+
+    def infer(self, node: Node, cur: T) -> T:
+        kind = node.get("type")
+        ch = node.get("children", [])
+        if kind == "field":
+            if OBJ not in cur.kinds:
+                return T(kinds(NULL), truth=False)
+            if cur.fields is None:
+                return UNKNOWN
+            return cur.fields.get(str(node["value"]), UNKNOWN)
+        if kind == "subexpression":
+            for child in ch:
+                cur = self.infer(child, cur)
+            return cur
+        if kind in ("identity", "current"):
+            return cur
+        if kind == "literal":
+            return _of_literal(node["value"])
+        if kind == "comparator":
+            return self._compare(node, self.infer(ch[0], cur), self.infer(ch[1], cur))
+        if kind == "not_expression":
+            t = self.infer(ch[0], cur)
+            return T(kinds(BOOL), truth=None if t.truth is None else not t.truth)
+        if kind in ("and_expression", "or_expression"):
+            return self._logic(kind, self.infer(ch[0], cur), self.infer(ch[1], cur))
+        if kind == "pipe":
+            return self.infer(ch[1], self.infer(ch[0], cur))
+        if kind == "function_expression":
+            return self._call(node, [self.infer(c, cur) for c in ch])
+        if kind == "expref":
+            self.infer(ch[0], UNKNOWN)
+            return T(EXPREF)
+        if kind == "index_expression":
+            left = self.infer(ch[0], cur)
+            if left.elem is not None and ARR in left.kinds:
+                ks = left.elem | kinds(NULL)
+                return T(ks, truth=_truth_of(ks))
+            return UNKNOWN
+        if kind in ("projection", "filter_projection"):
+            left = self.infer(ch[0], cur)
+            each = T(left.elem, truth=_truth_of(left.elem)) if left.elem else UNKNOWN
+            if kind == "filter_projection":
+                self.infer(ch[2], each)
+            self.infer(ch[1], each)
+            return T(kinds(ARR, NULL))
+        if kind == "flatten":
+            self.infer(ch[0], cur)
+            return T(kinds(ARR, NULL))
+        if kind in ("value_projection", "multi_select_list", "multi_select_dict"):
+            for child in ch:
+                if isinstance(child, Mapping):
+                    self.infer(child, UNKNOWN if kind == "value_projection" else cur)
+            return UNKNOWN
+        if kind == "key_val_pair":
+            return self.infer(ch[0], cur)
+        return UNKNOWN
+
+    # ------------------------------------------------------------------ the rules
+
+    def _logic(self, kind: str, a: T, b: T) -> T:
+        ks = a.kinds | b.kinds
+        if kind == "and_expression":  # a when a is falsy, else b
+            truth = False if a.truth is False or b.truth is False else (
+                True if a.truth is True and b.truth is True else None)
+        else:  # a when a is truthy, else b
+            truth = True if a.truth is True or b.truth is True else (
+                False if a.truth is False and b.truth is False else None)
+        return T(ks, truth=truth)
+
+    def _compare(self, node: Node, a: T, b: T) -> T:
+        op = str(node["value"])
+        if a.literal is not NO_LITERAL and b.literal is not NO_LITERAL and op in ("eq", "ne"):
+            same = eq(a.literal, b.literal)
+            return T(kinds(BOOL), truth=same if op == "eq" else not same)
+        if a.kinds >= ANY or b.kinds >= ANY or a.kinds >= EXPREF or b.kinds >= EXPREF:
+            return T(kinds(BOOL, NULL) if op not in ("eq", "ne") else kinds(BOOL))
+        if op in ("eq", "ne"):
+            if not a.kinds & b.kinds:
+                always = "false" if op == "eq" else "true"
+                self._fail(node, f"compares {self._side(node, 0, a)} with "
+                           f"{self._side(node, 1, b)}: they are never equal, so it is always "
+                           f"{always}. {_equality_fix(node, a, b)}")
+            return T(kinds(BOOL))
+        if NUM not in a.kinds or NUM not in b.kinds:
+            self._fail(node, f"orders {self._side(node, 0, a)} against "
+                       f"{self._side(node, 1, b)} with {OPS[op]}, which compares numbers only "
+                       f"(anything else gives null, which is false). {_ordering_fix(node, a, b)}")
+            return T(kinds(NULL), truth=False)
+        return T(kinds(BOOL, NULL))
+
+    def _call(self, node: Node, args: list[T]) -> T:
+        name = str(node["value"])
+        spec = FUNCTION_TABLE.get(name)
+        if spec is not None:
+            declared = spec["signature"]
+            for i, (arg, t) in enumerate(zip(node.get("children", []), args, strict=False)):
+                param = declared[min(i, len(declared) - 1)] if declared else {"types": []}
+                self._check_arg(node, name, i, arg, t, tuple(param.get("types", ())))
+        if name in POLICY_FUNCTION_SPECS:
+            ks = frozenset(POLICY_FUNCTION_SPECS[name].returns)
+        else:
+            ks = RETURNS.get(name, ANY)
+        return T(ks, truth=_truth_of(ks))
+
+    def _check_arg(
+        self, node: Node, name: str, i: int, arg: Node, t: T, allowed: tuple[str, ...]
+    ) -> None:
+        if not allowed or t.kinds >= ANY:
+            return
+        bases = {a.split("-", 1)[0] for a in allowed}
+        fits = t.kinds & bases
+        if fits and ARR in fits and fits == {ARR} and t.elem is not None:
+            subs = {a.split("-", 1)[1] for a in allowed if a.startswith("array-")}
+            if subs and "array" not in allowed and t.elem and not t.elem & subs:
+                fits = frozenset()
+        if fits:
+            return
+        want = " or ".join(_TYPE_WORDS.get(a, a) for a in allowed)
+        ordinal = ("first", "second", "third", "fourth")[min(i, 3)]
+        self._fail(node, f"calls {name}() with {show(arg)} ({describe(t)}) as its {ordinal} "
+                   f"argument, but {name}() takes {want} there, so every call fails. "
+                   f"{_argument_fix(node, name, arg, t)}")
+
+    def _side(self, node: Node, i: int, t: T) -> str:
+        return f"{show(node['children'][i])} ({describe(t)})"
+
+    def _fail(self, node: Node, message: str) -> None:
+        self.problems.append((show(node), message))
+
+
+_TYPE_WORDS = {"string": "a string", "number": "a number", "array": "a list",
+               "object": "an object", "boolean": "a boolean", "null": "null",
+               "expref": "an &expression", "array-string": "a list of strings",
+               "array-number": "a list of numbers"}
+
+
+def _lit_side(node: Node, a: T, b: T) -> tuple[Node, T, Node, T]:
+    """(the non-literal side, its type, the literal side, its type), literal second if any."""
+    left, right = node["children"]
+    if a.literal is not NO_LITERAL and b.literal is NO_LITERAL:
+        return right, b, left, a
+    return left, a, right, b
+
+
+def _number_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return None
+        return value
+    return None
+
+
+def _equality_fix(node: Node, a: T, b: T) -> str:
+    x, tx, y, ty = _lit_side(node, a, b)
+    sx, sy = show(x), show(y)
+    if ARR in tx.kinds and STR in ty.kinds:
+        return f"To test whether the list holds it, write contains({sx}, {sy})."
+    if NUM in tx.kinds and _number_text(ty.literal):
+        return f"A number literal takes backquotes: {sx} {OPS[node['value']]} `{ty.literal}`."
+    if BOOL in tx.kinds and ty.literal in ("true", "false"):
+        neg = "" if (ty.literal == "true") == (node["value"] == "eq") else "!"
+        return (f"A boolean literal takes backquotes (`{ty.literal}`); simpler, test the "
+                f"field itself: {neg}{sx}.")
+    if STR in tx.kinds and ty.literal is not NO_LITERAL and not isinstance(ty.literal, str):
+        return f"A string takes single quotes: {sx} {OPS[node['value']]} " \
+               f"{literal(json_text(ty.literal))}."
+    if NULL in ty.kinds and len(ty.kinds) == 1:
+        return f"{sx} is never null; test it directly, or remove the comparison."
+    return "Compare values of the same type (`the-loop hooks points` lists each field's type)."
+
+
+def json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _ordering_fix(node: Node, a: T, b: T) -> str:
+    x, tx, _y, ty = _lit_side(node, a, b)
+    op = OPS[node["value"]]
+    if NUM in tx.kinds and _number_text(ty.literal):
+        return f"A number literal takes backquotes: {show(x)} {op} `{ty.literal}`."
+    if STR in tx.kinds:
+        return (f"{show(x)} is a string: compare it with == or !=, or test it with "
+                "starts_with() / ends_with() / contains().")
+    return "Order numbers only (`the-loop hooks points` lists each field's type)."
+
+
+def _argument_fix(node: Node, name: str, arg: Node, t: T) -> str:
+    s = show(arg)
+    rest = [show(c) for c in node["children"][1:]]
+    if ARR in t.kinds and t.elem == kinds(STR) and name in ("starts_with", "ends_with"):
+        other = rest[0] if rest else "'x'"
+        return (f"To test one exact label write contains({s}, {other}); to test every "
+                f"label write {s}[?{name}(@, {other})] (a non-empty list when one matches).")
+    if ARR in t.kinds and name in ("lower", "upper", "regex_match", "glob_match"):
+        return f"Apply it to each element instead: {s}[?…] or map(&{name}(@), {s})."
+    if NUM in t.kinds:
+        return f"Turn the number into a string first: to_string({s})."
+    if STR in t.kinds:
+        return f"If the string holds a number, convert it first: to_number({s})."
+    return "`the-loop hooks points` lists each field's type; docs/policy-guide.md each function's."
+
+
+def type_problems(ast: Node, point: str, *, when: bool) -> list[tuple[str, str]]:
+    """(sub-expression, message) for each type mistake of `ast` at `point`.
+
+    `when`: the expression is a rule's condition, which must not be always true or false.
+    """
+    checker = Checker()
+    t = checker.infer(ast, root_type(point))
+    found = list(checker.problems)
+    if when and not found and t.truth is not None:
+        what = "true" if t.truth else "false"
+        why = (" (a number is always true in JMESPath, even 0)" if t.kinds <= kinds(NUM)
+               else "")
+        found.append((show(ast), f"is always {what} whatever the context{why}, so the rule "
+                      f"{'always' if t.truth else 'never'} applies. Compare a field with a "
+                      "value, or remove `when` to apply the rule always"))
+    return found
+
+
+def type_messages(asts: Mapping[str, Node], shown: str, *, when: bool) -> list[str]:
+    """One message per type mistake of an expression compiled per point (`asts`), naming
+    the expression as `shown` and the points where the mistake holds when not all."""
+    at: dict[str, list[str]] = {}
+    whole = ""
+    for point, ast in asts.items():
+        whole = show(ast)
+        for sub, message in type_problems(ast, point, when=when):
+            text = f"{shown} {message}" if sub == whole else f"{shown}: {sub} {message}"
+            at.setdefault(text, []).append(point)
+    return [text if len(points) == len(asts) else f"{text} (at {', '.join(points)})"
+            for text, points in at.items()]
