@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -95,6 +96,8 @@ HARNESSES = {
 
 #: Compiled bytecode for the child interpreters (the environment may forbid writing it
 #: next to the sources); shared by every test of the run, so each import compiles once.
+MARKER_RE = re.compile(r"\n\n<!-- the-loop:[^>]*-->$")
+
 PYCACHE = Path(tempfile.gettempdir()) / f"the-loop-test-pyc-{os.getuid()}"
 
 
@@ -202,9 +205,19 @@ class LoopDir:
         return done
 
     def reply(self, ref: str, text: str, actor: str = "alice") -> str:
+        """`reply` (it writes the input on the item), then one poll delivers it; returns
+        `REF: outcome` as `reply --wait` would print it (without a refusal's reason)."""
         done = self.cli("reply", ref, text, "--actor", actor)
-        self.wait_sessions()
-        return done.stdout.strip()
+        cid = int(done.stdout.split("comment ", 1)[1].split()[0])
+        self.poll()
+        [step] = self.query("SELECT outcome FROM steps WHERE key LIKE ?", f"input:%:{cid}")
+        return f"{ref}: {step['outcome']}"
+
+    def complete(self, ref: str, *args: str) -> str:
+        """`graph complete` as the agent would run it, then one poll enters the next node."""
+        out = self.cli("graph", "complete", "--work-item", ref, *args).stdout.strip()
+        self.poll()
+        return out
 
     # ------------------------------------------------------------------ reading
     def events(self, pattern: str = "") -> list[dict[str, Any]]:
@@ -244,8 +257,11 @@ class LoopDir:
         finally:
             db.close()
 
-    def comments(self, ref: str, author: str = "the-loop") -> list[str]:
-        return [c["body"] for c in self.item(ref)["comments"] if c["author"] == author]
+    def comments(self, ref: str, author: str = "the-loop", *, raw: bool = False) -> list[str]:
+        """Comments by `author` as a reader sees them (the loop's hidden idempotency
+        marker, an HTML comment a tracker does not render, dropped unless raw=True)."""
+        bodies = [c["body"] for c in self.item(ref)["comments"] if c["author"] == author]
+        return bodies if raw else [MARKER_RE.sub("", b) for b in bodies]
 
     def add_recorder(self) -> str:
         """Write the recording hook; returns its hooks: entry (YAML list item)."""

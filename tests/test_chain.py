@@ -481,8 +481,10 @@ def test_r6_2_an_event_log_that_cannot_be_written_never_reaches_the_caller(
     out = c.run(WorkItemStart())
     assert (out.proceed, out.reason) == (False, "no")
     err = capsys.readouterr().err
-    assert "the-loop: could not record hooks.decided in " in err
-    assert "the-loop: could not record hooks.refused in " in err
+    # The log counts what it lost and says so once (then every 100th), naming the file.
+    assert err.count("the-loop: cannot write the event log ") == 1
+    assert "events.jsonl (Not a directory); 1 event(s) lost so far, the loop goes on" in err
+    assert log.failed_writes == 2
 
 
 # ------------------------------------------------------------------------------ required

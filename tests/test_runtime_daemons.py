@@ -74,7 +74,7 @@ def test_serve_control_plane_items_input_and_webhook(ld: LoopDir) -> None:
     ld.start(gate)
     ld.start(running)
     ld.poll()
-    ld.ok("graph", "complete", "--work-item", gate)
+    ld.complete(gate)
 
     proc = ld.popen("serve", "--port", "0", env={"LOOP_TOKEN": TOKEN})
     try:
@@ -101,8 +101,9 @@ def test_serve_control_plane_items_input_and_webhook(ld: LoopDir) -> None:
         assert api.call("POST", "/webhook", {"event": "comment", "ref": gate,
                                              "author": "bob", "body": "Looks fine"}) == (
             200, {"ref": gate, "done": "recorded"})
+        # The operator's token acts for a named person, as the CLI does.
         assert api.call("POST", "/items/1/input", {"text": "/approve", "actor": "alice"}) \
-            == (200, {"ref": gate, "done": "approved"})
+            == (200, {"ref": gate, "actor": "alice", "done": "approved"})
         # A review on the running item's pull request resumes the ticket's work there;
         # the session serve launched is collected when it ends (no zombie while serving).
         assert api.call("POST", "/webhook", {"event": "comment", "ref": pr,
@@ -136,10 +137,14 @@ def test_serve_control_plane_items_input_and_webhook(ld: LoopDir) -> None:
     assert TOKEN not in (ld.state / "events.jsonl").read_text()
 
 
-def test_serve_refuses_a_public_address_without_a_token(ld: LoopDir) -> None:
-    done = ld.cli("serve", "--host", "0.0.0.0", "--port", "0", ok=False)
+@pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1"])
+def test_serve_refuses_to_start_without_tokens_even_on_loopback(ld: LoopDir,
+                                                                host: str) -> None:
+    """No configured token, no control plane: on loopback too (issue 11, rule 2)."""
+    done = ld.cli("serve", "--host", host, "--port", "0", ok=False)
     assert done.returncode == 2
-    assert "refusing to listen on 0.0.0.0 without a token" in done.stderr
+    assert "refusing to start: the control plane authenticates every caller" in done.stderr
+    assert "serve.tokens" in done.stderr and "Traceback" not in done.stderr
 
 
 # --------------------------------------------------------------------------- poll daemon

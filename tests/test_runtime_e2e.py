@@ -73,8 +73,10 @@ def test_r1_2_e2e_arming_to_close_seven_points_in_order_each_before_what_it_deci
         actions = drive(ld, ref)
         events = ld.events()
 
-    # The walk: one poll starts it, one answer, one approval per phase.
-    assert actions == ["poll (armed)", f"{ref}: resumed"] + [f"{ref}: approved"] * 4
+    # The walk: one poll starts it, one answer, one approval per phase; after each
+    # `graph complete` a poll enters the gate (the daemon does it).
+    assert actions == ["poll (armed)", f"{ref}: resumed", "poll (running)"] + [
+        f"{ref}: approved", "poll (running)"] * 3 + [f"{ref}: approved"]
     item = ld.item(ref)
     assert (item["state"], item["labels"]) == ("closed", ["loop:done"])
     assert [(m["type"], m.get("to_phase")) for m in ld.channel_messages()] == [

@@ -77,7 +77,8 @@ def test_abuse_7_r6_2_a_hook_that_raises_everywhere_never_stops_the_work(
         ref = ld.add()
         ld.start(ref)
         ld.poll()
-        until(lambda: ld.work(ref)["state"] == "gate", timeout=20, what="the gate")
+        until(lambda: ld.poll() and ld.work(ref)["state"] == "gate", timeout=20,
+              what="the gate")
         ld.reply(ref, "/approve")
         assert ld.work(ref)["state"] == "done"
         assert ld.item(ref)["state"] == "closed"

@@ -46,6 +46,7 @@ def at_gate(ld: LoopDir, *, in_process: bool = True) -> str:
         ld.ok(*args)
     else:
         ld.cli(*args)
+    ld.poll()  # the daemon enters the next node
     assert ld.work(ref)["state"] == "gate"
     return ref
 
@@ -115,7 +116,8 @@ def test_a_person_closing_the_ticket_fires_work_item_complete_from_the_tracker(
     ld.start(ref)
     ld.poll()
     ld.cli("items", "close", ref, "--actor", "dave")
-    assert ld.poll().stdout.startswith("started 0, inputs 0, closed 1")
+    assert ld.poll().stdout.startswith(
+        "started 0, inputs 0, refused 0, launched 0, closed 1")
 
     [complete] = ld.seen("work_item_complete")
     assert (complete["source"], complete["actor"], complete["state"], complete["node"]) == (
@@ -124,7 +126,8 @@ def test_a_person_closing_the_ticket_fires_work_item_complete_from_the_tracker(
     assert names.index("lifecycle.point", names.index("loop.started") + 1) < \
         names.index("item.completed") < names.index("item.announced")
     assert ld.channel_messages() == [
-        {"type": "item.closed", "work_item": ref, "source": "tracker", "actor": "dave"}]
+        {"type": "item.closed", "id": f"complete:{ref}:1", "work_item": ref,
+         "source": "tracker", "actor": "dave"}]
     assert ld.work(ref)["state"] == "done"
 
     ld.poll()
@@ -163,7 +166,9 @@ def test_webhook_channels_post_json_and_a_failing_one_is_recorded(ld: LoopDir) -
         ld.start(ref)
         ld.poll()
         ld.cli("graph", "complete", "--work-item", ref, env={"CHAT_TOKEN": "s3cret-token"})
+        ld.poll(env={"CHAT_TOKEN": "s3cret-token"})
         ld.cli("reply", ref, "/approve", env={"CHAT_TOKEN": "s3cret-token"})
+        ld.poll(env={"CHAT_TOKEN": "s3cret-token"})
     finally:
         server.shutdown()
         server.server_close()

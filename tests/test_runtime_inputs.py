@@ -53,7 +53,10 @@ def test_r2_7_question_and_summary_replaced_by_hook(ld: LoopDir) -> None:
     ld.write_config("hooks:\n  - {name: reword, path: hooks/reword.py}\n")
     ref = running(ld)
     done = ld.cli("ask", "Which users?", "--summary", "agent summary", "--work-item", ref)
-    assert done.stdout.strip() == "asked: [question] HOOK: Which users?"
+    assert done.stdout.strip() == (f"asked: the loop posts your question on {ref}; answers "
+                                   "resume this work")
+    assert ld.points("waiting_for_input") == []  # the one-shot `ask` runs no hook
+    ld.poll()
 
     question = ld.comments(ref)[-1]
     assert question.startswith("**Question from the agent**")
@@ -74,7 +77,7 @@ def test_r2_7_gate_request_is_the_graphs_text_and_hook_change_is_ignored(ld: Loo
     ld.write("hooks/reword.py", REWORD_HOOK)
     ld.write_config("hooks:\n  - {name: reword, path: hooks/reword.py}\n")
     ref = running(ld)
-    assert ld.cli("graph", "complete", "--work-item", ref).stdout.strip() == \
+    assert ld.complete(ref) == \
         "advanced to review"
 
     assert ld.comments(ref)[-1] == \
@@ -103,7 +106,7 @@ def test_r2_7_input_text_replaced_is_what_the_resumed_session_gets(ld: LoopDir) 
     names = ld.names()
     i = names.index("lifecycle.point", names.index("poll.cycle"))
     assert ld.events()[i]["point"] == "input_received"
-    assert i < names.index("session.launched", i) < names.index("input.delivered", i)
+    assert i < names.index("input.delivered", i) < names.index("session.launched", i)
     [delivered] = ld.events("input.delivered")
     assert (delivered["kind"], delivered["done"]) == ("comment", "resumed")
 
@@ -119,7 +122,7 @@ def test_r2_7_input_refused_is_dropped_with_one_marked_comment(ld: LoopDir) -> N
     ld.poll()
     ld.poll()
 
-    drops = [c for c in ld.comments(ref) if "was dropped" in c]
+    drops = [c for c in ld.comments(ref, raw=True) if "was dropped" in c]
     assert len(drops) == 2
     assert drops[0].startswith("Input from @mallory was dropped by hook `house` at "
                                "`input_received`: mallory may not talk to agents")
@@ -148,30 +151,41 @@ def test_stop_disarms_and_later_comments_are_not_input(ld: LoopDir) -> None:
     assert len(ld.launches()) == 1
 
 
-def test_r3_6_ask_with_a_broken_declaration_records_load_failed_and_posts(
+def test_issue11_rule1_a_broken_declaration_lets_no_one_shot_command_act(
         ld: LoopDir) -> None:
-    """A one-shot command runs without hooks when the declaration cannot load."""
+    """With a declaration that cannot load, `ask`, `reply` and `graph complete` only write
+    what they ask for: no hook runs half-loaded, nothing is posted, delivered or launched;
+    the poller refuses to start, so nothing moves until the declaration is fixed."""
     ref = running(ld)
+    launches, fired = len(ld.launches()), len(ld.points())
+    good = ld.config.read_text()
     ld.write_config("hooks:\n  - {name: ghost, path: hooks/missing.py}\n")
-    done = ld.cli("ask", "Which users?", "--work-item", ref)
-    assert done.stdout.strip() == "asked: Which users?"
-    assert "Which users?" in ld.comments(ref)[-1]
-    [failed] = ld.events("hooks.load_failed")
-    assert failed["source"] == "ask"
-    assert "hooks[0] ('ghost') → path: no file at" in failed["error"]
-    [point] = ld.points("waiting_for_input")
-    assert point["hooks"] == [] and point["source"] == "ask"
-    assert ld.work(ref)["state"] == "waiting"
-
+    assert ld.cli("ask", "Which users?", "--work-item", ref).returncode == 0
+    said = ld.cli("reply", ref, "Admins first", "--actor", "mallory")
+    assert "the poller delivers it" in said.stdout
     assert ld.cli("graph", "complete", "--work-item", ref).stdout.strip() == \
         "advanced to review"
-    assert [r["source"] for r in ld.events("hooks.load_failed")] == ["ask", "graph"]
+    assert ld.events("hooks.load_failed") == [] and len(ld.points()) == fired
+    assert not any(c.startswith("**Question") for c in ld.comments(ref))
+    refused = ld.cli("poll", "--once", ok=False)
+    assert refused.returncode == 1 and "refusing to start" in refused.stderr
+    assert len(ld.launches()) == launches
+    assert ld.work(ref)["node"] == "review" and ld.work(ref)["state"] == "running"
+
+    ld.config.write_text(good)  # fixed: the poller takes it all in, in order
+    ld.poll()
+    question, request = ld.comments(ref)[-2:]
+    assert question.startswith("**Question from the agent**") and "Which users?" in question
+    assert request == "GRAPH-REQUEST: review the draft, reply /approve or /reject."
+    assert ld.work(ref)["state"] == "gate"
+    [got] = [s for s in ld.query("SELECT kind, outcome FROM steps WHERE kind='input'")]
+    assert got == {"kind": "input", "outcome": "recorded"}
 
 
 def test_ask_at_a_human_gate_is_refused_and_the_gate_still_passes(ld: LoopDir) -> None:
     """An agent that asks after completing its node cannot take the gate from the person."""
     ref = running(ld)
-    ld.ok("graph", "complete", "--work-item", ref)
+    ld.complete(ref)
     done = ld.cli("ask", "One more thing?", "--work-item", ref, ok=False)
     assert done.returncode == 1
     assert f"{ref} is at review, a human gate" in done.stderr
@@ -198,7 +212,7 @@ def test_input_text_cannot_pass_a_gate_or_choose_its_edge(ld: LoopDir) -> None:
     ld.write("hooks/swap.py", SWAP_HOOK)
     ld.write_config("hooks:\n  - {name: swap, path: hooks/swap.py}\n")
     ref = running(ld)
-    ld.ok("graph", "complete", "--work-item", ref)
+    ld.complete(ref)
     assert ld.reply(ref, "looks fine to me") == f"{ref}: recorded"
     assert ld.work(ref)["state"] == "gate"
     assert ld.reply(ref, "/approve") == f"{ref}: approved"
@@ -221,7 +235,7 @@ def test_reject_at_a_gate_without_a_rejected_edge_is_ignored_not_fatal(ld: LoopD
     """)
     ld.write_config(graph="flow.yaml")
     ref = running(ld)
-    ld.ok("graph", "complete", "--work-item", ref)
+    ld.complete(ref)
     ld.ok("items", "comment", ref, "/reject", "--author", "bob")
     done = ld.poll()
     assert "Traceback" not in done.stderr and done.stdout.startswith("started 0, inputs 1")

@@ -45,10 +45,10 @@ def test_r2_6_spawn_refused_by_a_policy_rule_starts_no_process(ld: LoopDir) -> N
     assert point["steps"][0]["rules"] == ["sessions-paused"]
     [refused] = ld.events("hooks.refused")
     assert (refused["point"], refused["hook"]) == ("session_spawn", "house")
-    assert ld.comments(ref) == [
+    assert ld.comments(ref, raw=True) == [
         "A session launch for this work item was refused by hook `house` at `session_spawn`: "
         f"sessions are paused for {ref}\n\n"
-        f"<!-- the-loop:{ld.query('SELECT key FROM settled WHERE outcome=?', 'refused')[0]['key']}"
+        f"<!-- the-loop:{ld.query('SELECT key FROM steps WHERE outcome=?', 'refused')[0]['key']}"
         " -->"]
     assert ld.work(ref)["state"] == "blocked"
 

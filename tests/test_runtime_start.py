@@ -139,7 +139,8 @@ def test_r2_6_start_refused_by_required_remote_hook_that_is_down(ld: LoopDir) ->
     assert ld.work(ref)["state"] == "refused"
     assert not (ld.state / "workspaces").exists()
     assert ld.launches() == [] and ld.query("SELECT * FROM sessions") == []
-    assert ld.query("SELECT outcome, done FROM settled") == [{"outcome": "refused", "done": 1}]
+    assert ld.query("SELECT state, outcome FROM steps WHERE kind='start'") == [
+        {"state": "done", "outcome": "refused"}]
 
     ld.poll()
     assert len(ld.points("work_item_start")) == 1
@@ -163,12 +164,13 @@ def test_r2_6_refusal_survives_a_crash_between_comment_and_settle(ld: LoopDir) -
     assert crashed.returncode == 86
     [comment] = ld.comments(ref)
     assert "refused by hook `gatekeeper` at `work_item_start`: no starts on Fridays" in comment
-    assert ld.query("SELECT done FROM settled") == [{"done": 0}]
+    assert ld.query("SELECT state FROM steps WHERE kind='start'") == [{"state": "pending"}]
 
     ld.poll()
     assert ld.comments(ref) == [comment]
     assert len(ld.points("work_item_start")) == 1
-    assert ld.query("SELECT outcome, done FROM settled") == [{"outcome": "refused", "done": 1}]
+    assert ld.query("SELECT state, outcome FROM steps WHERE kind='start'") == [
+        {"state": "done", "outcome": "refused"}]
     assert ld.work(ref)["state"] == "refused"
     assert ld.launches() == []
 
@@ -235,7 +237,7 @@ def scenario(ld: LoopDir) -> dict[str, Any]:
     ld.poll()
     ld.cli("ask", "Which users?", "--summary", "one question", "--work-item", ref)
     ld.reply(ref, "Admins first.")
-    ld.cli("graph", "complete", "--work-item", ref, "--summary", "drafted")
+    ld.complete(ref, "--summary", "drafted")
     ld.reply(ref, "/approve")
     item = ld.item(ref)
     runtime = []

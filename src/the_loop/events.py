@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -39,6 +40,10 @@ EVENT_TYPES: dict[str, str] = {
     "poll.cycle": "the poller finished a cycle; fields: started, inputs, closed",
     "poll.failed": "a poll cycle failed and the poller went on; fields: error",
     "poll.stopped": "the poller stopped; fields: why",
+    "step.failed": "a step of a work item failed and will be retried (or, the third time, "
+    "blocks the item); fields: work_item, step, error, attempts",
+    "session.respawned": "a running item had no live session and a new one was queued; "
+    "fields: work_item, session_id, why",
     "workspace.prepared": "a work item's workspace exists; fields: work_item, path, git",
     "session.launched": "a harness process was launched; fields: work_item, session_id, pid",
     "session.refused": "a launch was refused; fields: work_item, hook, reason",
@@ -88,6 +93,9 @@ class EventLog:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._file: tuple[int, tuple[int, int]] | None = None
+        self.failed_writes = 0
+        #: called with each record after it is written (a daemon's terminal narrator)
+        self.on_emit: Callable[[dict[str, Any]], None] | None = None
 
     def emit(self, event: str, **fields: Any) -> dict[str, Any]:
         """Record one event; returns the record as written."""
@@ -108,7 +116,13 @@ class EventLog:
             if len(self.memory) > 10_000:
                 del self.memory[:5_000]
             if self.path is not None:
-                os.write(self._fd(), (line + "\n").encode("utf-8"))
+                try:
+                    os.write(self._fd(), (line + "\n").encode("utf-8"))
+                except OSError as exc:
+                    self._write_failed(exc)
+        if self.on_emit is not None:
+            with contextlib.suppress(Exception):
+                self.on_emit(record)
         return record
 
     def secrets_in(self, text: str) -> list[str]:
@@ -121,6 +135,17 @@ class EventLog:
             if secret and len(secret) >= 4
             and (secret in text or json.dumps(secret, ensure_ascii=False)[1:-1] in text)
         ]
+
+    def _write_failed(self, exc: OSError) -> None:
+        """A full or broken disk costs the log a line, never the loop its work: the database
+        stays the source of truth. Counted, and said on stderr (first, then every 100th)."""
+        self.failed_writes += 1
+        if self.failed_writes == 1 or self.failed_writes % 100 == 0:
+            why = exc.strerror or type(exc).__name__
+            sys.stderr.write(f"the-loop: cannot write the event log {self.path} ({why}); "
+                             f"{self.failed_writes} event(s) lost so far, the loop goes on "
+                             "(free space or fix the folder's permissions)\n")
+            sys.stderr.flush()
 
     def _fd(self) -> int:
         """The log file, opened O_APPEND once and reopened when it was moved or removed
@@ -136,8 +161,8 @@ class EventLog:
         if self._file is not None:
             os.close(self._file[0])
             self._file = None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         st = os.fstat(fd)
         self._file = (fd, (st.st_ino, st.st_dev))
         return fd

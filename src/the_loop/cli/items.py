@@ -40,7 +40,8 @@ def register(sub: Any) -> None:
     c = s.add_parser("comment", help="comment as a person")
     c.add_argument("ref")
     c.add_argument("text")
-    c.add_argument("--author", default="someone", metavar="LOGIN")
+    c.add_argument("--author", default=None, metavar="LOGIN",
+                   help="the person you write for (default: someone)")
     c.set_defaults(func=cmd_comment)
 
     lb = s.add_parser("label", help="add (or --remove) a label")
@@ -51,7 +52,8 @@ def register(sub: Any) -> None:
 
     cl = s.add_parser("close", help="close a work item as a person")
     cl.add_argument("ref")
-    cl.add_argument("--actor", default="someone", metavar="LOGIN")
+    cl.add_argument("--actor", default=None, metavar="LOGIN",
+                   help="the person who closes it (default: someone)")
     cl.set_defaults(func=cmd_close)
 
 
@@ -68,6 +70,16 @@ def tracker_of(
     path = settings.db_path
     db = Database(Path(":memory:") if read and not path.exists() else path)
     return LocalTracker(db, settings.repository), db
+
+
+def _person(args: argparse.Namespace, tracker: LocalTracker, named: str | None,
+            flag: str) -> str:
+    """Whom the operator acts for; inside an agent session, always the agent."""
+    from the_loop.runtime.identity import acting_as
+    from the_loop.runtime.settings import settings_of
+
+    state_dir = settings_of(config_of(args)).state_dir
+    return acting_as(tracker.db, state_dir, named, "someone", flag)
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -121,7 +133,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_comment(args: argparse.Namespace) -> int:
     tracker, db = tracker_of(args)
     try:
-        cid = tracker.comment(args.ref, args.text, author=args.author)
+        author = _person(args, tracker, args.author, "--author")
+        cid = tracker.comment(args.ref, args.text, author=author)
     finally:
         db.close()
     print(f"comment #{cid} on {tracker.resolve(args.ref)}")
@@ -140,7 +153,7 @@ def cmd_label(args: argparse.Namespace) -> int:
 def cmd_close(args: argparse.Namespace) -> int:
     tracker, db = tracker_of(args)
     try:
-        closed = tracker.close(args.ref, actor=args.actor)
+        closed = tracker.close(args.ref, actor=_person(args, tracker, args.actor, "--actor"))
     finally:
         db.close()
     print(f"{tracker.resolve(args.ref)} {'closed' if closed else 'was already closed'}")

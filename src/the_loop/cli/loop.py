@@ -17,18 +17,24 @@ if TYPE_CHECKING:
 def register(sub: Any) -> None:
     s = sub.add_parser("start", help="arm a ticket or pull request (the poller starts it)")
     s.add_argument("ref")
-    s.add_argument("--actor", default=os.environ.get("USER", "operator"), metavar="LOGIN")
+    s.add_argument("--actor", default=None, metavar="LOGIN",
+                   help="the person you arm it for (default: $USER)")
     s.set_defaults(func=cmd_start)
 
     r = sub.add_parser("reply", help="answer, comment or send /approve, /reject, /stop")
     r.add_argument("ref")
     r.add_argument("text")
-    r.add_argument("--actor", default=os.environ.get("USER", "operator"), metavar="LOGIN")
+    r.add_argument("--actor", default=None, metavar="LOGIN",
+                   help="the person you write for (default: $USER)")
+    r.add_argument("--wait", nargs="?", type=float, const=60.0, default=0.0, metavar="S",
+                   help="wait (up to S seconds, default 60) for the loop to deliver it and "
+                        "print what happened")
     r.set_defaults(func=cmd_reply)
 
     p = sub.add_parser("poll", help="the poller daemon: start armed items, read input")
     p.add_argument("--once", action="store_true", help="run one cycle and exit")
     p.add_argument("--interval", type=float, default=5.0, metavar="S")
+    p.add_argument("--quiet", action="store_true", help="no line per thing the loop does")
     add_json(p)
     p.set_defaults(func=cmd_poll)
 
@@ -54,8 +60,13 @@ def _work_item(args: argparse.Namespace) -> str:
     return str(ref)
 
 
+def _operator() -> str:
+    return os.environ.get("USER", "") or "operator"
+
+
 def one_shot(args: argparse.Namespace, source: str) -> Loop:
-    """A loop for a one-shot command: hooks load on first use and degrade on error."""
+    """A loop for a one-shot command: hooks load on first use and degrade on error (it
+    says so on stderr); a one-shot command never delivers input nor launches a session."""
     from the_loop.runtime.service import Loop
 
     return Loop(config_of(args), strict_hooks=False, source=source)
@@ -75,11 +86,14 @@ def daemon(args: argparse.Namespace, source: str) -> Loop:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from the_loop.runtime.identity import acting_as
+
     loop = one_shot(args, "start")
     try:
         ref = loop.tracker.resolve(args.ref)
-        if loop.arm(ref, actor=args.actor, source="command"):
-            print(f"{ref} armed; the poller starts it (`the-loop poll --once`)")
+        actor = acting_as(loop.db, loop.settings.state_dir, args.actor, _operator())
+        if loop.arm(ref, actor=actor, source="command"):
+            print(f"{ref} armed; the poller starts it (`the-loop poll`)")
         else:
             state = (loop.work(ref) or {}).get("state", "")
             print(f"{ref} is already armed ({state})")
@@ -89,18 +103,55 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_reply(args: argparse.Namespace) -> int:
-    from the_loop.runtime.poller import reply
+    """Write the input on the work item; the daemon holding the hooks delivers it."""
+    from the_loop.runtime.identity import acting_as
+    from the_loop.runtime.store import ACTIVE
 
     loop = one_shot(args, "reply")
     try:
-        done = reply(loop, args.ref, args.text, actor=args.actor)
+        ref = loop.tracker.resolve(args.ref)
+        actor = acting_as(loop.db, loop.settings.state_dir, args.actor, _operator())
+        cid = loop.tracker.comment(ref, args.text, author=actor)
+        parent = loop.tracker.get(ref, comments=False).parent
+        target = parent if parent and loop.work(ref) is None else ref
+        if (loop.work(target) or {}).get("state") not in ACTIVE:
+            print(f"{ref}: comment {cid} posted as {actor}; {target} is not an active work "
+                  "item, so nothing acts on it")
+            return 0
+        if not args.wait:
+            print(f"{ref}: comment {cid} posted as {actor}; the poller delivers it "
+                  "(--wait to see what happened)")
+            return 0
+        return _wait_for(loop, f"input:{ref}:{cid}", ref, args.wait)
     finally:
         loop.close()
-    print(f"{loop.tracker.resolve(args.ref)}: {done}")
+
+
+def _wait_for(loop: Loop, key: str, ref: str, timeout: float) -> int:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        step = loop.store.step(key)
+        if step is not None and step.state == "done":
+            break
+        if time.monotonic() > deadline:
+            print(f"{ref}: not delivered within {timeout:g} s — is `the-loop poll` running? "
+                  "It stays queued and is delivered when the poller runs.", file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    line = f"{ref}: {step.outcome}"
+    if step.outcome == "refused":
+        hook, _, reason = step.detail.partition(": ")
+        line += f" by hook `{hook}`: {reason}"
+    elif step.outcome == "ignored" and step.detail:
+        line += f" ({step.detail})"
+    print(line)
     return 0
 
 
 def cmd_poll(args: argparse.Namespace) -> int:
+    from the_loop.runtime.narrate import narrator
     from the_loop.runtime.poller import poll_once, run_forever
 
     loop = daemon(args, "poll")
@@ -110,9 +161,12 @@ def cmd_poll(args: argparse.Namespace) -> int:
             if args.json:
                 print_json(report.to_json())
             else:
-                print(f"started {len(report.started)}, inputs {report.inputs}, closed "
+                print(f"started {len(report.started)}, inputs {report.inputs}, refused "
+                      f"{report.refused}, launched {report.launched}, closed "
                       f"{len(report.closed)}, sessions ended {len(report.exited)}")
             return 0
+        if not args.quiet:
+            loop.log.on_emit = narrator(sys.stdout)
         print(f"polling every {args.interval:g} s (Ctrl-C to stop)", flush=True)
         why = run_forever(loop, args.interval)
         print(f"poller stopped ({why})", file=sys.stderr)
@@ -122,20 +176,25 @@ def cmd_poll(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    """Queue the question; the daemon runs waiting_for_input and posts the final text."""
     loop = one_shot(args, "ask")
     try:
-        question = loop.ask(_work_item(args), args.text, summary=args.summary,
-                            session_id=os.environ.get("THE_LOOP_SESSION", ""))
+        ref = loop.tracker.resolve(_work_item(args))
+        loop.ask(ref, args.text, summary=args.summary,
+                 session_id=os.environ.get("THE_LOOP_SESSION", ""))
     finally:
         loop.close()
-    print(f"asked: {question}")
+    print(f"asked: the loop posts your question on {ref}; answers resume this work")
     return 0
 
 
 def cmd_graph_complete(args: argparse.Namespace) -> int:
+    from the_loop.runtime.identity import acting_as
+
     loop = one_shot(args, "graph")
     try:
-        node = loop.graph_complete(_work_item(args), summary=args.summary)
+        actor = acting_as(loop.db, loop.settings.state_dir, None, "agent")
+        node = loop.graph_complete(_work_item(args), summary=args.summary, actor=actor)
     finally:
         loop.close()
     print(f"advanced to {node}")

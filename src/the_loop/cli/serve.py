@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import sys
 import threading
 from typing import Any
 
 from the_loop.errors import UsageError
-from the_loop.hooks.declaration import is_loopback
 
 
 def register(sub: Any) -> None:
@@ -16,7 +17,9 @@ def register(sub: Any) -> None:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8700)
     s.add_argument("--token-env", default="", metavar="VAR",
-                   help="require Authorization: Bearer $VAR (default: serve.tokenEnv)")
+                   help="the operator's token variable (default: serve.tokenEnv); people "
+                        "get their own tokens under serve.tokens")
+    s.add_argument("--quiet", action="store_true", help="no line per thing the loop does")
     s.set_defaults(func=cmd_serve)
 
 
@@ -26,11 +29,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     loop = daemon(args, "serve")
     token_env = args.token_env or loop.settings.serve_token_env
-    if not is_loopback(args.host) and not token_env:
+    if not token_env and not loop.settings.serve_tokens:
         loop.db.close()
-        raise UsageError(f"refusing to listen on {args.host} without a token: pass "
-                         "--token-env VAR or set serve.tokenEnv")
-    server = ControlServer(loop, args.host, args.port, token_env)
+        raise UsageError("refusing to start: the control plane authenticates every caller "
+                         "(on loopback too); give people tokens under serve.tokens "
+                         "({alice: ALICE_TOKEN}) and/or the operator one with --token-env VAR "
+                         "or serve.tokenEnv")
+    missing = sorted(v for v in [token_env, *loop.settings.serve_tokens.values()]
+                     if v and not os.environ.get(v))
+    if missing:
+        loop.db.close()
+        raise UsageError(f"refusing to start: {', '.join('$' + v for v in missing)} is not set "
+                         "(export each token variable the config names)")
+    if not args.quiet:
+        from the_loop.runtime.narrate import narrator
+
+        loop.log.on_emit = narrator(sys.stdout)
+    try:
+        server = ControlServer(loop, args.host, args.port, token_env)
+    except OSError as exc:
+        loop.db.close()
+        raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") \
+            from None
     loop.log.emit("serve.started", url=server.url)
     print(f"the-loop control plane on {server.url}", flush=True)
     stop = threading.Event()
@@ -46,5 +66,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         server.server_close()
         loop.log.emit("serve.stopped")
-        loop.db.close()
+        server.close_loops()
     return 0

@@ -3,11 +3,16 @@
     GET  /health                        open; {"ok": true, "loop": …}
     GET  /items                         the work items with their loop state
     GET  /items/<ref>                   one item (ref URL-encoded, or just its number)
-    POST /items/<ref>/input             {"text": "/approve", "actor": "alice"} → input_received
+    POST /items/<ref>/input             {"text": "/approve"} → written as the caller, delivered
     POST /webhook                       a tracker event: {"event": "comment", "ref", "author",
                                         "body"} | {"event": "closed", "ref", "actor"}
 
-Every request but /health needs `Authorization: Bearer $TOKEN` when a token variable is set.
+Every request but /health is authenticated: `serve.tokens` maps each person's login to the
+variable holding their token, and the login comes from the token, never from the body. The
+operator's token (`serve.tokenEnv` / `--token-env`) may act for a named person, as the CLI
+does, and is the only one a tracker's webhook may use. Requests run concurrently: each
+takes a loop (its own database connection) from a pool; a work item's steps are serialised
+by its claim, not by a lock around the server.
 """
 
 from __future__ import annotations
@@ -15,34 +20,80 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import queue
 import threading
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from the_loop.config import Config
 from the_loop.errors import LoopError
-from the_loop.runtime.poller import _advance_cursor, handle_input, input_target, reply
+from the_loop.runtime.poller import deliver, reply
 from the_loop.runtime.service import Loop
 
 MAX_BODY = 1 << 20
+OPERATOR = "operator"
 
 
 class ControlServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128
 
     def __init__(self, loop: Loop, host: str, port: int, token_env: str) -> None:
         self.loop = loop
+        self.config: Config = loop.config
         self.token_env = token_env
-        self.lock = threading.Lock()
+        self.tokens = dict(loop.settings.serve_tokens)
+        self._pool: queue.SimpleQueue[Loop] = queue.SimpleQueue()
+        self._all: list[Loop] = [loop]
+        self._pool.put(loop)
+        self._made = threading.Lock()
         super().__init__((host, port), _Handler)
+
+    @contextmanager
+    def borrow(self) -> Iterator[Loop]:
+        """A loop for one request: its own database connection, the process's one chain."""
+        try:
+            loop = self._pool.get_nowait()
+        except queue.Empty:
+            loop = Loop(self.config, strict_hooks=True, source="serve")
+            with self._made:
+                self._all.append(loop)
+        try:
+            yield loop
+        finally:
+            self._pool.put(loop)
 
     def service_actions(self) -> None:
         """Between requests: collect the harness processes this server launched that ended
         (a resume or a gate's next node), so none lingers as a zombie while serve runs."""
-        with self.lock:
-            for sid, proc in list(self.loop.procs.items()):
+        with self._made:
+            loops = list(self._all)
+        for loop in loops:
+            for sid, proc in list(loop.procs.items()):
                 if proc.poll() is not None:
-                    del self.loop.procs[sid]
+                    loop.procs.pop(sid, None)
+
+    def who(self, header: str) -> tuple[str, bool] | None:
+        """(login, may act for others) for a bearer header; None when it matches no token.
+        Every configured token is compared, in constant time."""
+        found: tuple[str, bool] | None = None
+        given = header.encode()
+        for login, var in sorted(self.tokens.items()):
+            token = os.environ.get(var, "")
+            if token and hmac.compare_digest(given, f"Bearer {token}".encode()):
+                found = (login, False)
+        if self.token_env:
+            token = os.environ.get(self.token_env, "")
+            if token and hmac.compare_digest(given, f"Bearer {token}".encode()):
+                found = (OPERATOR, True)
+        return found
+
+    def close_loops(self) -> None:
+        for loop in self._all:
+            loop.close()
 
     @property
     def url(self) -> str:
@@ -65,82 +116,97 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(head.encode("latin-1") + body)
         self.wfile.flush()
 
-    def _authorized(self) -> bool:
-        if not self.server.token_env:
-            return True
-        token = os.environ.get(self.server.token_env, "")
-        given = self.headers.get("Authorization", "")
-        return bool(token) and hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
-
-    def _ref(self, raw: str) -> str:
-        return self.server.loop.tracker.resolve(urllib.parse.unquote(raw))
+    def _path(self) -> str:
+        return self.path.split("?", 1)[0].rstrip("/")
 
     def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
+        path = self._path()
         if path == "/health":
             self._send(200, {"ok": True, "loop": self.server.loop.settings.loop})
             return
-        if not self._authorized():
+        if self.server.who(self.headers.get("Authorization", "")) is None:
             self._send(401, {"error": "missing or wrong bearer token"})
             return
-        loop = self.server.loop
-        try:
-            with self.server.lock:
+        with self.server.borrow() as loop:
+            try:
                 if path == "/items":
                     out = [dict(i.to_json(), loop=loop.work(i.ref)) for i in loop.tracker.items()]
                     self._send(200, out)
                 elif path.startswith("/items/"):
-                    ref = self._ref(path[len("/items/"):])
+                    ref = loop.tracker.resolve(urllib.parse.unquote(path[len("/items/"):]))
                     self._send(200, dict(loop.tracker.get(ref).to_json(), loop=loop.work(ref)))
                 else:
                     self._send(404, {"error": f"no route GET {path}"})
-        except LoopError as exc:
-            self._send(404, {"error": str(exc)})
+            except LoopError as exc:
+                self._send(404, {"error": str(exc)})
 
-    def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
+    def _body(self) -> dict[str, Any] | None:
+        """The JSON object a POST carries, or None after answering why it is not one."""
         raw_length = self.headers.get("Content-Length") or "0"
-        length = int(raw_length) if raw_length.isdigit() else -1
-        if length < 0:
-            self._send(400, {"error": f"bad Content-Length {raw_length[:20]!r}"})
+        if not raw_length.isdigit() or len(raw_length) > 12:
+            self._send(400, {"error": f"bad Content-Length {raw_length[:20]!r}: expected a "
+                                      "byte count"})
             self.close_connection = True
-            return
+            return None
+        length = int(raw_length)
         if length > MAX_BODY:
             self._send(413, {"error": f"body larger than {MAX_BODY} bytes"})
             self.close_connection = True
-            return
+            return None
         raw = self.rfile.read(length) if length else b""
-        if not self._authorized():
-            self._send(401, {"error": "missing or wrong bearer token"})
-            return
         try:
             data = json.loads(raw or b"{}")
-        except json.JSONDecodeError as exc:
-            self._send(400, {"error": f"body is not JSON: {exc.msg}"})
-            return
+        except (ValueError, RecursionError) as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            self._send(400, {"error": f"body is not JSON: {why}"})
+            return None
         if not isinstance(data, dict):
             self._send(400, {"error": "body must be a JSON object"})
+            return None
+        return data
+
+    def do_POST(self) -> None:
+        path = self._path()
+        data = self._body()
+        if data is None:
             return
-        loop = self.server.loop
-        try:
-            with self.server.lock:
+        who = self.server.who(self.headers.get("Authorization", ""))
+        if who is None:
+            self._send(401, {"error": "missing or wrong bearer token"})
+            return
+        with self.server.borrow() as loop:
+            try:
                 if path.startswith("/items/") and path.endswith("/input"):
-                    ref = self._ref(path[len("/items/"):-len("/input")])
-                    text, actor = data.get("text"), data.get("actor")
-                    if not isinstance(text, str) or not isinstance(actor, str) or not actor:
-                        self._send(400, {"error": "expected {\"text\": str, \"actor\": login}"})
-                        return
-                    self._send(200, {"ref": ref, "done": reply(loop, ref, text, actor=actor,
-                                                               source="api")})
+                    raw_ref = urllib.parse.unquote(path[len("/items/"):-len("/input")])
+                    self._input(loop, loop.tracker.resolve(raw_ref), data, who)
                 elif path == "/webhook":
-                    self._send(200, self._webhook(data))
+                    if not who[1]:
+                        self._send(403, {"error": f"{who[0]}'s token cannot post tracker "
+                                                  "events; the webhook takes the operator's "
+                                                  "token (serve.tokenEnv)"})
+                        return
+                    self._send(200, self._webhook(loop, data))
                 else:
                     self._send(404, {"error": f"no route POST {path}"})
-        except LoopError as exc:
-            self._send(400, {"error": str(exc)})
+            except LoopError as exc:
+                self._send(400, {"error": str(exc)})
 
-    def _webhook(self, data: dict[str, Any]) -> dict[str, Any]:
-        loop = self.server.loop
+    def _input(self, loop: Loop, ref: str, data: dict[str, Any],
+               who: tuple[str, bool]) -> None:
+        login, may_act = who
+        text, named = data.get("text"), data.get("actor")
+        if not isinstance(text, str) or (named is not None and not isinstance(named, str)):
+            self._send(400, {"error": "expected {\"text\": str}"})
+            return
+        if named and named != login and not may_act:
+            self._send(403, {"error": f"you are {login} (from your token); input cannot be "
+                                      f"given as {named} — leave actor out"})
+            return
+        actor = named or login
+        self._send(200, {"ref": ref, "actor": actor,
+                         "done": reply(loop, ref, text, actor=actor, source="api")})
+
+    def _webhook(self, loop: Loop, data: dict[str, Any]) -> dict[str, Any]:
         event, ref = data.get("event"), data.get("ref")
         if not isinstance(ref, str):
             raise LoopError("a tracker event needs a ref")
@@ -149,17 +215,14 @@ class _Handler(BaseHTTPRequestHandler):
             author, body = data.get("author"), data.get("body")
             if not isinstance(author, str) or not author or not isinstance(body, str):
                 raise LoopError("a comment event needs author and body (strings)")
-            cid = loop.tracker.comment(ref, body, author=author)
-            _advance_cursor(loop, ref, cid)
-            target, endpoint = input_target(loop, ref)  # a review goes to its ticket
-            done = handle_input(loop, target, body, actor=author, source="comment",
-                                endpoint=endpoint, key=f"input:{ref}:{cid}")
-            return {"ref": ref, "done": done}
+            return {"ref": ref, "done": reply(loop, ref, body, actor=author, source="comment")}
         if event == "closed":
             actor = data.get("actor") if isinstance(data.get("actor"), str) else "someone"
             loop.tracker.close(ref, actor=str(actor))
             w = loop.work(ref)
             if w and w["state"] in ("running", "waiting", "gate"):
-                loop.complete(ref, source="tracker", actor=str(actor))
+                loop.store.queue(f"complete:{ref}:{w['arm_seq']}", ref, "complete",
+                                 {"source": "tracker", "actor": str(actor)})
+                deliver(loop, ref)
             return {"ref": ref, "done": "closed"}
         raise LoopError(f"unknown tracker event {event!r}; expected comment or closed")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import uuid
@@ -23,32 +25,59 @@ def new_session_id() -> str:
     return "s-" + uuid.uuid4().hex[:12]
 
 
+#: What every harness gets from the daemon's environment (by name); `harnesses[].env`
+#: adds more. A variable named by any tokenEnv is never passed, whatever lists it.
+SAFE_ENV = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR",
+    "VIRTUAL_ENV", "PYTHONPATH", "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE",
+    "PYTHONUTF8", "PYTHONIOENCODING", "PYTHONHASHSEED",
+})
+
+
+def harness_env(passed: tuple[str, ...], secret_names: set[str]) -> dict[str, str]:
+    """The environment a harness starts with: the safe base, the names its entry lists, no
+    variable that carries a secret."""
+    env = {k: v for k, v in os.environ.items()
+           if (k in SAFE_ENV or k.startswith("LC_") or k in passed)}
+    for name in secret_names:
+        env.pop(name, None)
+    return env
+
+
 def launch(
     argv: tuple[str, ...] | list[str], *, prompt: str, cwd: Path, config_path: Path | None,
-    work_item: str, session_id: str, log_dir: Path, extra_env: dict[str, str] | None = None,
+    work_item: str, session_id: str, log_dir: Path, env: dict[str, str],
 ) -> tuple[Launched, subprocess.Popen[bytes]]:
     """Start the process; the prompt goes to stdin, which is then closed.
 
+    The session holds an exclusive lock on `<log_dir>/<id>.lock` for as long as it (or a
+    child that kept the descriptor) runs: `session_alive` asks the lock, never a bare pid.
     Raises `LoopError` when the command cannot be started (not found, not executable).
     """
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
     log_path = log_dir / f"{session_id}.log"
-    env = dict(os.environ)
+    lock_fd = os.open(log_dir / f"{session_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    env = dict(env)
     env[ENV_VAR] = str(config_path or "")
     env["THE_LOOP_WORK_ITEM"] = work_item
     env["THE_LOOP_SESSION"] = session_id
-    env.update(extra_env or {})
-    with open(log_path, "ab") as log:
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
         try:
             proc = subprocess.Popen(
-                list(argv), stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                cwd=str(cwd), env=env, start_new_session=True,
+                list(argv), stdin=subprocess.PIPE, stdout=log_fd, stderr=subprocess.STDOUT,
+                cwd=str(cwd), env=env, start_new_session=True, pass_fds=(lock_fd,),
             )
         except OSError as exc:
             raise LoopError(
                 f"cannot launch {argv[0]!r}: {exc.strerror or exc} (check `harnesses:` "
                 "→ command in cli-config.yaml)"
             ) from None
+        os.write(lock_fd, str(proc.pid).encode())
+    finally:
+        os.close(log_fd)
+        os.close(lock_fd)  # the session's copy keeps the lock
     assert proc.stdin is not None
     try:
         proc.stdin.write(prompt.encode("utf-8"))
@@ -56,6 +85,44 @@ def launch(
     except BrokenPipeError:
         pass  # the harness did not read its prompt; its exit is recorded when reaped
     return Launched(session_id, proc.pid, log_path), proc
+
+
+def session_alive(log_dir: Path, session_id: str, pid: int) -> bool:
+    """Whether a session still runs: its lock is held. Without a lock file (a session from
+    an older version), the pid and its start time decide."""
+    try:
+        fd = os.open(log_dir / f"{session_id}.lock", os.O_RDWR)
+    except FileNotFoundError:
+        return pid > 0 and alive(pid)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock we took
+    if pid:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap our own child
+    return False
+
+
+def process_start_time(pid: int) -> str:
+    """When a process started (clock ticks since boot, from /proc); '' when it is gone.
+    A pid is reused; a pid with its start time names one process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return ""
+        except PermissionError:
+            return "?"
+        return "?"  # no procfs (not Linux): the pid is all we know
+    fields = stat.rsplit(")", 1)[-1].split()
+    if not fields or fields[0] == "Z":
+        return ""
+    return fields[19] if len(fields) > 19 else "?"
 
 
 def alive(pid: int) -> bool:

@@ -1,129 +1,55 @@
-"""A poll cycle: reap sessions, arm by label, start armed items, read input, notice closures.
+"""A poll cycle: notice sessions that ended, arm by label, take in new input and closures as
+durable steps, then run each work item's steps under its claim.
 
-Also the input path shared by the poller, `the-loop reply` and the control plane:
-input_received fires before anything acts on a person's input.
+Also the delivery path shared by the poller, the demo and the control plane: a person's
+input is written on the work item first; a process holding a loaded chain delivers it.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from the_loop.hooks.points import InputReceived
-from the_loop.runtime import harness as harness_mod
-from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, decided, render
+from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, failpoint, render
+from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback
+from the_loop.runtime.store import Step
 
-CONTROLS = ("approve", "reject", "stop")
-RESUME_PROMPT = (
-    "Resuming {ref} ({title}) at node {node}.\n\nInput from @{actor}:\n\n{text}\n\n"
-    "Continue the {phase} work; finish with `the-loop graph complete`."
-)
+__all__ = ["Report", "classify", "deliver", "feedback", "poll_once", "reply", "run_forever"]
+
+#: A step that raised this many times is given up: its item is blocked with a comment.
+MAX_ATTEMPTS = 3
 
 
 @dataclass
 class Report:
     started: list[str] = field(default_factory=list)
     inputs: int = 0
+    refused: int = 0
+    launched: int = 0
     closed: list[str] = field(default_factory=list)
     exited: list[str] = field(default_factory=list)
+    busy: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"started": self.started, "inputs": self.inputs, "closed": self.closed,
-                "exited": self.exited}
+        return {"started": self.started, "inputs": self.inputs, "refused": self.refused,
+                "launched": self.launched, "closed": self.closed, "exited": self.exited,
+                "busy": self.busy}
 
-
-def classify(text: str) -> str:
-    """The control command a text carries ('' when it is not one)."""
-    words = text.strip().split(maxsplit=1)
-    if words and words[0].startswith("/") and words[0][1:].lower() in CONTROLS:
-        return words[0][1:].lower()
-    return ""
-
-
-def feedback(text: str) -> str:
-    """What a person wrote after a control command (`/reject add tests` → `add tests`)."""
-    words = text.strip().split(maxsplit=1)
-    if words and classify(words[0]):
-        return words[1] if len(words) > 1 else ""
-    return text.strip()
-
-
-def handle_input(loop: Loop, ref: str, text: str, *, actor: str, source: str,
-                 endpoint: str = "", key: str = "") -> str:
-    """input_received, then deliver, read by the gate, or run. Returns what was done."""
-    w = loop.work(ref)
-    if w is None or w["state"] not in ACTIVE:
-        return "ignored"
-    node = loop.graph.node(w["node"]) if w["node"] else loop.graph.node(loop.graph.start)
-    control = classify(text)
-    if control:
-        kind = "command"
-    elif w["state"] == "waiting":
-        kind = "answer"
-    elif endpoint and endpoint != ref:
-        kind = "review"
-    else:
-        kind = "comment"
-    outcome = loop.fire(InputReceived(
-        **loop.base(ref), kind=kind, actor=actor, source=source, control=control,
-        node=node.name, phase=node.phase, text=text,
-    ))
-    if outcome.refused:
-        hook = outcome.refused_by
-        reason = str(decided(outcome, "reason")) or "no reason given"
-        loop.post_once(ref, key or f"input:{ref}:{time.time_ns()}",
-                       f"Input from @{actor} was dropped by hook `{hook}` at "
-                       f"`input_received`: {reason}")
-        loop.log.emit("input.refused", work_item=ref, hook=hook, reason=reason, actor=actor)
-        return "refused"
-    # `text` replaces what is delivered. The command stays the one the person wrote: a
-    # hook may drop it (proceed: false) but never turn a comment into an approval or an
-    # approval into a rejection -- a decision cannot pass a gate or choose an edge.
-    final = str(decided(outcome, "text"))
-    done = "delivered"
-    gate_outcome = {"approve": "approved", "reject": "rejected"}.get(control, "")
-    if control == "stop":
-        loop.stop(ref, actor=actor)
-        done = "stopped"
-    elif gate_outcome and w["state"] == "gate" and loop.graph.next(node.name, gate_outcome):
-        loop.advance(ref, gate_outcome, actor=actor, note=feedback(final))
-        done = gate_outcome
-    elif gate_outcome and w["state"] == "gate":
-        loop.say(ref, f"`/{control}` from @{actor} ignored: gate {node.name} has no "
-                      f"{gate_outcome!r} edge (its outcomes: "
-                      f"{', '.join(loop.graph.outcomes(node.name))}).")
-        done = "ignored"
-    elif control:
-        loop.say(ref, f"`/{control}` from @{actor} ignored: {ref} is not at a human gate "
-                      f"({w['state']} at {node.name}).")
-        done = "ignored"
-    elif w["state"] in ("running", "waiting") and node.actor == "agent":
-        item = loop.tracker.get(ref, comments=False)
-        prompt = render(RESUME_PROMPT, ref=ref, title=item.title, node=node.name,
-                        actor=actor, text=final, phase=node.phase)
-        if w["session_id"]:
-            loop.terminate(str(w["session_id"]))
-        launched = loop.spawn(ref, node, prompt=prompt, respawn=True, actor=actor,
-                              endpoint=endpoint)
-        done = "resumed" if launched else "not resumed"
-    else:
-        done = "recorded"
-    loop.log.emit("input.delivered", work_item=ref, kind=kind, actor=actor, done=done,
-                  source=source)
-    return done
-
-
-def reply(loop: Loop, ref: str, text: str, *, actor: str, source: str = "reply") -> str:
-    """A person's input given on the command line or the API: posted, then handled once."""
-    ref = loop.tracker.resolve(ref)
-    cid = loop.tracker.comment(ref, text, author=actor)
-    _advance_cursor(loop, ref, cid)
-    target, endpoint = input_target(loop, ref)
-    return handle_input(loop, target, text, actor=actor, source=source, endpoint=endpoint,
-                        key=f"input:{ref}:{cid}")
+    def count(self, step: Step) -> None:
+        if step.kind == "start" and step.outcome == "started":
+            self.started.append(step.ref)
+        if step.kind == "input" and step.state == "done":
+            self.inputs += 1
+        if step.kind == "launch" and step.outcome == "launched":
+            self.launched += 1
+        if step.kind == "complete" and step.outcome == "completed":
+            self.closed.append(step.ref)
+        if step.outcome == "refused":
+            self.refused += 1
 
 
 def input_target(loop: Loop, ref: str) -> tuple[str, str]:
@@ -135,98 +61,157 @@ def input_target(loop: Loop, ref: str) -> tuple[str, str]:
     return ref, ""
 
 
-def _advance_cursor(loop: Loop, ref: str, cid: int) -> None:
+def ingest(loop: Loop, ref: str) -> int:
+    """Queue new comments on an active item (and its pull requests) as input steps."""
+    endpoints = [ref] + [i.ref for i in loop.tracker.items(state="open")
+                         if i.parent == ref and loop.work(i.ref) is None]
+    n = 0
+    for endpoint in endpoints:
+        comments = loop.tracker.comments_after(endpoint, loop.store.cursor(endpoint))
+        if comments:
+            n += loop.store.take_input(ref, endpoint, comments, skip=LOOP_AUTHOR)
+    return n
+
+
+def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
+    """Run `ref`'s pending steps in order (the caller holds its claim). A step that raises
+    is retried by a later run; the third failure blocks the item with a comment."""
+    n = 0
+    while (step := loop.store.next_step(ref)) is not None and n < 10_000:
+        n += 1
+        try:
+            RUN[step.kind](loop, step)
+        except BaseException as exc:  # a step's failure is the step's
+            if isinstance(exc, KeyboardInterrupt) and (
+                    signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+                raise  # a real Ctrl-C of a one-shot `poll --once`
+            _step_failed(loop, step, exc)
+            return n
+        if report is not None:
+            report.count(step)
+    return n
+
+
+def _step_failed(loop: Loop, step: Step, exc: BaseException) -> None:
+    attempts = int(step.detail) + 1 if step.detail.isdigit() else 1
+    error = f"{type(exc).__name__}: {exc}"
+    loop.log.emit("step.failed", work_item=step.ref, step=step.key, error=error,
+                  attempts=attempts)
+    if attempts < MAX_ATTEMPTS:
+        with loop.db.transaction() as conn:
+            conn.execute("UPDATE steps SET detail=? WHERE key=?", (str(attempts), step.key))
+        return
+    loop.store.finish(step, "failed", error)
+    loop.set_work(step.ref, state="blocked")
+    loop.say(step.ref, f"The loop could not {step.kind} this work item ({error}); fix the "
+                       f"cause, then re-arm with `the-loop start {step.ref}`.")
+
+
+def check_session(loop: Loop, ref: str, report: Report) -> None:
+    """A running item owes a live session: one that ended without finishing its node is
+    respawned once (through session_spawn), then the item is blocked."""
+    w = loop.work(ref)
+    if w is None or w["state"] != "running" or loop.store.has_pending(ref):
+        return
+    sid = str(w["session_id"])
+    if sid and loop.session_alive(sid):
+        return
+    node = loop.graph.node(str(w["node"]))
+    why = f"session {sid} ended" if sid else "no session is running"
+    if int(w["respawns"]) >= 1:
+        loop.set_work(ref, state="blocked", session_id="")
+        loop.say(ref, f"Session `{sid}` ended twice without finishing {node.name}; re-arm "
+                      f"with `the-loop start {ref}`.")
+        return
+    item = loop.tracker.get(ref, comments=False)
+    prompt = render(node.prompt or NODE_PROMPT, ref=ref, title=item.title, body=item.body,
+                    phase=node.phase, node=node.name)
     with loop.db.transaction() as conn:
-        conn.execute("INSERT INTO cursors VALUES (?, ?) ON CONFLICT(ref) DO UPDATE SET "
-                     "last=MAX(last, excluded.last)", (ref, cid))
+        loop.store.set_work(ref, conn, respawns=int(w["respawns"]) + 1)
+        loop.store.add_step(conn, f"respawn:{ref}:{w['arm_seq']}:{w['epoch']}:{sid}", ref,
+                            "launch", {"node": node.name, "prompt": prompt, "respawn": True,
+                                       "actor": LOOP_AUTHOR, "endpoint": ""})
+    loop.log.emit("session.respawned", work_item=ref, session_id=sid, why=why)
+    run_steps(loop, ref, report)
 
 
-def _cursor(loop: Loop, ref: str) -> int:
-    row = loop.db.conn.execute("SELECT last FROM cursors WHERE ref=?", (ref,)).fetchone()
-    return int(row["last"]) if row else 0
+def reap(loop: Loop) -> list[str]:
+    """Record sessions whose process ended (asked of the session's lock, not its pid)."""
+    ended: list[str] = []
+    codes: dict[str, int | None] = {}
+    for sid, proc in list(loop.procs.items()):
+        if proc.poll() is not None:
+            codes[sid] = proc.returncode
+            del loop.procs[sid]
+    for row in loop.store.live_sessions():
+        sid = str(row["id"])
+        if loop.session_alive(sid):
+            continue
+        code = codes.get(sid)
+        if loop.store.session_ended(sid, code):
+            loop.log.emit("session.exited", session_id=sid, code=code)
+            ended.append(sid)
+    return ended
+
+
+def work_on(loop: Loop, ref: str, report: Report, *, wait: float = 0.0) -> bool:
+    """Claim `ref`, run what it is owed, release it; False when another process holds it."""
+    got = loop.store.claim_wait(ref, wait) if wait else loop.store.claim(ref)
+    if not got:
+        report.busy += 1
+        return False
+    try:
+        failpoint("claim")
+        run_steps(loop, ref, report)
+        check_session(loop, ref, report)
+    finally:
+        loop.store.release(ref)
+    return True
 
 
 def poll_once(loop: Loop) -> Report:
     report = Report()
     report.exited = reap(loop)
-    loop.finish_pending()
     if loop.settings.arm_label:
         for item in loop.tracker.items(state="open"):
             if loop.settings.arm_label in item.labels and loop.work(item.ref) is None:
                 loop.arm(item.ref, actor="label", source="label")
-    for row in loop.db.conn.execute(
-            "SELECT ref FROM work WHERE state='armed' ORDER BY updated").fetchall():
-        if loop.start(str(row["ref"])) != "refused":
-            report.started.append(str(row["ref"]))
-    active = [str(r["ref"]) for r in loop.db.conn.execute(
-        "SELECT ref FROM work WHERE state IN ('running','waiting','gate') ORDER BY ref")]
-    for ref in active:
+    for ref in loop.store.refs(*ACTIVE):
+        w = loop.work(ref) or {}
         item = loop.tracker.get(ref, comments=False)
         if item.state == "closed":
-            loop.complete(ref, source="tracker", actor=item.closed_by or "someone")
-            report.closed.append(ref)
+            loop.store.queue(f"complete:{ref}:{w.get('arm_seq', 0)}", ref, "complete",
+                             {"source": "tracker", "actor": item.closed_by or "someone"})
             continue
-        endpoints = [ref] + [i.ref for i in loop.tracker.items(state="open")
-                             if i.parent == ref]
-        for endpoint in endpoints:
-            for c in loop.tracker.comments_after(endpoint, _cursor(loop, endpoint)):
-                _advance_cursor(loop, endpoint, c.id)
-                if c.author == LOOP_AUTHOR:
-                    continue
-                w = loop.work(ref)
-                if w is None or w["state"] not in ACTIVE:
-                    break
-                handle_input(loop, ref, c.body, actor=c.author, source="comment",
-                             endpoint=endpoint, key=f"input:{endpoint}:{c.id}")
-                report.inputs += 1
-    respawn_dead(loop, report.exited)
+        ingest(loop, ref)
+    todo = dict.fromkeys(loop.store.pending_refs() + loop.store.refs("running"))
+    for ref in todo:
+        work_on(loop, ref, report)
     loop.log.emit("poll.cycle", started=report.started, inputs=report.inputs,
-                  closed=report.closed)
+                  refused=report.refused, closed=report.closed)
     return report
 
 
-def reap(loop: Loop) -> list[str]:
-    """Record sessions whose process ended."""
-    ended: list[str] = []
-    for row in loop.db.conn.execute(
-            "SELECT id, pid FROM sessions WHERE exited=0").fetchall():
-        sid, pid = str(row["id"]), int(row["pid"])
-        proc = loop.procs.get(sid)
-        code: int | None
-        if proc is not None:
-            code = proc.poll()
-            if code is None:
-                continue
-            del loop.procs[sid]
-        elif harness_mod.alive(pid):
-            continue
-        else:
-            code = None
-        with loop.db.transaction() as conn:
-            conn.execute("UPDATE sessions SET exited=1, code=? WHERE id=?", (code, sid))
-        loop.log.emit("session.exited", session_id=sid, code=code)
-        ended.append(sid)
-    return ended
+def deliver(loop: Loop, ref: str, *, wait: float = 30.0) -> None:
+    """Take in and run what `ref`'s work item is owed now (a daemon's fast path)."""
+    target, _ = input_target(loop, ref)
+    if (loop.work(target) or {}).get("state") in ACTIVE:
+        ingest(loop, target)
+    work_on(loop, target, Report(), wait=wait)
 
 
-def respawn_dead(loop: Loop, ended: list[str]) -> None:
-    """A session that died while its node was still running is respawned once."""
-    for sid in ended:
-        w = loop.db.conn.execute("SELECT * FROM work WHERE session_id=? AND state='running'",
-                                 (sid,)).fetchone()
-        if w is None:
-            continue
-        ref, node = str(w["ref"]), loop.graph.node(str(w["node"]))
-        if int(w["respawns"]) >= 1:
-            loop.set_work(ref, state="blocked", session_id="")
-            loop.say(ref, f"Session `{sid}` ended twice without finishing {node.name}; "
-                          f"re-arm with `the-loop start {ref}`.")
-            continue
-        loop.set_work(ref, respawns=int(w["respawns"]) + 1)
-        item = loop.tracker.get(ref, comments=False)
-        prompt = render(node.prompt or "Work on {ref} ({title}) at node {node}.", ref=ref,
-                        title=item.title, body=item.body, phase=node.phase, node=node.name)
-        loop.spawn(ref, node, prompt=prompt, respawn=True, actor=LOOP_AUTHOR)
+def reply(loop: Loop, ref: str, text: str, *, actor: str, source: str = "reply") -> str:
+    """A person's input in a process that holds the chain: written on the work item, then
+    delivered at once. Returns what was done (`queued` while another process holds the
+    item; the poller delivers it)."""
+    ref = loop.tracker.resolve(ref)
+    cid = loop.tracker.comment(ref, text, author=actor)
+    target, _ = input_target(loop, ref)
+    if (loop.work(target) or {}).get("state") not in ACTIVE:
+        return "ignored"
+    deliver(loop, ref)
+    step = loop.store.step(f"input:{ref}:{cid}")
+    return step.outcome if step is not None and step.state == "done" else "queued"
 
 
 def wait_sessions(loop: Loop, timeout: float = 60.0) -> None:
@@ -240,8 +225,10 @@ def wait_sessions(loop: Loop, timeout: float = 60.0) -> None:
             break
 
 
-def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None) -> str:
-    """The poller daemon's loop; returns why it stopped."""
+def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None,
+                say: Any = None) -> str:
+    """The poller daemon's loop; returns why it stopped. Nothing one cycle or one work
+    item does ends it: only SIGTERM or SIGINT to this process (which set a flag)."""
     stop = stop or threading.Event()
     why = "stopped"
 
@@ -255,9 +242,18 @@ def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None
         signal.signal(signal.SIGINT, on_signal)
     while not stop.is_set():
         try:
-            poll_once(loop)
-        except Exception as exc:  # one bad cycle is recorded; the daemon keeps polling
-            loop.log.emit("poll.failed", error=f"{type(exc).__name__}: {exc}")
+            report = poll_once(loop)
+            if say is not None:
+                say(report)
+        except BaseException as exc:  # one bad cycle never ends the daemon
+            if isinstance(exc, KeyboardInterrupt) and stop.is_set():
+                break
+            try:
+                loop.log.emit("poll.failed", error=f"{type(exc).__name__}: {exc}")
+                sys.stderr.write(f"the-loop poll: a cycle failed ({type(exc).__name__}: "
+                                 f"{exc}); polling goes on\n")
+            except Exception:
+                pass
         stop.wait(interval)
     loop.log.emit("poll.stopped", why=why)
     return why

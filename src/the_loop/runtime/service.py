@@ -1,18 +1,22 @@
-"""The loop: arms work items, starts them, launches sessions, walks the graph, closes items.
+r"""The loop: arms work items and runs what each one is owed as durable steps.
 
 Every lifecycle point is fired by one visible `.fire(<Context>(...))` call placed before the
-thing it decides: here, and `input_received` in poller.py (`grep -rn "fire(" runtime/`
-lists all eight call sites; waiting_for_input has two, a question and a gate).
+thing it decides, all in steps.py (start, enter, launch, question, input, phase, complete):
+`grep -rn "fire\|decide(" runtime/` finds the eight call sites (waiting_for_input has two,
+a question and a gate). Only a process that holds a loaded chain runs steps; a one-shot
+command (`reply`, `ask`, `graph complete`) writes what it asks for and leaves the rest to
+the daemon. The SQL lives in store.py; this module keeps the orchestration.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import hashlib
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 from the_loop.config import Config
@@ -20,28 +24,23 @@ from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain, Outcome
 from the_loop.hooks.loading import chain_once
-from the_loop.hooks.points import (
-    Context,
-    PhaseChanged,
-    SessionSpawn,
-    SessionSpawned,
-    WaitingForInput,
-    WorkItemComplete,
-    WorkItemStart,
-)
+from the_loop.hooks.points import SPECS, Context
 from the_loop.runtime import harness as harness_mod
-from the_loop.runtime import workspace
 from the_loop.runtime.channels import Channels
 from the_loop.runtime.db import Database
 from the_loop.runtime.decisionlog import DecisionLog
-from the_loop.runtime.graph import Node, load_graph
+from the_loop.runtime.graph import load_graph
+from the_loop.runtime.identity import AGENT_PREFIX
 from the_loop.runtime.record import point_record
 from the_loop.runtime.settings import Settings, settings_of
+from the_loop.runtime.store import ACTIVE, Step, Store
 from the_loop.runtime.tracker import LocalTracker
 
 LOOP_AUTHOR = "the-loop"
-ACTIVE = ("armed", "running", "waiting", "gate")
 FAILPOINT_ENV = "THE_LOOP_FAILPOINT"
+_REDACTED = "[redacted]"
+
+__all__ = ["ACTIVE", "AGENT_PREFIX", "LOOP_AUTHOR", "Decided", "Loop", "failpoint", "marker"]
 
 
 def marker(key: str) -> str:
@@ -55,16 +54,51 @@ def failpoint(name: str) -> None:
         os._exit(86)
 
 
-def decided(outcome: Outcome, name: str) -> Any:
-    """The final value of a decision after the chain ran."""
-    return outcome.context.__dict__[name]
-
-
 def render(template: str, **values: str) -> str:
     out = template
     for key, value in values.items():
         out = out.replace("{" + key + "}", value)
     return out
+
+
+def session_id_for(step_key: str) -> str:
+    """A launch step's session id: the same on every redo of the step."""
+    return "s-" + hashlib.sha256(step_key.encode()).hexdigest()[:12]
+
+
+class Decided:
+    """What a point decided for a step: fired now, or read back from the step's record."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+    @classmethod
+    def of(cls, outcome: Outcome) -> Decided:
+        names = [d.name for d in SPECS[outcome.context.POINT].decisions]
+        return cls({
+            "decisions": {n: outcome.context.__dict__[n] for n in names},
+            "refused": outcome.refused, "refused_by": outcome.refused_by or "",
+            "changed_by": dict(outcome.changed_by),
+        })
+
+    def __getitem__(self, name: str) -> Any:
+        return self.record["decisions"][name]
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.record["refused"])
+
+    @property
+    def refused_by(self) -> str:
+        return str(self.record["refused_by"]) or "?"
+
+    @property
+    def reason(self) -> str:
+        return str(self.record["decisions"].get("reason") or "") or "no reason given"
+
+    @property
+    def changed_by(self) -> dict[str, str]:
+        return dict(self.record["changed_by"])
 
 
 class Loop:
@@ -73,16 +107,30 @@ class Loop:
     def __init__(self, config: Config, *, strict_hooks: bool, source: str = "the-loop") -> None:
         self.config = config
         self.settings: Settings = settings_of(config)
-        self.log = EventLog(self.settings.events_path, source=source)
         self.db = Database(self.settings.db_path)
+        self.log = EventLog(self.settings.events_path, source=source, secrets=self.secrets)
+        self.store = Store(self.db, redact=self.redact)
         self.tracker = LocalTracker(self.db, self.settings.repository)
         self.graph = load_graph(self.settings.graph)
         self.channels = Channels(self.settings.channels, self.log)
         self.strict_hooks = strict_hooks
+        self.source = source
         self._chain: Chain | None = None
         self.decision_log = DecisionLog(self.settings.db_path,
                                         keep_days=self.settings.decision_keep_days, log=self.log)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    # ------------------------------------------------------------------ secrets
+    def secrets(self) -> list[str]:
+        """Current values of every variable a tokenEnv names (never logged)."""
+        return [v for n in self.settings.secret_names
+                if len(v := os.environ.get(n, "")) >= 4]
+
+    def redact(self, text: str) -> str:
+        """`text` with every secret value replaced: before it is cut, stored or posted."""
+        for secret in self.secrets():
+            text = text.replace(secret, _REDACTED)
+        return text
 
     # ------------------------------------------------------------------ hooks
     @property
@@ -99,20 +147,22 @@ class Loop:
         self.decision_log.record(ctx, outcome, self.chain)
         return outcome
 
+    def decide(self, step: Step, make: Callable[[], Context]) -> Decided:
+        """A point's decisions for a step: asked once, recorded on the step before its
+        effect; a redo of the step reads them back and asks no hook again."""
+        ctx = make()
+        if ctx.POINT in step.decisions:
+            return Decided(step.decisions[ctx.POINT])
+        got = Decided.of(self.fire(ctx))
+        self.store.record(step, ctx.POINT, got.record)
+        return got
+
     # ------------------------------------------------------------------ state
     def work(self, ref: str) -> dict[str, Any] | None:
-        row = self.db.conn.execute("SELECT * FROM work WHERE ref=?", (ref,)).fetchone()
-        return dict(row) if row else None
+        return self.store.work(ref)
 
     def set_work(self, ref: str, **fields: Any) -> None:
-        fields["updated"] = time.time()
-        cols = ", ".join(f"{k}=?" for k in fields)
-        with self.db.transaction() as conn:
-            conn.execute(f"UPDATE work SET {cols} WHERE ref=?", (*fields.values(), ref))
-
-    def settled(self, key: str) -> dict[str, Any] | None:
-        row = self.db.conn.execute("SELECT * FROM settled WHERE key=?", (key,)).fetchone()
-        return dict(row) if row else None
+        self.store.set_work(ref, **fields)
 
     def base(self, ref: str) -> dict[str, Any]:
         """The facts every context carries."""
@@ -125,16 +175,16 @@ class Loop:
         mark = marker(key)
         if any(mark in c.body for c in self.tracker.get(ref).comments):
             return False
-        self.tracker.comment(ref, f"{body}\n\n{mark}", author=LOOP_AUTHOR)
+        self.tracker.comment(ref, f"{self.redact(body)}\n\n{mark}", author=LOOP_AUTHOR)
         return True
 
     def say(self, ref: str, body: str) -> None:
         """An ordinary loop comment (not idempotent)."""
-        self.tracker.comment(ref, body, author=LOOP_AUTHOR)
+        self.tracker.comment(ref, self.redact(body), author=LOOP_AUTHOR)
 
     # ------------------------------------------------------------------ arming
     def arm(self, ref: str, *, actor: str, source: str) -> bool:
-        """Arm a work item; False when it is already armed or active."""
+        """Arm a work item (its start is queued); False when it is already armed or active."""
         ref = self.tracker.resolve(ref)
         item = self.tracker.get(ref)
         if item.state != "open":
@@ -145,223 +195,60 @@ class Loop:
             if pr.parent == ref:
                 comments = self.tracker.get(pr.ref).comments
                 cursors[pr.ref] = comments[-1].id if comments else 0
-        with self.db.transaction() as conn:
-            row = conn.execute("SELECT state, arm_seq FROM work WHERE ref=?", (ref,)).fetchone()
-            if row is not None and row["state"] in ACTIVE:
-                return False
-            seq = (row["arm_seq"] if row else 0) + 1
-            conn.execute(
-                "INSERT INTO work(ref, state, arm_seq, actor, source, updated) "
-                "VALUES (?, 'armed', ?, ?, ?, ?) ON CONFLICT(ref) DO UPDATE SET "
-                "state='armed', arm_seq=excluded.arm_seq, node='', session_id='', "
-                "actor=excluded.actor, source=excluded.source, respawns=0, "
-                "updated=excluded.updated", (ref, seq, actor, source, time.time()),
-            )
-            for endpoint, last in cursors.items():
-                conn.execute("INSERT INTO cursors VALUES (?, ?) ON CONFLICT(ref) DO UPDATE "
-                             "SET last=excluded.last", (endpoint, last))
+        if not self.store.arm(ref, actor=actor, source=source, cursors=cursors):
+            return False
+        failpoint("arm")
         self.log.emit("loop.armed", work_item=ref, actor=actor, source=source)
         return True
 
-    def start(self, ref: str) -> str:
-        """Start an armed item: work_item_start, then the first node. Returns the new state."""
-        w = self.work(ref)
-        if w is None or w["state"] != "armed":
-            return w["state"] if w else "unknown"
-        key = f"start:{ref}:{w['arm_seq']}"
-        if self.settled(key):
-            return self._finish_refusal(ref, key)
-        first = self.graph.node(self.graph.start)
-        outcome = self.fire(WorkItemStart(
-            **self.base(ref), actor=w["actor"], source=w["source"], phase=first.phase,
-        ))
-        if outcome.refused:
-            self.refuse(ref, key, "work_item_start", outcome, new_state="refused",
-                        what="The start of this work item")
-            self.log.emit("loop.start_refused", work_item=ref, hook=outcome.refused_by,
-                          reason=decided(outcome, "reason"))
-            return "refused"
-        with self.db.transaction() as conn:
-            conn.execute("INSERT INTO settled VALUES (?, 'started', '', 1, ?)", (key, time.time()))
-            conn.execute("UPDATE work SET state='running', node=? WHERE ref=?",
-                         (first.name, ref))
-        self.log.emit("loop.started", work_item=ref)
-        for label in self.tracker.get(ref, comments=False).labels:
-            if label.startswith("loop:"):  # a re-armed item starts over: one phase label
-                self.tracker.label(ref, label, remove=True)
-        self.tracker.label(ref, f"loop:{first.phase}")
-        self.enter(ref, first, actor=w["actor"])
-        w = self.work(ref)
-        return str(w["state"]) if w else "unknown"
-
-    def refuse(self, ref: str, key: str, point: str, outcome: Outcome, *, new_state: str,
-               what: str) -> None:
-        """Settle a refusal, then post its one marked comment (crash-safe, never twice)."""
-        hook = outcome.refused_by or "?"
-        reason = str(decided(outcome, "reason")) or "no reason given"
-        body = f"{what} was refused by hook `{hook}` at `{point}`: {reason}"
-        with self.db.transaction() as conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO settled VALUES (?, 'refused', ?, 0, ?)",
-                (key, json.dumps({"ref": ref, "body": body}), time.time()),
-            )
-            conn.execute("UPDATE work SET state=? WHERE ref=?", (new_state, ref))
-        self._finish_refusal(ref, key)
-
-    def _finish_refusal(self, ref: str, key: str) -> str:
-        row = self.settled(key)
-        if row and row["outcome"] == "refused" and not row["done"]:
-            body = json.loads(row["detail"])["body"]
-            self.post_once(ref, key, body)
-            failpoint("after-refusal-comment")
-            with self.db.transaction() as conn:
-                conn.execute("UPDATE settled SET done=1 WHERE key=?", (key,))
-        w = self.work(ref)
-        if w and w["state"] == "armed" and row and row["outcome"] == "refused":
-            self.set_work(ref, state="refused")
-        w = self.work(ref)
-        return str(w["state"]) if w else "unknown"
-
-    def finish_pending(self) -> None:
-        """Post refusal comments a crashed process settled but did not finish."""
-        rows = self.db.conn.execute(
-            "SELECT key, detail FROM settled WHERE outcome='refused' AND done=0").fetchall()
-        for row in rows:
-            self._finish_refusal(json.loads(row["detail"])["ref"], str(row["key"]))
-
-    # ------------------------------------------------------------------ nodes
-    def enter(self, ref: str, node: Node, *, actor: str, note: str = "") -> None:
-        """Enter a node; `note` (a reviewer's feedback) is added to an agent node's prompt."""
-        if node.terminal:
-            self.complete(ref, source="graph", actor=actor or LOOP_AUTHOR)
-        elif node.actor == "agent":
-            item = self.tracker.get(ref, comments=False)
-            prompt = render(node.prompt or "Work on {ref} ({title}) at node {node}.",
-                            ref=ref, title=item.title, body=item.body, phase=node.phase,
-                            node=node.name)
-            if note:
-                prompt += f"\n\nFeedback from @{actor}:\n\n{note}"
-            self.spawn(ref, node, prompt=prompt, respawn=False, actor=actor)
-        else:
-            self.enter_gate(ref, node)
-
-    def enter_gate(self, ref: str, node: Node) -> None:
-        self.set_work(ref, state="gate", node=node.name, session_id="")
-        outcome = self.fire(WaitingForInput(
-            **self.base(ref), kind="gate", node=node.name, phase=node.phase,
-        ))
-        changed = sorted(k for k in ("question", "summary") if k in outcome.changed_by)
-        if changed:
-            self.log.emit("hooks.ignored", point="waiting_for_input", work_item=ref,
-                          hook=", ".join(sorted({outcome.changed_by[k] for k in changed})),
-                          fields=changed, why="a gate posts the graph's request text")
-        request = node.request or f"Waiting for review at {node.name}: reply /approve or /reject."
-        self.say(ref, request)
-        self.log.emit("gate.entered", work_item=ref, node=node.name)
-
-    def spawn(self, ref: str, node: Node, *, prompt: str, respawn: bool, actor: str,
-              endpoint: str = "") -> bool:
-        """session_spawn, then launch; False when a hook refused the launch."""
-        h = self.settings.harnesses[self.settings.harness]
-        target = self.tracker.work_item(endpoint or ref)
-        wi = self.tracker.work_item(ref)
-        try:
-            path, is_git = workspace.prepare(self.settings.state_dir, wi,
-                                             self.settings.git_repository)
-        except LoopError as exc:
-            self.launch_failed(ref, str(exc))
-            return False
-        self.log.emit("workspace.prepared", work_item=ref, path=str(path), git=is_git)
-        outcome = self.fire(SessionSpawn(
-            **self.base(ref), actor=actor, harness=h.name, model=h.model,
-            command=list(h.command), cwd=str(path), respawn=respawn, endpoint=target,
-            node=node.name, phase=node.phase, prompt=prompt,
-        ))
-        if outcome.refused:
-            key = f"spawn:{ref}:{harness_mod.new_session_id()}"
-            self.log.emit("session.refused", work_item=ref, endpoint=target.ref,
-                          hook=outcome.refused_by, reason=decided(outcome, "reason"))
-            if endpoint and endpoint != ref:
-                # A pull request's own session was refused: deliver into the ticket's session.
-                return self.spawn(ref, node, prompt=prompt, respawn=respawn, actor=actor)
-            self.refuse(ref, key, "session_spawn", outcome, new_state="blocked",
-                        what="A session launch for this work item")
-            return False
-        final_prompt = str(decided(outcome, "prompt"))
-        sid = harness_mod.new_session_id()
-        try:
-            launched, proc = harness_mod.launch(
-                h.command, prompt=final_prompt, cwd=path, config_path=self.config.path,
-                work_item=ref, session_id=sid, log_dir=self.settings.state_dir / "sessions",
-                extra_env={"THE_LOOP_NODE": node.name},
-            )
-        except LoopError as exc:
-            self.launch_failed(ref, str(exc))
-            return False
-        self.procs[sid] = proc
-        with self.db.transaction() as conn:
-            conn.execute(
-                "INSERT INTO sessions(id, ref, endpoint, harness, pid, node, started, log) "
-                "VALUES (?,?,?,?,?,?,?,?)",
-                (sid, ref, target.ref, h.name, launched.pid, node.name, time.time(),
-                 str(launched.log)),
-            )
-            conn.execute("UPDATE work SET state='running', node=?, session_id=? WHERE ref=?",
-                         (node.name, sid, ref))
-        self.log.emit("session.launched", work_item=ref, session_id=sid,
-                      session_pid=launched.pid, endpoint=target.ref, respawn=respawn)
-        spawned = self.fire(SessionSpawned(
-            **self.base(ref), session_id=sid, pid=launched.pid, harness=h.name, model=h.model,
-            endpoint=target, respawn=respawn, node=node.name, phase=node.phase,
-        ))
-        if decided(spawned, "announce") is not False:
-            model = f", model {h.model}" if h.model else ""
-            self.say(ref, f"Session `{sid}` started at {node.name} (harness {h.name}{model}).")
-            self.log.emit("session.announced", work_item=ref, session_id=sid)
-        return True
-
-    def launch_failed(self, ref: str, error: str) -> None:
-        """A session could not start: block the item (never half-running), say why once."""
-        self.set_work(ref, state="blocked", session_id="")
-        self.say(ref, f"A session for this work item could not start: {error}. Fix it, then "
-                      f"re-arm with `the-loop start {ref}`.")
-        self.log.emit("session.failed", work_item=ref, error=error)
-
     # ------------------------------------------------------------------ agent side
+    def _claimed(self, ref: str) -> None:
+        if not self.store.claim_wait(ref, 30.0):
+            raise LoopError(f"{ref} is busy (another loop process is working on it); try "
+                            "again in a moment")
+
     def ask(self, ref: str, question: str, *, summary: str = "", session_id: str = "") -> str:
-        """An agent's question: waiting_for_input, then the final text is posted."""
+        """An agent's question, queued for the daemon, which fires waiting_for_input and
+        posts the final text (a one-shot command runs no hook). Returns the step's key."""
         ref = self.tracker.resolve(ref)
-        w = self._active(ref)
-        node = self.graph.node(w["node"]) if w["node"] else self.graph.node(self.graph.start)
-        if node.actor != "agent" or w["state"] == "gate":
-            raise LoopError(f"{ref} is at {node.name}, a human gate, waiting for a person's "
-                            "/approve or /reject; an agent asks only at an agent node")
-        outcome = self.fire(WaitingForInput(
-            **self.base(ref), kind="question", session_id=session_id or w["session_id"],
-            node=node.name, phase=node.phase, question=question, summary=summary,
-        ))
-        final_q = str(decided(outcome, "question"))
-        final_s = str(decided(outcome, "summary"))
-        sid = session_id or w["session_id"]
-        body = f"**Question from the agent** (session `{sid}`)\n\n{final_q}"
-        if final_s:
-            body += f"\n\n_Summary:_ {final_s}"
-        self.say(ref, body)
-        self.set_work(ref, state="waiting")
-        self.log.emit("question.posted", work_item=ref, session_id=sid)
-        return final_q
+        self._claimed(ref)
+        try:
+            w = self._active(ref)
+            node = self.graph.node(w["node"]) if w["node"] else self.graph.node(
+                self.graph.start)
+            if node.actor != "agent" or w["state"] == "gate":
+                raise LoopError(f"{ref} is at {node.name}, a human gate, waiting for a "
+                                "person's /approve or /reject; an agent asks only at an agent "
+                                "node")
+            sid = session_id or str(w["session_id"])
+            with self.db.transaction() as conn:
+                n = conn.execute("SELECT COUNT(*) AS n FROM steps WHERE ref=? AND "
+                                 "kind='question'", (ref,)).fetchone()["n"]
+                key = f"question:{ref}:{w['arm_seq']}:{int(n) + 1}"
+                self.store.add_step(conn, key, ref, "question", {
+                    "question": question, "summary": summary, "session_id": sid,
+                    "node": node.name})
+                self.store.set_work(ref, conn, state="waiting")
+            return key
+        finally:
+            self.store.release(ref)
 
     def graph_complete(self, ref: str, *, summary: str = "", actor: str = "agent") -> str:
-        """The agent finished its node: advance along `done`. Returns the new node."""
+        """The agent finished its node: advance along `done` (the daemon enters the next
+        node and launches its session). Returns the new node."""
         ref = self.tracker.resolve(ref)
-        w = self._active(ref)
-        node = self.graph.node(w["node"])
-        if node.actor != "agent":
-            raise LoopError(f"{ref} is at {node.name}, a human gate; only a person's /approve "
-                            "moves it on")
-        if summary:
-            self.say(ref, f"**{node.name} complete.** {summary}")
-        return self.advance(ref, "done", actor=actor)
+        self._claimed(ref)
+        try:
+            w = self._active(ref)
+            node = self.graph.node(w["node"])
+            if node.actor != "agent" or w["state"] == "gate":
+                raise LoopError(f"{ref} is at {node.name}, a human gate; only a person's "
+                                "/approve moves it on")
+            if summary:
+                self.say(ref, f"**{node.name} complete.** {summary}")
+            return self.advance(ref, "done", actor=actor)
+        finally:
+            self.store.release(ref)
 
     def _active(self, ref: str) -> dict[str, Any]:
         w = self.work(ref)
@@ -372,74 +259,71 @@ class Loop:
         return w
 
     # ------------------------------------------------------------------ graph
-    def advance(self, ref: str, outcome_name: str, *, actor: str, note: str = "") -> str:
-        w = self._active(ref)
-        here = self.graph.node(w["node"])
-        there = self.graph.next(here.name, outcome_name)
-        if there is None:
-            raise LoopError(f"node {here.name} has no edge for outcome {outcome_name!r}; "
-                            f"outcomes: {', '.join(self.graph.outcomes(here.name))}")
-        self.set_work(ref, node=there.name)
+    def advance(self, ref: str, outcome_name: str, *, actor: str, note: str = "",
+                step: Step | None = None) -> str:
+        """Move to the next node and queue what that owes (a phase message, entering the
+        node), in one transaction with finishing `step`. Returns the new node."""
+        with self.db.transaction() as conn:
+            w = conn.execute("SELECT * FROM work WHERE ref=?", (ref,)).fetchone()
+            here = self.graph.node(str(w["node"]))
+            there = self.graph.next(here.name, outcome_name)
+            if there is None:
+                raise LoopError(f"node {here.name} has no edge for outcome {outcome_name!r}; "
+                                f"outcomes: {', '.join(self.graph.outcomes(here.name))}")
+            epoch, arm = int(w["epoch"]), int(w["arm_seq"])
+            # "running" while the loop moves it: the enter step sets gate or launches.
+            self.store.set_work(ref, conn, node=there.name, epoch=epoch + 1, state="running")
+            if there.phase != here.phase or there.terminal:
+                self.store.add_step(conn, f"phase:{ref}:{arm}:{epoch}", ref, "phase", {
+                    "from_node": here.name, "to_node": there.name, "from_phase": here.phase,
+                    "to_phase": there.phase, "outcome": outcome_name,
+                    "terminal": there.terminal, "actor": actor})
+            self.store.add_step(conn, f"enter:{ref}:{arm}:{epoch + 1}", ref, "enter",
+                                {"node": there.name, "actor": actor, "note": note,
+                                 "epoch": epoch + 1})
+            if step is not None:
+                self.store.finish(step, {"approve": "approved", "reject": "rejected"}.get(
+                    outcome_name, outcome_name), conn=conn)
         self.log.emit("phase.changed", work_item=ref, from_node=here.name, to_node=there.name,
                       outcome=outcome_name)
-        if there.phase != here.phase or there.terminal:
-            self.tracker.label(ref, f"loop:{here.phase}", remove=True)
-            self.tracker.label(ref, f"loop:{there.phase}")
-            outcome = self.fire(PhaseChanged(
-                **self.base(ref), actor=actor, from_phase=here.phase, to_phase=there.phase,
-                from_node=here.name, to_node=there.name, outcome=outcome_name,
-                terminal=there.terminal,
-            ))
-            if decided(outcome, "notify") is not False:
-                self.channels.publish({
-                    "type": "phase.completed" if there.terminal else "phase.changed",
-                    "work_item": ref, "from_phase": here.phase, "to_phase": there.phase,
-                    "actor": actor,
-                })
-                self.log.emit("phase.published", work_item=ref, to_phase=there.phase)
-        self.enter(ref, there, actor=actor, note=note)
+        failpoint("advance")
         return there.name
 
-    def complete(self, ref: str, *, source: str, actor: str) -> None:
-        """work_item_complete, then the closure announcement."""
-        w = self.work(ref)
-        seq = w["arm_seq"] if w else 0
-        key = f"complete:{ref}:{seq}"
-        if self.settled(key):
-            return
-        if source == "graph":
-            self.tracker.close(ref, actor=LOOP_AUTHOR)
-        elif w and w["session_id"]:
-            self.terminate(str(w["session_id"]))  # a person closed it: stop working on it
-        node = self.graph.nodes.get(w["node"]) if w and w["node"] else None
-        outcome = self.fire(WorkItemComplete(
-            **self.base(ref), state="closed", source=source, actor=actor,
-            phase=node.phase if node else "", node=node.name if node else "",
-        ))
-        with self.db.transaction() as conn:
-            conn.execute("INSERT OR IGNORE INTO settled VALUES (?, 'completed', '', 1, ?)",
-                         (key, time.time()))
-            conn.execute("UPDATE work SET state='done' WHERE ref=?", (ref,))
-        self.log.emit("item.completed", work_item=ref, source=source)
-        if decided(outcome, "announce") is not False:
-            self.channels.publish({"type": "item.closed", "work_item": ref, "source": source,
-                                   "actor": actor})
-            self.log.emit("item.announced", work_item=ref)
+    # ------------------------------------------------------------------ sessions
+    def session_alive(self, sid: str) -> bool:
+        row = self.store.session(sid)
+        pid = int(row["pid"]) if row else 0
+        return harness_mod.session_alive(self.sessions_dir, sid, pid)
 
-    def stop(self, ref: str, *, actor: str) -> None:
-        w = self.work(ref)
-        if w and w["session_id"]:
-            self.terminate(str(w["session_id"]))
-        self.set_work(ref, state="stopped")
-        self.say(ref, f"Stopped by @{actor}; re-arm with `the-loop start {ref}`.")
-        self.log.emit("loop.disarmed", work_item=ref, why=f"/stop by {actor}")
+    @property
+    def sessions_dir(self) -> Any:
+        return self.settings.state_dir / "sessions"
+
+    def end_session(self, sid: str, *, grace: float = 0.0) -> None:
+        """Stop a session (its process group), waiting up to `grace` s for it to end on its
+        own first; returns when its lock is free (at most ~10 s)."""
+        row = self.store.session(sid)
+        if row is None or not self.session_alive(sid):
+            return
+        pid = int(row["pid"])
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and self.session_alive(sid):
+            time.sleep(0.05)
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            if not self.session_alive(sid):
+                return
+            if pid > 0:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, sig)
+            until = time.monotonic() + wait
+            while time.monotonic() < until and self.session_alive(sid):
+                proc = self.procs.get(sid)
+                if proc is not None:
+                    proc.poll()
+                time.sleep(0.05)
 
     def terminate(self, session_id: str) -> None:
-        row = self.db.conn.execute("SELECT pid, exited FROM sessions WHERE id=?",
-                                   (session_id,)).fetchone()
-        if row and not row["exited"] and harness_mod.alive(int(row["pid"])):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(row["pid"]), signal.SIGTERM)
+        self.end_session(session_id)
 
     def close(self, *, wait: float = 0.0) -> None:
         """Close the database; with `wait`, first let this process's sessions finish."""

@@ -15,6 +15,8 @@ from the_loop.util import url_may_carry_token
 
 REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+LOGIN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,7 @@ class Harness:
     name: str
     command: tuple[str, ...]
     model: str = ""
+    env: tuple[str, ...] = ()  # variable names passed beyond the safe base
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,11 @@ class Settings:
     git_repository: Path | None = None
     serve_token_env: str = ""
     decision_keep_days: float = 30.0  # decisionLog.keepDays: how long fired points are kept
+    #: login → the environment variable holding that person's control-plane token
+    serve_tokens: dict[str, str] = field(default_factory=dict)
+    #: every variable named by a tokenEnv anywhere (hooks, channels, serve): never in a
+    #: harness's environment, its value redacted wherever the loop writes
+    secret_names: frozenset[str] = frozenset()
 
     @property
     def db_path(self) -> Path:
@@ -91,6 +99,7 @@ def settings_of(config: Config) -> Settings:
     if not isinstance(arm_label, str):
         raise fail("armLabel", f"expected a label name, got {_got(arm_label)}")
 
+    secrets = secret_names(data)
     harnesses: dict[str, Harness] = {}
     raw_h = data.get("harnesses")
     if raw_h is None:
@@ -104,10 +113,10 @@ def settings_of(config: Config) -> Settings:
             key = f"harnesses[{i}]"
             if not isinstance(entry, dict):
                 raise fail(key, f"expected a mapping with name and command, got {_got(entry)}")
-            extra = sorted(set(entry) - {"name", "command", "model"})
+            extra = sorted(map(str, set(entry) - {"name", "command", "model", "env"}))
             if extra:
-                raise fail(key, f"unknown key(s) {', '.join(map(str, extra))}; allowed: name, "
-                                "command, model")
+                raise fail(key, f"unknown key(s) {', '.join(extra)}; allowed: name, "
+                                "command, model, env")
             name = entry.get("name")
             if not isinstance(name, str) or not NAME_RE.match(name):
                 raise fail(f"{key}.name", f"expected a name like demo or claude, got "
@@ -121,11 +130,21 @@ def settings_of(config: Config) -> Settings:
             model = entry.get("model", "")
             if not isinstance(model, str):
                 raise fail(f"{key}.model", f"expected a string, got {_got(model)}")
+            passed = entry.get("env", [])
+            if not isinstance(passed, list) or not all(
+                    isinstance(v, str) and ENV_RE.fullmatch(v) for v in passed):
+                raise fail(f"{key}.env", "expected a list of environment variable NAMES to "
+                                         "pass to the agent, e.g. [GITHUB_USER, EDITOR]")
+            leaked = sorted(set(passed) & secrets)
+            if leaked:
+                raise fail(f"{key}.env", f"{', '.join(leaked)} is named by a tokenEnv: a "
+                                         "secret never reaches an agent's environment; remove "
+                                         "it from env")
             if name in harnesses:
                 raise fail(f"{key}.name", f"duplicate harness {name!r}")
             argv = tuple(sys.executable if c in ("python3", "python") and j == 0 else c
                          for j, c in enumerate(cmd))
-            harnesses[name] = Harness(name, argv, model)
+            harnesses[name] = Harness(name, argv, model, tuple(passed))
     harness = data.get("harness", next(iter(harnesses)))
     if harness not in harnesses:
         raise fail("harness", f"{harness!r} is not a declared harness; declared: "
@@ -182,11 +201,22 @@ def settings_of(config: Config) -> Settings:
         git_path = config.resolve(git_repo)
 
     serve = data.get("serve", {})
-    if not isinstance(serve, dict) or set(serve) - {"tokenEnv"}:
-        raise fail("serve", "expected {tokenEnv: VAR} (host and port are command flags)")
+    if not isinstance(serve, dict) or set(serve) - {"tokenEnv", "tokens"}:
+        raise fail("serve", "expected {tokens: {LOGIN: VAR, …}, tokenEnv: VAR} (host and "
+                            "port are command flags)")
     token_env = serve.get("tokenEnv", "")
-    if not isinstance(token_env, str):
-        raise fail("serve.tokenEnv", "expected an environment variable name")
+    if not isinstance(token_env, str) or (token_env and not ENV_RE.fullmatch(token_env)):
+        raise fail("serve.tokenEnv", "expected an environment variable name (the operator's "
+                                     "token)")
+    tokens = serve.get("tokens", {})
+    if not isinstance(tokens, dict) or not all(
+            isinstance(k, str) and LOGIN_RE.fullmatch(k) and isinstance(v, str)
+            and ENV_RE.fullmatch(v) for k, v in tokens.items()):
+        raise fail("serve.tokens", "expected a mapping of login to the NAME of the variable "
+                                   "holding that person's token, e.g. {alice: ALICE_TOKEN}")
+    if len(set(tokens.values()) | ({token_env} - {""})) < len(tokens) + bool(token_env):
+        raise fail("serve.tokens", "each person needs a token of their own (two logins, or a "
+                                   "login and tokenEnv, name the same variable)")
 
     keep_days = _keep_days(data.get("decisionLog", {}), fail)
 
@@ -195,6 +225,7 @@ def settings_of(config: Config) -> Settings:
         repository=repository, arm_label=arm_label, harness=harness, harnesses=harnesses,
         graph=graph, channels=channels, git_repository=git_path, serve_token_env=token_env,
         decision_keep_days=keep_days,
+        serve_tokens=dict(tokens), secret_names=frozenset(secrets),
     )
 
 
@@ -207,3 +238,24 @@ def _keep_days(raw: object, fail: Callable[[str, str], ConfigError]) -> float:
         raise fail("decisionLog.keepDays", f"expected a number of days above 0 (e.g. 30), got "
                                            f"{_got(days)}")
     return float(days)
+
+
+def secret_names(data: dict[str, object]) -> set[str]:
+    """Every variable named by a tokenEnv in the config: hooks, channels, serve.
+
+    Read from the raw file, so an entry the hooks loader rejects still counts."""
+    names: set[str] = set()
+    for section in ("hooks", "channels"):
+        entries = data.get(section)
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("tokenEnv"), str):
+                names.add(entry["tokenEnv"])
+    serve = data.get("serve")
+    if isinstance(serve, dict):
+        if isinstance(serve.get("tokenEnv"), str):
+            names.add(serve["tokenEnv"])
+        tokens = serve.get("tokens")
+        if isinstance(tokens, dict):
+            names.update(v for v in tokens.values() if isinstance(v, str))
+    names.discard("")
+    return names

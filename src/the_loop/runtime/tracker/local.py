@@ -148,3 +148,9 @@ class LocalTracker:
                 "WHERE id=? AND state='open'", (actor, time.time(), item_id),
             )
         return cur.rowcount == 1
+
+    def comment_body(self, comment_id: int) -> str:
+        """The text of one comment ('' when it no longer exists)."""
+        row = self.db.conn.execute("SELECT body FROM comments WHERE id=?",
+                                   (comment_id,)).fetchone()
+        return str(row["body"]) if row else ""

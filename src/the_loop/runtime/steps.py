@@ -1,0 +1,415 @@
+"""What each kind of step does: start, enter, launch, input, phase, complete.
+
+A step runs under its work item's claim. It checks it is still due only until its point
+has decided; from then on its effects are idempotent (marked comments, keyed sessions,
+set-like labels), so a redo after a crash finishes the same work without asking a hook
+twice or doing anything twice — except a channel message, which is at-least-once and
+carries the step's key as its `id` so a receiver can drop a repeat.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from the_loop.errors import LoopError
+from the_loop.hooks.points import (
+    InputReceived,
+    PhaseChanged,
+    SessionSpawn,
+    SessionSpawned,
+    WaitingForInput,
+    WorkItemComplete,
+    WorkItemStart,
+)
+from the_loop.runtime import harness as harness_mod
+from the_loop.runtime import workspace
+from the_loop.runtime.service import (
+    ACTIVE,
+    AGENT_PREFIX,
+    LOOP_AUTHOR,
+    Loop,
+    failpoint,
+    render,
+    session_id_for,
+)
+from the_loop.runtime.store import Step
+
+CONTROLS = ("approve", "reject", "stop")
+RESUME_PROMPT = (
+    "Resuming {ref} ({title}) at node {node}.\n\nInput from @{actor}:\n\n{text}\n\n"
+    "Continue the {phase} work; finish with `the-loop graph complete`."
+)
+NODE_PROMPT = "Work on {ref} ({title}) at node {node}."
+
+
+def classify(text: str) -> str:
+    """The control command a text carries ('' when it is not one)."""
+    words = text.strip().split(maxsplit=1)
+    if words and words[0].startswith("/") and words[0][1:].lower() in CONTROLS:
+        return words[0][1:].lower()
+    return ""
+
+
+def feedback(text: str) -> str:
+    """What a person wrote after a control command (`/reject add tests` → `add tests`)."""
+    words = text.strip().split(maxsplit=1)
+    if words and classify(words[0]):
+        return words[1] if len(words) > 1 else ""
+    return text.strip()
+
+
+def is_agent(actor: str) -> bool:
+    """Input written from inside an agent session is the agent's, whoever it claims to be."""
+    return actor.startswith(AGENT_PREFIX)
+
+
+# ---------------------------------------------------------------------------- start
+def start(loop: Loop, step: Step) -> None:
+    ref = step.ref
+    w = loop.work(ref)
+    if "work_item_start" not in step.decisions and (
+            w is None or w["state"] != "armed" or w["arm_seq"] != step.payload["arm_seq"]):
+        loop.store.finish(step, "stale")
+        return
+    first = loop.graph.node(loop.graph.start)
+    d = loop.decide(step, lambda: WorkItemStart(
+        **loop.base(ref), actor=step.payload["actor"], source=step.payload["source"],
+        phase=first.phase))
+    if d.refused:
+        loop.set_work(ref, state="refused")
+        loop.post_once(ref, step.key, f"The start of this work item was refused by hook "
+                                      f"`{d.refused_by}` at `work_item_start`: {d.reason}")
+        failpoint("after-refusal-comment")
+        loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
+        loop.log.emit("loop.start_refused", work_item=ref, hook=d.refused_by, reason=d.reason)
+        return
+    for label in loop.tracker.get(ref, comments=False).labels:
+        if label.startswith("loop:") and label != f"loop:{first.phase}":
+            loop.tracker.label(ref, label, remove=True)  # a re-armed item starts over
+    loop.tracker.label(ref, f"loop:{first.phase}")
+    with loop.db.transaction() as conn:
+        w = conn.execute("SELECT epoch, arm_seq FROM work WHERE ref=?", (ref,)).fetchone()
+        epoch = int(w["epoch"]) + 1
+        loop.store.set_work(ref, conn, state="running", node=first.name, epoch=epoch,
+                            session_id="")
+        loop.store.add_step(conn, f"enter:{ref}:{w['arm_seq']}:{epoch}", ref, "enter",
+                            {"node": first.name, "actor": step.payload["actor"], "note": "",
+                             "epoch": epoch})
+        loop.store.finish(step, "started", conn=conn)
+    loop.log.emit("loop.started", work_item=ref)
+
+
+# ---------------------------------------------------------------------------- enter
+def enter(loop: Loop, step: Step) -> None:
+    """Enter a node: a terminal completes, an agent node queues a launch, a gate asks."""
+    ref, node = step.ref, loop.graph.node(step.payload["node"])
+    w = loop.work(ref)
+    if not step.decisions and (w is None or w["state"] not in ACTIVE
+                               or int(w["epoch"]) != step.payload["epoch"]):
+        loop.store.finish(step, "stale")
+        return
+    assert w is not None
+    actor = step.payload["actor"]
+    if node.terminal:
+        with loop.db.transaction() as conn:
+            loop.store.add_step(conn, f"complete:{ref}:{w['arm_seq']}", ref, "complete",
+                                {"source": "graph", "actor": actor or LOOP_AUTHOR})
+            loop.store.finish(step, "terminal", conn=conn)
+        return
+    if node.actor == "agent":
+        item = loop.tracker.get(ref, comments=False)
+        prompt = render(node.prompt or NODE_PROMPT, ref=ref, title=item.title, body=item.body,
+                        phase=node.phase, node=node.name)
+        if step.payload["note"]:
+            prompt += f"\n\nFeedback from @{actor}:\n\n{step.payload['note']}"
+        with loop.db.transaction() as conn:
+            loop.store.set_work(ref, conn, state="running", node=node.name)
+            loop.store.add_step(conn, f"launch:{step.key}", ref, "launch", {
+                "node": node.name, "prompt": prompt, "respawn": False, "actor": actor,
+                "endpoint": ""})
+            loop.store.finish(step, "agent", conn=conn)
+        return
+    loop.set_work(ref, state="gate", node=node.name)
+    d = loop.decide(step, lambda: WaitingForInput(
+        **loop.base(ref), kind="gate", node=node.name, phase=node.phase))
+    changed = sorted(k for k in ("question", "summary") if k in d.changed_by)
+    if changed:
+        loop.log.emit("hooks.ignored", point="waiting_for_input", work_item=ref,
+                      hook=", ".join(sorted({d.changed_by[k] for k in changed})),
+                      fields=changed, why="a gate posts the graph's request text")
+    request = node.request or f"Waiting for review at {node.name}: reply /approve or /reject."
+    loop.post_once(ref, step.key, request)
+    loop.store.finish(step, "gate")
+    loop.log.emit("gate.entered", work_item=ref, node=node.name)
+
+
+# ---------------------------------------------------------------------------- launch
+def launch(loop: Loop, step: Step) -> None:
+    """session_spawn, then at most one session per item: the previous one ends first."""
+    ref, p = step.ref, step.payload
+    node = loop.graph.node(p["node"])
+    w = loop.work(ref)
+    if "session_spawn" not in step.decisions and (
+            w is None or w["state"] not in ("running", "waiting") or w["node"] != node.name):
+        loop.store.finish(step, "stale")
+        return
+    h = loop.settings.harnesses[loop.settings.harness]
+    endpoint = p["endpoint"]
+    target = loop.tracker.work_item(endpoint or ref)
+    try:
+        path, is_git = workspace.prepare(loop.settings.state_dir, loop.tracker.work_item(ref),
+                                         loop.settings.git_repository)
+    except LoopError as exc:
+        launch_failed(loop, step, str(exc))
+        return
+    failpoint("workspace")
+    loop.log.emit("workspace.prepared", work_item=ref, path=str(path), git=is_git)
+    d = loop.decide(step, lambda: SessionSpawn(
+        **loop.base(ref), actor=p["actor"], harness=h.name, model=h.model,
+        command=list(h.command), cwd=str(path), respawn=p["respawn"], endpoint=target,
+        node=node.name, phase=node.phase, prompt=p["prompt"]))
+    if d.refused:
+        loop.log.emit("session.refused", work_item=ref, endpoint=target.ref,
+                      hook=d.refused_by, reason=d.reason)
+        if endpoint and endpoint != ref:
+            # A pull request's own session was refused: deliver into the ticket's session.
+            with loop.db.transaction() as conn:
+                loop.store.add_step(conn, f"{step.key}:ticket", ref, "launch",
+                                    dict(p, endpoint=""))
+                loop.store.finish(step, "redirected", conn=conn)
+            return
+        loop.set_work(ref, state="blocked")
+        loop.post_once(ref, step.key, f"A session launch for this work item was refused by "
+                                      f"hook `{d.refused_by}` at `session_spawn`: {d.reason}")
+        loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
+        return
+    sid = session_id_for(step.key)
+    if loop.store.session(sid) is None:
+        pid = _start(loop, step, sid, str(d["prompt"]), path)
+        if pid < 0:
+            return
+        with loop.db.transaction() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO sessions(id, ref, endpoint, harness, pid, node, "
+                "started, log, step) VALUES (?,?,?,?,?,?,?,?,?)",
+                (sid, ref, target.ref, h.name, pid, node.name, time.time(),
+                 str(loop.sessions_dir / f"{sid}.log"), step.key))
+            loop.store.set_work(ref, conn, state="running", node=node.name, session_id=sid)
+        loop.log.emit("session.launched", work_item=ref, session_id=sid, session_pid=pid,
+                      endpoint=target.ref, respawn=p["respawn"])
+        failpoint("register")
+    row = loop.store.session(sid) or {}
+    spawned = loop.decide(step, lambda: SessionSpawned(
+        **loop.base(ref), session_id=sid, pid=int(row.get("pid", 0)), harness=h.name,
+        model=h.model, endpoint=target, respawn=p["respawn"], node=node.name,
+        phase=node.phase))
+    if spawned["announce"] is not False:
+        model = f", model {h.model}" if h.model else ""
+        if loop.post_once(ref, f"announce:{sid}", f"Session `{sid}` started at {node.name} "
+                                                  f"(harness {h.name}{model})."):
+            loop.log.emit("session.announced", work_item=ref, session_id=sid)
+    failpoint("announce")
+    loop.store.finish(step, "launched", sid)
+
+
+def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
+    """Launch the harness for a step (or find the one a crashed process launched);
+    returns its pid, or -1 when it could not start."""
+    sessions = loop.sessions_dir
+    if harness_mod.session_alive(sessions, sid, 0):  # launched, then the process died
+        text = (sessions / f"{sid}.lock").read_text(errors="replace").strip()
+        return int(text) if text.isdigit() else 0
+    w = loop.work(step.ref) or {}
+    previous = str(w.get("session_id") or "")
+    if previous and previous != sid:
+        prev = loop.store.session(previous) or {}
+        # A session that finished its node is given a moment to exit on its own.
+        loop.end_session(previous, grace=5.0 if prev.get("node") != w.get("node") else 0.0)
+    h = loop.settings.harnesses[loop.settings.harness]
+    env = harness_mod.harness_env(h.env, set(loop.settings.secret_names))
+    env["THE_LOOP_NODE"] = str(step.payload["node"])
+    try:
+        launched, proc = harness_mod.launch(
+            h.command, prompt=prompt, cwd=path, config_path=loop.config.path,  # type: ignore[arg-type]
+            work_item=step.ref, session_id=sid, log_dir=sessions, env=env)
+    except LoopError as exc:
+        launch_failed(loop, step, str(exc))
+        return -1
+    loop.procs[sid] = proc
+    failpoint("spawn")
+    return launched.pid
+
+
+def launch_failed(loop: Loop, step: Step, error: str) -> None:
+    """A session could not start: block the item (never half-running), say why once."""
+    ref = step.ref
+    loop.set_work(ref, state="blocked", session_id="")
+    loop.post_once(ref, step.key, f"A session for this work item could not start: {error}. "
+                                  f"Fix it, then re-arm with `the-loop start {ref}`.")
+    loop.store.finish(step, "failed", error)
+    loop.log.emit("session.failed", work_item=ref, error=error)
+
+
+# ---------------------------------------------------------------------------- question
+def question(loop: Loop, step: Step) -> None:
+    """An agent's question: waiting_for_input, then the final text is posted."""
+    ref, p = step.ref, step.payload
+    w = loop.work(ref)
+    if "waiting_for_input" not in step.decisions and (w is None or w["state"] not in ACTIVE):
+        loop.store.finish(step, "stale")
+        return
+    node = loop.graph.node(p["node"])
+    d = loop.decide(step, lambda: WaitingForInput(
+        **loop.base(ref), kind="question", session_id=p["session_id"], node=node.name,
+        phase=node.phase, question=p["question"], summary=p["summary"]))
+    body = f"**Question from the agent** (session `{p['session_id']}`)\n\n{d['question']}"
+    if d["summary"]:
+        body += f"\n\n_Summary:_ {d['summary']}"
+    loop.post_once(ref, step.key, body)
+    failpoint("question")
+    loop.store.finish(step, "posted", str(d["question"]))
+    loop.log.emit("question.posted", work_item=ref, session_id=p["session_id"])
+
+
+# ---------------------------------------------------------------------------- input
+def take_input(loop: Loop, step: Step) -> None:
+    """input_received, then deliver, read by the gate, or run."""
+    ref, p = step.ref, step.payload
+    actor, endpoint = str(p["actor"]), str(p["endpoint"])
+    w = loop.work(ref)
+    if "input_received" not in step.decisions and (w is None or w["state"] not in ACTIVE):
+        loop.store.finish(step, "ignored", "the work item is not active")
+        return
+    assert w is not None
+    text = loop.tracker.comment_body(int(p["comment"]))
+    node = loop.graph.node(w["node"]) if w["node"] else loop.graph.node(loop.graph.start)
+    control = classify(text)
+    if control:
+        kind = "command"
+    elif w["state"] == "waiting":
+        kind = "answer"
+    elif endpoint and endpoint != ref:
+        kind = "review"
+    else:
+        kind = "comment"
+    d = loop.decide(step, lambda: InputReceived(
+        **loop.base(ref), kind=kind, actor=actor, source="comment", control=control,
+        node=node.name, phase=node.phase, text=text))
+    failpoint("input")
+    if d.refused:
+        loop.post_once(ref, step.key, f"Input from @{actor} was dropped by hook "
+                                      f"`{d.refused_by}` at `input_received`: {d.reason}")
+        loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
+        loop.log.emit("input.refused", work_item=ref, hook=d.refused_by, reason=d.reason,
+                      actor=actor)
+        return
+    # `text` replaces what is delivered. The command stays the one the person wrote: a
+    # hook may drop it (proceed: false) but never turn a comment into an approval or an
+    # approval into a rejection -- a decision cannot pass a gate or choose an edge.
+    final = str(d["text"])
+    done = _act(loop, step, w, node, control, final, kind)
+    loop.log.emit("input.delivered", work_item=ref, kind=kind, actor=actor, done=done,
+                  source="comment")
+
+
+def _act(loop: Loop, step: Step, w: dict[str, object], node: object, control: str,
+         final: str, kind: str) -> str:
+    from the_loop.runtime.graph import Node
+
+    assert isinstance(node, Node)
+    ref, actor = step.ref, str(step.payload["actor"])
+    gate_outcome = {"approve": "approved", "reject": "rejected"}.get(control, "")
+    ignore: Callable[[str], str] = lambda why: _ignored(loop, step, why)  # noqa: E731
+    if control == "stop":
+        sid = str(w["session_id"])
+        if sid:
+            loop.end_session(sid)
+        loop.set_work(ref, state="stopped")
+        loop.post_once(ref, step.key, f"Stopped by @{actor}; re-arm with "
+                                      f"`the-loop start {ref}`.")
+        loop.store.finish(step, "stopped")
+        loop.log.emit("loop.disarmed", work_item=ref, why=f"/stop by {actor}")
+        return "stopped"
+    if gate_outcome and is_agent(actor):
+        return ignore(f"`/{control}` from {actor} ignored: an agent cannot answer a gate.")
+    if gate_outcome and w["state"] == "gate" and loop.graph.next(node.name, gate_outcome):
+        loop.advance(ref, gate_outcome, actor=actor, note=feedback(final), step=step)
+        return gate_outcome
+    if gate_outcome and w["state"] == "gate":
+        return ignore(f"`/{control}` from @{actor} ignored: gate {node.name} has no "
+                      f"{gate_outcome!r} edge (its outcomes: "
+                      f"{', '.join(loop.graph.outcomes(node.name))}).")
+    if control:
+        return ignore(f"`/{control}` from @{actor} ignored: {ref} is not at a human gate "
+                      f"({w['state']} at {node.name}).")
+    if not is_agent(actor) and w["state"] in ("running", "waiting") and node.actor == "agent":
+        item = loop.tracker.get(ref, comments=False)
+        prompt = render(RESUME_PROMPT, ref=ref, title=item.title, node=node.name,
+                        actor=actor, text=final, phase=node.phase)
+        with loop.db.transaction() as conn:
+            loop.store.add_step(conn, f"launch:{step.key}", ref, "launch", {
+                "node": node.name, "prompt": prompt, "respawn": True, "actor": actor,
+                "endpoint": str(step.payload["endpoint"])})
+            loop.store.finish(step, "resumed", conn=conn)
+        return "resumed"
+    loop.store.finish(step, "recorded")
+    return "recorded"
+
+
+def _ignored(loop: Loop, step: Step, why: str) -> str:
+    loop.post_once(step.ref, step.key, why)
+    loop.store.finish(step, "ignored", why)
+    return "ignored"
+
+
+# ---------------------------------------------------------------------------- phase
+def phase(loop: Loop, step: Step) -> None:
+    """phase_changed, then the phase labels and the channels (unless notify is false)."""
+    ref, p = step.ref, step.payload
+    d = loop.decide(step, lambda: PhaseChanged(
+        **loop.base(ref), actor=p["actor"], from_phase=p["from_phase"],
+        to_phase=p["to_phase"], from_node=p["from_node"], to_node=p["to_node"],
+        outcome=p["outcome"], terminal=p["terminal"]))
+    if p["from_phase"] != p["to_phase"]:
+        loop.tracker.label(ref, f"loop:{p['from_phase']}", remove=True)
+    loop.tracker.label(ref, f"loop:{p['to_phase']}")
+    if d["notify"] is not False:
+        loop.channels.publish({
+            "type": "phase.completed" if p["terminal"] else "phase.changed", "id": step.key,
+            "work_item": ref, "from_phase": p["from_phase"], "to_phase": p["to_phase"],
+            "actor": p["actor"]})
+        loop.log.emit("phase.published", work_item=ref, to_phase=p["to_phase"])
+    loop.store.finish(step, "published" if d["notify"] is not False else "quiet")
+
+
+# ---------------------------------------------------------------------------- complete
+def complete(loop: Loop, step: Step) -> None:
+    """work_item_complete, then the closure announcement."""
+    ref, p = step.ref, step.payload
+    w = loop.work(ref) or {}
+    if "work_item_complete" not in step.decisions and w.get("state") not in ACTIVE:
+        loop.store.finish(step, "stale")
+        return
+    if p["source"] == "graph":
+        loop.tracker.close(ref, actor=LOOP_AUTHOR)
+    elif w.get("session_id"):
+        loop.end_session(str(w["session_id"]))  # a person closed it: stop working on it
+    node = loop.graph.nodes.get(str(w.get("node") or ""))
+    d = loop.decide(step, lambda: WorkItemComplete(
+        **loop.base(ref), state="closed", source=p["source"], actor=p["actor"],
+        phase=node.phase if node else "", node=node.name if node else ""))
+    failpoint("complete")
+    loop.set_work(ref, state="done")
+    loop.log.emit("item.completed", work_item=ref, source=p["source"])
+    if d["announce"] is not False:
+        loop.channels.publish({"type": "item.closed", "id": step.key, "work_item": ref,
+                               "source": p["source"], "actor": p["actor"]})
+        loop.log.emit("item.announced", work_item=ref)
+    loop.store.finish(step, "completed")
+
+
+RUN: dict[str, Callable[[Loop, Step], None]] = {
+    "start": start, "enter": enter, "launch": launch, "question": question,
+    "input": take_input, "phase": phase, "complete": complete,
+}
