@@ -129,7 +129,7 @@ class Run:
 
 def drive(ld: LoopDir, ref: str, env: dict[str, str]) -> None:
     """The scripted reviewer: poll, answer the question (with a secret in it), approve."""
-    for _ in range(12):
+    for _ in range(20):
         state = ld.work(ref)["state"]
         if state in ("done", "refused"):
             return
@@ -137,8 +137,7 @@ def drive(ld: LoopDir, ref: str, env: dict[str, str]) -> None:
             ld.cli("reply", ref, f"Admins first. token: {TOKEN}", "--actor", "alice", env=env)
         elif state == "gate":
             ld.cli("reply", ref, "/approve", "--actor", "alice", env=env)
-        else:
-            ld.cli("poll", "--once", env=env)
+        ld.cli("poll", "--once", env=env)  # the daemon delivers what `reply` wrote
         ld.wait_sessions()
     raise AssertionError(f"{ref} not finished: {ld.work(ref)}")
 

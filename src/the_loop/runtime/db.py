@@ -76,10 +76,11 @@ class Database:
     """One connection to `<stateDir>/loop.db` for this process."""
 
     def __init__(self, path: Path) -> None:
-        private_dir(path.parent)
         self.path = path
-        if not path.exists():
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        if str(path) != ":memory:":
+            private_dir(path.parent)
+            if not path.exists():
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         try:
             self.conn = sqlite3.connect(str(path), timeout=30.0, isolation_level=None,
                                         check_same_thread=False)
