@@ -1,7 +1,8 @@
 """The layering of src/: no import cycle, and the engine never imports the runtime or the CLI.
 
 Every import counts, those inside functions and under TYPE_CHECKING too; importing
-`a.b.c` also imports the packages `a` and `a.b`, except the importer's own ancestors.
+`a.b.c` also imports the packages `a` and `a.b`, except the importer's own ancestors
+(a module is loaded after its package). Naming one's own package explicitly counts.
 """
 
 from __future__ import annotations
@@ -55,9 +56,13 @@ def import_graph(src: Path = SRC) -> dict[str, set[str]]:
                 target = target.rpartition(".")[0]
             if target not in modules:
                 continue  # not ours
-            for dep in {target} | _ancestors(target):
-                if dep != name and dep not in _ancestors(name):
-                    edges.add(dep)
+            # The module named is an edge even when it is the importer's own package
+            # (`import the_loop.cli` from the_loop.cli.app); the packages Python loads on
+            # the way to it are edges unless they already contain the importer.
+            if target != name:
+                edges.add(target)
+            edges.update(dep for dep in _ancestors(target)
+                         if dep != name and dep not in _ancestors(name))
         graph[name] = edges
     return graph
 
@@ -99,6 +104,8 @@ def test_the_walker_finds_a_cycle_through_an_import_inside_a_function(tmp_path: 
     graph = import_graph(pkg)
     assert graph["pkg.a"] == {"pkg.sub", "pkg.sub.b"}  # the package comes with its module
     assert graph["pkg.sub.b"] == {"pkg.a"}  # a relative import; its own package is not an edge
+    (pkg / "sub" / "c.py").write_text("import pkg.sub\n")
+    assert import_graph(pkg)["pkg.sub.c"] == {"pkg.sub"}  # naming its package is one
     assert find_cycle(graph) in (["pkg.a", "pkg.sub", "pkg.sub.b", "pkg.a"],
                                  ["pkg.a", "pkg.sub.b", "pkg.a"])
 
