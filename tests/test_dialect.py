@@ -97,3 +97,14 @@ def test_the_server_answers_and_reports_the_ignored_keys_to_its_host() -> None:
                       "params": {"respawn": 1}})
     handle_request(Echo(), bad.encode(), on_call=calls.append)
     assert calls[-1].status == "error -32602"
+
+
+def test_ignored_keys_reach_the_log_printable_and_bounded() -> None:
+    calls: list[CallRecord] = []
+    params: dict[str, Any] = {f"k{i}": i for i in range(50)}
+    params["evil\nthe-loop: fake line"] = 1
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "phase_changed", "params": params})
+    handle_request(Echo(), body.encode(), on_call=calls.append)
+    listed = calls[0].ignored
+    assert len(listed) == 21 and listed[-1] == "… 31 more"
+    assert all("\n" not in name for name in listed)

@@ -66,6 +66,19 @@ def test_a_100k_deep_body_is_a_parse_error_and_the_server_keeps_serving() -> Non
         still_serves(server.url)
 
 
+def test_a_5000_digit_integer_in_the_body_is_a_parse_error_naming_it() -> None:
+    body = (b'{"jsonrpc":"2.0","method":"session_spawn","id":1,"params":{"work_item":'
+            b'{"number":' + b"7" * 5000 + b"}}}")
+    with HookServer(Shout()) as server:
+        status, answer = raw(server.url, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                             + str(len(body)).encode(), body)
+        assert status == 200
+        assert json.loads(answer)["error"] == {
+            "code": -32700,
+            "message": "parse error: the body holds an integer too long to read"}
+        still_serves(server.url)
+
+
 @pytest.mark.parametrize(("length", "status", "says"), [
     (HUGE_LENGTH.decode(), 413, "a Content-Length of 5000 digits"),
     ("١٢", 400, "bad Content-Length"),  # Arabic-Indic digits: str.isdigit() says yes

@@ -24,10 +24,15 @@ from the_loop.cli._common import config_of
 from the_loop.errors import LoopError, UsageError
 from the_loop.hooks.declaration import ENV_RE
 from the_loop.hooks.hosted import declared_executor, policy_executor
-from the_loop.hooks.jsonrpc import AnyExecutor, CallRecord, OnCall, served_points
+from the_loop.hooks.jsonrpc import (
+    AnyExecutor,
+    CallRecord,
+    OnCall,
+    first_sighting_log,
+    served_points,
+)
 from the_loop.hooks.loading import load_executor
 from the_loop.hooks.server import HookServer
-from the_loop.hooks.wsgi import first_sighting_log
 from the_loop.util import is_loopback
 
 CLI_NAMES = {"path": "--path", "module": "--module", "executor": "--executor", "with": "--with"}

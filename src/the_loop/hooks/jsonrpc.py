@@ -22,6 +22,9 @@ It is the whole server logic, for any HTTP framework (`HookServer`, the WSGI app
 from __future__ import annotations
 
 import json
+import re
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +56,10 @@ _MEMBERS = frozenset(("jsonrpc", "method", "params", "id"))
 _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
                int: "a number", float: "a number", type(None): "null"}
 
+MAX_LISTED = 20  # ignored keys named per call record
+MAX_SEEN = 1000  # distinct (point, key) pairs `first_sighting_log` remembers
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
 AnyExecutor = LifecycleHooks | Executor
 _CLASS_POINTS: dict[type, tuple[str, ...]] = {}
 
@@ -68,6 +75,35 @@ class CallRecord:
 
 
 OnCall = Callable[[CallRecord], None]
+
+
+def _listed(keys: list[str]) -> tuple[str, ...]:
+    """Ignored keys as a log may show them: printable, at most `MAX_LISTED` (a caller
+    chooses these names, so a newline or a thousand keys must not reach a log line)."""
+    shown = tuple(k if _PLAIN.fullmatch(k) else json.dumps(k)[:66] for k in keys[:MAX_LISTED])
+    extra = len(keys) - len(shown)
+    return (*shown, f"… {extra} more") if extra > 0 else shown
+
+
+def first_sighting_log() -> OnCall:
+    """An `on_call` that writes each ignored key to stderr once per point (not per call),
+    for the first `MAX_SEEN` distinct keys; a caller inventing names cannot fill memory."""
+    seen: set[tuple[str, str]] = set()
+    lock = threading.Lock()
+
+    def record(call: CallRecord) -> None:
+        if not call.ignored:
+            return
+        with lock:
+            new = [k for k in call.ignored if (call.point, k) not in seen]
+            if len(seen) >= MAX_SEEN:
+                return
+            seen.update((call.point, k) for k in new)
+        if new:
+            print(f"the-loop: {call.point}: ignoring field(s) this catalog does not know: "
+                  f"{', '.join(new)}", file=sys.stderr, flush=True)
+
+    return record
 
 
 def handle_request(executor: AnyExecutor, body: bytes, *, on_call: OnCall | None = None) -> bytes:
@@ -106,9 +142,10 @@ def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None) ->
         text = body if isinstance(body, str) else bytes(body)
         doc = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
-        why = ("not UTF-8" if isinstance(exc, UnicodeDecodeError) else
-               "nested too deep to read" if isinstance(exc, RecursionError) else "not JSON")
-        return _dumps(_error(None, PARSE_ERROR, f"parse error: the body is {why}"))
+        why = ("is not UTF-8" if isinstance(exc, UnicodeDecodeError) else
+               "is nested too deep to read" if isinstance(exc, RecursionError) else
+               "holds an integer too long to read" if "digits" in str(exc) else "is not JSON")
+        return _dumps(_error(None, PARSE_ERROR, f"parse error: the body {why}"))
     if isinstance(doc, list):
         if not doc:
             return _dumps(_error(None, INVALID_REQUEST, "invalid request: an empty batch"))
@@ -156,7 +193,7 @@ def _one(executor: AnyExecutor, req: Any, on_call: OnCall | None) -> dict[str, A
         error = answer.get("error")
         on_call(CallRecord(
             method, f"error {error['code']}" if error else "ok",
-            (time.perf_counter() - started) * 1000.0, tuple(ignored),
+            (time.perf_counter() - started) * 1000.0, _listed(ignored),
         ))
     return answer if "id" in req else None
 

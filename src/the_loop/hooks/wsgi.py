@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +32,13 @@ from typing import TYPE_CHECKING, Any
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError, LoopError
 from the_loop.hooks.hosted import declared_executor, policy_executor
-from the_loop.hooks.jsonrpc import AnyExecutor, CallRecord, OnCall, handle_request, health_body
+from the_loop.hooks.jsonrpc import (
+    AnyExecutor,
+    OnCall,
+    first_sighting_log,
+    handle_request,
+    health_body,
+)
 from the_loop.hooks.loading import load_executor
 from the_loop.hooks.wire import http_reply, reason_of
 
@@ -71,24 +75,6 @@ def make_wsgi_app(executor: AnyExecutor, token_env: str = "", *,
         return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [reply.body]
 
     return app
-
-
-def first_sighting_log() -> OnCall:
-    """An `on_call` that writes each ignored key to stderr once per point (not per call)."""
-    seen: set[tuple[str, str]] = set()
-    lock = threading.Lock()
-
-    def record(call: CallRecord) -> None:
-        if not call.ignored:
-            return
-        with lock:
-            new = [k for k in call.ignored if (call.point, k) not in seen]
-            seen.update((call.point, k) for k in new)
-        if new:
-            print(f"the-loop: {call.point}: ignoring field(s) this catalog does not know: "
-                  f"{', '.join(new)}", file=sys.stderr, flush=True)
-
-    return record
 
 
 def app_from_env(environ: Mapping[str, str] | None = None) -> WSGIApplication:
