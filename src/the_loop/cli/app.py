@@ -8,13 +8,17 @@ A new command is one line in one of these tables.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from the_loop import __version__
 from the_loop.cli import demo, events, hooks, init, items, loop, policy, replay, serve
 from the_loop.errors import LoopError
+from the_loop.hooks.chain import exception_line
+from the_loop.hooks.interrupt import install as install_interrupt
 
 Register = Callable[[Any], None]
 
@@ -87,6 +91,7 @@ def _config_everywhere(parser: argparse.ArgumentParser) -> None:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
+    install_interrupt()  # a real Ctrl-C is told apart from a hook's own KeyboardInterrupt
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
     func = getattr(args, "func", None)
@@ -104,3 +109,25 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 1
+    except Exception as exc:  # the last guard: one line, never a traceback (issue 11 rule 7)
+        print(f"the-loop: {unexpected(exc)}", file=sys.stderr)
+        return 1
+
+
+def unexpected(exc: Exception) -> str:
+    """One line for an error no command turned into a `LoopError`.
+
+    An OS error names the file and what the system said; anything else is a bug of ours,
+    said plainly; `THE_LOOP_DEBUG=1` prints the traceback as well.
+    """
+    if os.environ.get("THE_LOOP_DEBUG"):
+        traceback.print_exc()
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exception_line(exc)}; check the path and its permissions"
+    if isinstance(exc, MemoryError):
+        return "out of memory; an input is too large (see docs/security.md)"
+    return (
+        f"unexpected error: {exception_line(exc)}. This is a bug in the-loop; run again with "
+        "THE_LOOP_DEBUG=1 for the traceback and report it"
+    )

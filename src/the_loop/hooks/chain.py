@@ -7,8 +7,15 @@ Rules, each tested by name in tests/test_chain.py:
   nothing behind.
 - Only decisions are read back; a changed fact or unknown attribute is dropped and recorded.
 - A decision of the wrong type fails that executor and changes nothing (never coerced).
-- An executor that raises (SystemExit included) or answers the wrong thing is recorded as
-  `hooks.failed` and skipped; the chain never raises into its caller.
+- An executor that raises anything at all — any `BaseException`: `SystemExit`,
+  `GeneratorExit`, `asyncio.CancelledError`, a `KeyboardInterrupt` it raised itself, a custom
+  subclass — or answers the wrong thing is recorded as `hooks.failed` and skipped; the chain
+  never raises into its caller. A sync hook cannot receive a real task cancellation (that
+  arrives at an `await`, never inside a call), so a `CancelledError` is always the hook's own.
+- The one exception that leaves the chain is a real Ctrl-C of our own process, told apart
+  by `interrupt.is_real` (see `interrupt.py`: our SIGINT handler marks the object it raises;
+  the daemons' handlers never raise at all).
+- An error message quotes at most `MAX_ERROR` characters of what the hook raised.
 - A failing `required` executor at a point with `proceed` refuses, naming the hook.
 - A refusal sticks: once `proceed` is false, a later executor cannot set it back to true.
 """
@@ -30,11 +37,16 @@ from the_loop.hooks.executor import (
     default_points,
     handler_for,
 )
+from the_loop.hooks.interrupt import install as _install_interrupt
+from the_loop.hooks.interrupt import reraise_if_real
 from the_loop.hooks.points import POINTS, SPECS, Context, WorkItem
 
 C = TypeVar("C", bound=Context)
 
 _PY_TYPES: dict[str, type] = {"str": str, "bool": bool}
+#: The longest description of a hook's exception the chain records (a hook may raise with a
+#: message of any size; the event log and a refusal's reason quote only this much).
+MAX_ERROR = 500
 
 
 class _Shape:
@@ -126,6 +138,7 @@ class Chain:
     """Executors in declaration order, pre-sorted by point at construction."""
 
     def __init__(self, links: Iterable[Link] = (), *, log: EventLog | None = None) -> None:
+        _install_interrupt()  # a real Ctrl-C stays distinguishable from a hook's own
         self.links: tuple[Link, ...] = tuple(links)
         self.log = log if log is not None else EventLog()
         self._by_point: dict[str, tuple[tuple[str, Callable[[Any], Any], bool], ...]] = {}
@@ -200,8 +213,9 @@ class Chain:
             try:
                 answer = fn(work)
             except HookError as exc:
-                answer, error = None, str(exc) or "HookError"
-            except (Exception, SystemExit, GeneratorExit) as exc:
+                answer, error = None, _describe(exc, plain=True)
+            except BaseException as exc:  # anything a hook raises is its own failure (rule 3)
+                reraise_if_real(exc)
                 answer, error = None, _describe(exc)
             else:
                 if answer is None and not trace:
@@ -247,10 +261,11 @@ class Chain:
         detail: dict[str, Any] = {}
         if not error and answer is not None:
             changes, dropped, error = read_answer(state, answer)
-            if isinstance(answer, Decisions) and not error:
+            if not error and isinstance(answer, Decisions):
                 try:
                     detail = {str(k): v for k, v in answer.detail.items()}
-                except Exception as exc:  # a hostile patch whose detail is not a mapping
+                except BaseException as exc:  # a hostile patch whose detail is not a mapping
+                    reraise_if_real(exc)
                     error = f"its answer could not be read back: {describe_exception(exc)}"
         if error:
             changes, dropped, detail = {}, [], {}
@@ -318,7 +333,8 @@ def read_answer(state: Context, answer: Any) -> tuple[dict[str, Any], list[str],
             error = _read_patch(shape, state, answer.values, changes, dropped)
         else:
             error = _wrong_answer(type(state), answer)
-    except Exception as exc:  # a hostile answer (a fact whose __eq__ raises, …)
+    except BaseException as exc:  # a hostile answer (a fact whose __eq__ raises, …)
+        reraise_if_real(exc)
         error = f"its answer could not be read back: {describe_exception(exc)}"
     if error:
         changes = {}
@@ -330,14 +346,37 @@ def describe_exception(exc: BaseException) -> str:
     return _describe(exc)
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, *, plain: bool = False) -> str:
+    """`Type: message` (just the message when `plain`), at most `MAX_ERROR` characters."""
+    if isinstance(exc, SystemExit):
+        try:
+            code = exc.code
+            shown = repr(code) if isinstance(code, (int, type(None))) else repr(str(code))
+        except BaseException as inner:  # a code whose str() raises
+            reraise_if_real(inner)
+            shown = "…"
+        return clip(f"the hook called sys.exit({shown})")
+    return exception_line(exc, plain=plain)
+
+
+def exception_line(exc: BaseException, *, plain: bool = False) -> str:
+    """`Type: message` for any exception, never raising, at most `MAX_ERROR` characters."""
+    kind = type(exc).__name__
     try:
-        if isinstance(exc, SystemExit):
-            return f"the hook called sys.exit({exc.code!r})"
         text = str(exc)
-    except Exception:  # an exception whose message itself raises
+    except BaseException as inner:  # an exception whose message itself raises
+        reraise_if_real(inner)
         text = "(its message could not be printed)"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if plain:
+        return clip(text) or kind
+    return clip(f"{kind}: {text}" if text else kind)
+
+
+def clip(text: str, limit: int = MAX_ERROR) -> str:
+    """`text` cut to `limit` characters, with a mark saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
 def _wrong_answer(cls: type[Context], answer: object) -> str:
@@ -401,4 +440,5 @@ def _read_patch(
     return ""
 
 
-__all__ = ["Chain", "Link", "Outcome", "Step", "WorkItem", "copy_context"]
+__all__ = ["MAX_ERROR", "Chain", "Link", "Outcome", "Step", "WorkItem", "clip", "copy_context",
+           "exception_line"]

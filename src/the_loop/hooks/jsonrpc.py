@@ -32,6 +32,7 @@ from typing import Any
 
 from the_loop import __version__
 from the_loop.hooks.chain import copy_context, describe_exception, read_answer
+from the_loop.hooks.interrupt import reraise_if_real
 from the_loop.hooks.dialect import read_params
 from the_loop.hooks.executor import (
     Executor,
@@ -113,7 +114,8 @@ def handle_request(executor: AnyExecutor, body: bytes, *, on_call: OnCall | None
     """
     try:
         return _handle(executor, body, on_call)
-    except Exception as exc:  # a bug here must still answer valid JSON-RPC
+    except BaseException as exc:  # a bug (or a hook's BaseException) still answers JSON-RPC
+        reraise_if_real(exc)
         return _dumps(_error(None, INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
 
 
@@ -218,7 +220,8 @@ def _call(
         answer = handler_for(executor, point)(copy_context(ctx))
     except HookError as exc:
         return _error(rid, HOOK_RAISED, f"hook {name} failed at {point}: {exc}")
-    except (Exception, SystemExit, GeneratorExit) as exc:
+    except BaseException as exc:  # anything the hook raises is its failure (issue 11 rule 3)
+        reraise_if_real(exc)
         return _error(rid, HOOK_RAISED, f"hook {name} raised at {point}: {describe_exception(exc)}")
     # Read the answer back exactly as the chain does: decisions only, typed, never coerced.
     changes, _dropped, error = read_answer(ctx, answer)

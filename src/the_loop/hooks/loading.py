@@ -17,9 +17,11 @@ from typing import Any
 
 from the_loop.errors import ConfigError, HooksConfigError, LoopError
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link
+from the_loop.hooks.chain import Chain, Link, exception_line
 from the_loop.hooks.declaration import HookEntry, parse_hooks
 from the_loop.hooks.executor import Executor, LifecycleHooks, default_points
+from the_loop.hooks.interrupt import install as install_interrupt
+from the_loop.hooks.interrupt import reraise_if_real
 from the_loop.hooks.points import POINTS
 
 
@@ -93,9 +95,10 @@ def construct(
     try:
         built: LifecycleHooks = cls(**entry.with_)
         return built
-    except (Exception, SystemExit) as exc:
+    except BaseException as exc:  # whatever a hook's constructor raises fails its entry
+        reraise_if_real(exc)
         raise _fail(entry, "with", f"constructing {cls.__name__}(**with) failed: "
-                                   f"{type(exc).__name__}: {exc}", at_key=False) from None
+                                   f"{exception_line(exc)}", at_key=False) from None
 
 
 def _import_installed(name: str) -> ModuleType:
@@ -138,11 +141,10 @@ def _import(entry: HookEntry) -> ModuleType:
         return module
     except HooksConfigError:
         raise
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
+    except BaseException as exc:  # whatever a hook module raises at import fails its entry
+        reraise_if_real(exc)
         raise _fail(entry, key, f"cannot import {entry.target!r}: "
-                                f"{type(exc).__name__}: {exc}") from None
+                                f"{exception_line(exc)}") from None
 
 
 def _pick_class(entry: HookEntry, module: ModuleType, names: dict[str, str]) -> Any:
@@ -230,6 +232,7 @@ def load_chain(config_path: str | os.PathLike[str], *, log: EventLog | None = No
     """Read cli-config.yaml and build its chain; raises `HooksConfigError` on any error."""
     from the_loop.config import read_config
 
+    install_interrupt()  # before any hook code runs: a real Ctrl-C stays recognisable
     try:
         config = read_config(Path(config_path))
     except ConfigError as exc:
