@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from the_loop import yamlsafe
-from the_loop.errors import ConfigError
+from the_loop.errors import ConfigError, quote
 from the_loop.util import closest
 
 ENV_VAR = "THE_LOOP_CLI_CONFIG"
@@ -104,16 +104,18 @@ def read_config(path: Path | None) -> Config:
     if path is None:
         return Config(None, {})
     try:
-        text = path.read_text(encoding="utf-8")
+        data = yamlsafe.load_file(path)
     except FileNotFoundError:
         raise ConfigError(
             f"{path}: no such file. Pass --config PATH, set ${ENV_VAR}, or run "
             "`the-loop init` to write ./.the-loop/cli-config.yaml"
         ) from None
+    except IsADirectoryError:
+        raise ConfigError(
+            f"{path}: is a folder; name the cli-config.yaml file in it"
+        ) from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        data = yamlsafe.load(text)
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML {yamlsafe.describe_error(exc)}") from None
     if data is None:
@@ -126,14 +128,14 @@ def read_config(path: Path | None) -> Config:
         if key not in TOP_LEVEL_KEYS:
             hint = closest(str(key), tuple(TOP_LEVEL_KEYS))
             raise ConfigError(
-                f"{path}: unknown top-level key {key!r}"
+                f"{path}: unknown top-level key {quote(key)}"
                 + (f" (did you mean {hint!r}?)" if hint else "")
                 + f". Allowed keys: {', '.join(TOP_LEVEL_KEYS)}"
             )
     for key in ("loop", "stateDir"):
         if key in data and not isinstance(data[key], str):
             raise ConfigError(
-                f"{path}: {key} must be a string (got {data[key]!r} that is "
+                f"{path}: {key} must be a string (got {quote(data[key])} that is "
                 f"{type(data[key]).__name__})"
             )
     return Config(path, data)

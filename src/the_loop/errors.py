@@ -1,12 +1,33 @@
-"""The error tree: one base, turned into exit codes by the CLI's top-level handler.
+"""Every error a user or an embedder can meet, under one base; the CLI turns them into exit codes.
 
-    LoopError                 exit 1: something a person must fix (the message says what)
-     ├── ConfigError          cli-config.yaml cannot be read or is malformed
-     │    └── HooksConfigError  the hooks declaration is malformed (names the entry and key)
-     └── UsageError           exit 2: the command line itself is wrong
+    LoopError                   exit 1: something a person must fix (the message says what)
+     ├── ConfigError            cli-config.yaml cannot be read or is malformed
+     │    └── HooksConfigError  the hooks declaration cannot load (.entry, .key)
+     ├── PolicyError            a policy folder cannot load (.errors: every problem, .folder)
+     ├── ExpressionError        a JMESPath expression does not compile (.kind, .column, …)
+     ├── HookError              a hook failed, with a message for a person; the chain records
+     │                          it as `hooks.failed` and never lets it out (also raised by the
+     │                          remote and policy executors)
+     ├── TrackerError           a ref that does not exist or cannot be parsed; a refused change
+     └── UsageError             exit 2: the command line itself is wrong
+
+Foreign and internal exceptions are converted once, at one boundary each, and never reach a
+user: jmespath's parse errors become `ExpressionError` where the policy compiles an expression
+(`hooks.policy.expressions`); YAML errors (`yamlsafe`'s bounds included) become the reading
+file's `ConfigError` or `PolicyError`; socket, HTTP and JSON errors of a remote hook become
+`HookError` in `hooks.remote`; whatever a hook raises becomes a `hooks.failed` record in the
+chain. Anything else reaching the CLI's last guard is a bug of ours, said in one line.
+
+`quote(value)` is how every message shows a value: a bounded prefix, never a whole repr.
 """
 
 from __future__ import annotations
+
+import reprlib
+from typing import Any
+
+#: The most characters of a value any error message quotes.
+QUOTE_LIMIT = 80
 
 
 class LoopError(Exception):
@@ -35,7 +56,114 @@ class HooksConfigError(ConfigError):
         self.detail = detail or message
 
 
+class PolicyError(LoopError):
+    """A policy folder cannot load; `.errors` holds every problem found, one message each."""
+
+    def __init__(self, errors: list[str], *, folder: str = "") -> None:
+        self.errors = list(errors)
+        self.folder = folder
+        if len(self.errors) == 1:
+            text = self.errors[0]
+        else:
+            where = f" in policy folder {folder}" if folder else ""
+            text = f"{len(self.errors)} errors{where}:\n" + "\n".join(
+                f"  {e}" for e in self.errors
+            )
+        super().__init__(text)
+
+
+class ExpressionError(LoopError):
+    """A JMESPath expression does not compile.
+
+    `kind` is one of `EXPRESSION_ERROR_KINDS`; `column` is 1-based (0: unknown); `detail` is
+    the parser's word for the problem; `function`, `expected` and `got` describe a call with
+    the wrong number of arguments or an unknown function (`function` only).
+    """
+
+    def __init__(
+        self, kind: str, message: str, *, column: int = 0, detail: str = "",
+        function: str = "", expected: int | None = None, got: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.column = column
+        self.detail = detail
+        self.function = function
+        self.expected = expected
+        self.got = got
+
+
+#: What `ExpressionError.kind` may be.
+EXPRESSION_ERROR_KINDS = (
+    "empty", "incomplete", "lexer", "syntax", "arity", "variadic-arity", "unknown-function",
+    "too-deep",
+)
+
+
+class HookError(LoopError):
+    """A hook failed with a message meant for a person (no traceback needed)."""
+
+
+class TrackerError(LoopError):
+    """A ref that does not exist or cannot be parsed, or a tracker that refused a change."""
+
+
 class UsageError(LoopError):
     """The command line is wrong; exit code 2."""
 
     exit_code = 2
+
+
+_repr = reprlib.Repr()
+_repr.maxstring = QUOTE_LIMIT
+_repr.maxother = QUOTE_LIMIT
+_repr.maxlevel = 3
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 6
+
+
+def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """`text` cut to `limit` characters, with a mark saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """A bounded repr of `value` for an error message: at most about `limit` characters.
+
+    Containers are cut by depth and length before anything is built, so a value of any size
+    (a billion-laughs list, a 5,000-digit integer) costs a bounded amount to show.
+    """
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        if value.bit_length() > 200:
+            return f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+        text = repr(value)
+    elif isinstance(value, str):
+        text = repr(value[: limit + 1])
+        if len(value) > limit:
+            text = repr(value[:limit])[:-1] + "…" + text[-1] + f" ({len(value)} characters)"
+        return text
+    else:
+        try:
+            text = _repr.repr(value)
+        except Exception:  # a hostile __repr__: say what it is instead
+            text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+__all__ = [
+    "EXPRESSION_ERROR_KINDS",
+    "QUOTE_LIMIT",
+    "ConfigError",
+    "ExpressionError",
+    "HookError",
+    "HooksConfigError",
+    "LoopError",
+    "PolicyError",
+    "TrackerError",
+    "UsageError",
+    "clip",
+    "quote",
+]

@@ -1,22 +1,57 @@
-"""A safe YAML loader for operator files: YAML 1.2 booleans and no silent duplicate keys.
+"""A safe YAML loader for operator files: YAML 1.2 booleans, no duplicate keys, bounded input.
 
 PyYAML follows YAML 1.1, where a bare `on:` key is the boolean True and `enabled: yes` is
 True. Our files document `on:` as a key, so only `true`/`false` are booleans here; `yes`,
 `no`, `on` and `off` stay strings (and a bool-typed key given `yes` fails with a clear
 message instead of guessing). A key given twice in one mapping — for example `on:` and
 `"on":` — is an error, not "the last one wins".
+
+Bounded (issue 11 rule 6): a file is at most `MAX_BYTES`, must be UTF-8 text, and its aliases
+may add at most `ALIAS_BUDGET` nodes to the document once expanded (a 600-byte
+"billion laughs" file would otherwise expand to 10^9 nodes the moment anything walks it); the
+check counts each node once, so it is linear in the file. An integer has at most
+`MAX_INT_DIGITS` digits. Each breach is a `yaml.YAMLError` with the line and column, so every
+caller's existing "not valid YAML at line L, column C: …" message covers it.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from the_loop.errors import quote
+
+#: The largest operator YAML file read (cli-config.yaml, a policy or graph file).
+MAX_BYTES = 8 * 1024 * 1024
+#: How many nodes aliases (`*name`, `<<: *name`) may add to a document, in total.
+ALIAS_BUDGET = 10_000
+#: The most digits an integer may have (far beyond any port, timeout or count).
+MAX_INT_DIGITS = 100
+
 
 class DuplicateKeyError(yaml.constructor.ConstructorError):
     """A mapping gave the same key twice."""
+
+
+class TooLargeError(yaml.YAMLError):
+    """The input is past a bound: file size, alias expansion, digits of an integer."""
+
+    def __init__(self, problem: str, mark: Any = None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = mark
+
+
+class NotTextError(yaml.YAMLError):
+    """The file is not UTF-8 text."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = None
 
 
 # libyaml's parser when PyYAML was built with it (about 10x faster on a 1,000-rule file);
@@ -25,7 +60,24 @@ _Base: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class OperatorLoader(_Base):  # type: ignore[misc]
-    """A safe loader with YAML 1.2 booleans and duplicate-key detection."""
+    """A safe loader with YAML 1.2 booleans, duplicate-key detection and input bounds."""
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _check_aliases(node)
+        return self.construct_document(node)
+
+    def construct_yaml_int(self, node: Any) -> int:
+        digits = len(str(node.value).lstrip("+-").replace("_", ""))
+        if digits > MAX_INT_DIGITS:
+            raise TooLargeError(
+                f"an integer of {digits} digits; at most {MAX_INT_DIGITS} (quote it if it "
+                "is meant as text)", node.start_mark,
+            )
+        value: int = yaml.constructor.SafeConstructor.construct_yaml_int(self, node)
+        return value
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
@@ -43,13 +95,56 @@ class OperatorLoader(_Base):  # type: ignore[misc]
                 if key in seen:
                     raise DuplicateKeyError(
                         "while constructing a mapping", node.start_mark,
-                        f"found the key {key!r} twice", key_node.start_mark,
+                        f"found the key {quote(key)} twice", key_node.start_mark,
                     )
                 seen[key] = True
         mapping: dict[Any, Any] = yaml.constructor.SafeConstructor.construct_mapping(
             self, node, deep=deep
         )
         return mapping
+
+
+OperatorLoader.add_constructor("tag:yaml.org,2002:int", OperatorLoader.construct_yaml_int)
+
+
+def _check_aliases(root: Any) -> None:
+    """Refuse a document whose aliases add more than `ALIAS_BUDGET` nodes once expanded.
+
+    The composed graph shares one node per anchor; its expanded size is computed bottom-up
+    with each node's size remembered, so the check is linear in the number of distinct
+    nodes however large the expansion would be.
+    """
+    sizes: dict[int, int] = {}
+    distinct = 0
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if key in sizes and not done:
+            continue
+        children = _children(node)
+        if not done:
+            sizes[key] = 0  # visiting: a cycle back to here counts as 1 (never expanded)
+            distinct += 1
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in sizes)
+            continue
+        total = 1 + sum(sizes.get(id(c), 0) or 1 for c in children)
+        sizes[key] = total
+        if total - distinct > ALIAS_BUDGET:
+            raise TooLargeError(
+                f"aliases expand this document past {ALIAS_BUDGET} extra nodes (a "
+                "\"billion laughs\" file?); write the values out, or anchor less",
+                getattr(node, "start_mark", None),
+            )
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
 
 
 # Rebuild the implicit resolvers so only true/false (any case) resolve to bool.
@@ -66,13 +161,40 @@ OperatorLoader.add_implicit_resolver(
 
 def load(text: str) -> Any:
     """Parse operator YAML; raises `yaml.YAMLError` (with marks) on bad input."""
+    if len(text) > MAX_BYTES:
+        raise TooLargeError(f"{len(text)} characters; at most {MAX_BYTES}")
     # OperatorLoader derives from SafeLoader: no arbitrary object construction.
     return yaml.load(text, Loader=OperatorLoader)
 
 
+def read_text(path: Path) -> str:
+    """The file as text: raises `OSError`, or a `yaml.YAMLError` for a file too large or not
+    UTF-8 (with the offset of the first bad byte)."""
+    with path.open("rb") as fh:
+        data = fh.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise TooLargeError(
+            f"the file is larger than {MAX_BYTES // (1024 * 1024)} MiB; an operator file is "
+            "far smaller (is this the right file?)"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise NotTextError(
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save it "
+            "as UTF-8, or name the right file"
+        ) from None
+
+
+def load_file(path: Path) -> Any:
+    """`load(read_text(path))`: raises `OSError` or `yaml.YAMLError`."""
+    return load(read_text(path))
+
+
 def describe_error(exc: yaml.YAMLError) -> str:
-    """'at line L, column C: problem' for a YAML error."""
+    """'at line L, column C: problem' for a YAML error (the problem cut to a readable size)."""
     mark = getattr(exc, "problem_mark", None)
     where = f"at line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
     problem = getattr(exc, "problem", None) or str(exc)
-    return where + str(problem)
+    text = str(problem)
+    return where + (text if len(text) <= 300 else text[:300] + "…")

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from the_loop.errors import clip as _clip
 from the_loop.events import EventLog
 from the_loop.hooks.executor import (
     Decisions,
@@ -346,6 +347,11 @@ def describe_exception(exc: BaseException) -> str:
     return _describe(exc)
 
 
+def clip(text: str, limit: int = MAX_ERROR) -> str:
+    """`text` cut to `limit` characters (default `MAX_ERROR`), saying how much was left out."""
+    return _clip(text, limit)
+
+
 def _describe(exc: BaseException, *, plain: bool = False) -> str:
     """`Type: message` (just the message when `plain`), at most `MAX_ERROR` characters."""
     if isinstance(exc, SystemExit):
@@ -370,13 +376,6 @@ def exception_line(exc: BaseException, *, plain: bool = False) -> str:
     if plain:
         return clip(text) or kind
     return clip(f"{kind}: {text}" if text else kind)
-
-
-def clip(text: str, limit: int = MAX_ERROR) -> str:
-    """`text` cut to `limit` characters, with a mark saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
 def _wrong_answer(cls: type[Context], answer: object) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from the_loop.errors import HooksConfigError
+from the_loop.errors import HooksConfigError, quote
 from the_loop.hooks.points import POINTS, unknown_point_message
 from the_loop.util import closest, url_may_carry_token
 from the_loop.util import is_loopback as is_loopback  # re-exported: cli/serve.py imports it here
@@ -78,7 +78,7 @@ class HookEntry:
 
 
 def _got(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})"
+    return f"{quote(value)} ({type(value).__name__})"
 
 
 class _Entry:

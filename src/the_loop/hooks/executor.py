@@ -1,4 +1,7 @@
-"""The executor base class a hook author subclasses, and the internal executor protocol."""
+"""The executor base class a hook author subclasses, and the internal executor protocol.
+
+`HookError` (defined in `the_loop.errors`) is re-exported here for hook authors.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from the_loop.errors import HookError as HookError
 from the_loop.hooks.points import (
     Context,
     InputReceived,
@@ -16,10 +20,6 @@ from the_loop.hooks.points import (
     WorkItemComplete,
     WorkItemStart,
 )
-
-
-class HookError(Exception):
-    """A hook failed with a message meant for a person (no traceback needed)."""
 
 
 @dataclass

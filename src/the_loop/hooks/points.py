@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from the_loop.errors import quote
 from the_loop.hooks.compat import ContextMethods, WorkItemMethods
 from the_loop.util import closest as closest  # re-exported: the policy modules import it here
 
@@ -368,7 +369,7 @@ for _cls in CONTEXT_CLASSES:
 def unknown_point_message(name: object) -> str:
     """The message for a name outside the catalog, listing the valid points."""
     hint = closest(name, tuple(POINTS)) if isinstance(name, str) else None
-    text = f"{name!r} is not a lifecycle point"
+    text = f"{quote(name)} is not a lifecycle point"
     if isinstance(name, str) and (name.startswith("hooks.") or "." in name):
         text += " (it looks like an event type; events are records, not hook points)"
     text += f"; did you mean {hint!r}?" if hint else "."

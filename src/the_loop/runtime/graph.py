@@ -88,7 +88,7 @@ def load_graph(spec: str) -> Graph:
         return builtin_graph()
     path = Path(spec)
     try:
-        data = yamlsafe.load(path.read_text(encoding="utf-8"))
+        data = yamlsafe.load_file(path)
     except OSError as exc:
         raise ConfigError(f"graph {path}: cannot read: {exc.strerror}") from None
     except yaml.YAMLError as exc:

@@ -8,34 +8,30 @@ from __future__ import annotations
 
 import re
 
+from the_loop.errors import ExpressionError
 from the_loop.hooks.points import SPECS, WORK_ITEM_FIELDS, closest
 
 
-def describe_compile_error(shown: str, text: str, exc: Exception) -> str:
-    """What is wrong with expression `text` and at which column, from a jmespath exception."""
-    position = getattr(exc, "lex_position", None)
-    kind = type(exc).__name__
-    if kind == "EmptyExpressionError":
+def describe_compile_error(shown: str, text: str, exc: ExpressionError) -> str:
+    """What is wrong with expression `text` and at which column, from its `ExpressionError`."""
+    if exc.kind == "empty":
         return f"{shown} is empty; write an expression or remove the key"
-    if kind == "IncompleteExpressionError":
-        return f"{shown} is incomplete: it ends at column {len(text) + 1} where more was expected"
-    if kind == "LexerError":
-        message = getattr(exc, "message", "") or "unknown token"
-        col = position + 1 if isinstance(position, int) else 1
-        return f"syntax error in {shown} at column {col}: {message}"
-    if kind in ("ArityError", "VariadictArityError"):
-        name = str(getattr(exc, "function_name", ""))
-        want = getattr(exc, "expected_arity", "?")
-        got = getattr(exc, "actual_arity", "?")
-        least = "at least " if kind == "VariadictArityError" else ""
+    if exc.kind == "incomplete":
+        return f"{shown} is incomplete: it ends at column {exc.column} where more was expected"
+    if exc.kind == "lexer":
+        return f"syntax error in {shown} at column {exc.column}: {exc.detail}"
+    if exc.kind in ("arity", "variadic-arity"):
+        want = "?" if exc.expected is None else exc.expected
+        got = "?" if exc.got is None else exc.got
+        least = "at least " if exc.kind == "variadic-arity" else ""
         return (
-            f"{shown} calls {name}() with {got} argument(s) at column "
-            f"{_column_of_call(text, name)}; it takes {least}{want}"
+            f"{shown} calls {exc.function}() with {got} argument(s) at column "
+            f"{_column_of_call(text, exc.function)}; it takes {least}{want}"
         )
-    if kind == "UnknownFunctionError":
+    if exc.kind == "unknown-function":
         from the_loop.hooks.policy.functions import PolicyFunctions
 
-        m = re.search(r"function:?\s*([A-Za-z_][A-Za-z0-9_]*)", str(exc))
+        m = re.search(r"function:?\s*([A-Za-z_][A-Za-z0-9_]*)", exc.detail)
         name = m.group(1) if m else "?"
         names = sorted(PolicyFunctions.FUNCTION_TABLE)  # JMESPath's built-ins and ours
         hint = closest(name, names)
@@ -44,13 +40,10 @@ def describe_compile_error(shown: str, text: str, exc: Exception) -> str:
             + (f"; did you mean {hint}()?" if hint else "")
             + f" Functions: {', '.join(names)}"
         )
-    if isinstance(position, int):
-        token = getattr(exc, "token_value", None)
-        what = f"unexpected {token!r}" if token not in (None, "") else "unexpected token"
-        if str(getattr(exc, "token_type", "")).lower() == "number":
-            what = (f"unexpected number {token}; a number literal takes backquotes in "
-                    f"JMESPath: `{token}`")
-        return f"syntax error in {shown} at column {position + 1}: {what}"
+    if exc.kind == "syntax" and exc.column:
+        return f"syntax error in {shown} at column {exc.column}: {exc.detail}"
+    if exc.kind == "bad-regex":
+        return f"{shown} at column {exc.column}: {exc}"
     return f"{shown} does not compile: {exc}"
 
 

@@ -15,10 +15,14 @@ built-in functions). :data:`POLICY_FUNCTIONS` describes each function for genera
 Functions
 ---------
 ``regex_match(string $pattern, string $subject) -> boolean``
-    True when the Python regular expression ``pattern`` matches *anywhere* in ``subject``
-    (``re.search`` semantics: anchor with ``^``/``$`` yourself). An invalid pattern raises
-    :class:`InvalidValueError` (a ``JMESPathError``, hence a ``ValueError``, like the reference's
-    other invalid-value errors).
+    True when the regular expression ``pattern`` matches *anywhere* in ``subject`` (search
+    semantics: anchor with ``^``/``$`` yourself). Patterns run on RE2 (the ``google-re2``
+    package), whose matching time is linear in the subject whatever the pattern: a pattern
+    such as ``^([A-Za-z0-9]+ ?)+$`` cannot stall the loop on a hostile comment, which Python's
+    backtracking ``re`` would (issue 11 rule 6). RE2 is Python's syntax without backreferences
+    and lookaround; an invalid or unsupported pattern raises :class:`InvalidValueError` (a
+    ``JMESPathError``, hence a ``ValueError``, like the reference's other invalid-value
+    errors), and a literal one is a load error (``policy.expressions``).
 ``glob_match(string $pattern, string $subject) -> boolean``
     True when ``subject`` matches the shell-style ``pattern`` as a whole
     (``fnmatch.fnmatchcase``: ``*``, ``?``, ``[seq]``, ``[!seq]``; case-sensitive, and ``*``
@@ -30,13 +34,16 @@ Functions
 from __future__ import annotations
 
 import fnmatch
-import re
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import re2
 from jmespath.exceptions import JMESPathError
 from jmespath.functions import Functions, signature
+
+from the_loop.errors import quote
 
 __all__ = [
     "POLICY_FUNCTIONS",
@@ -46,6 +53,7 @@ __all__ = [
     "PolicyFunctions",
     "glob_match",
     "lower",
+    "regex",
     "regex_match",
     "upper",
 ]
@@ -55,15 +63,28 @@ class InvalidValueError(JMESPathError):
     """An argument has the right type but a value the function cannot use (a bad regex)."""
 
 
-def regex_match(pattern: str, subject: str) -> bool:
-    """``re.search(pattern, subject) is not None``; a bad pattern raises InvalidValueError."""
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error is ours to report, not RE2's to print on stderr
+
+
+@functools.lru_cache(maxsize=512)
+def regex(pattern: str) -> Any:
+    """`pattern` compiled by RE2 (cached); raises InvalidValueError naming the problem."""
     try:
-        compiled = re.compile(pattern)
-    except re.error as exc:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else b""
+        text = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
         raise InvalidValueError(
-            f"In function regex_match(), invalid regular expression {pattern!r}: {exc}"
+            f"In function regex_match(), invalid regular expression {quote(pattern)}: {text} "
+            "(RE2 syntax: no backreferences or lookaround)"
         ) from None
-    return compiled.search(subject) is not None
+
+
+def regex_match(pattern: str, subject: str) -> bool:
+    """True when `pattern` (RE2) matches anywhere in `subject`; a bad pattern raises
+    InvalidValueError."""
+    return regex(pattern).search(subject) is not None
 
 
 def glob_match(pattern: str, subject: str) -> bool:
@@ -163,8 +184,9 @@ POLICY_FUNCTION_SPECS: Mapping[str, FunctionSpec] = {
             regex_match,
             ("boolean",),
             "regex_match(string $pattern, string $subject) -> boolean",
-            "True when the Python regular expression matches anywhere in the subject "
-            "(re.search; anchor with ^ and $); an invalid pattern is an invalid-value error.",
+            "True when the regular expression (RE2: linear time, no backreferences or "
+            "lookaround) matches anywhere in the subject (anchor with ^ and $); an invalid "
+            "pattern is an invalid-value error.",
             "regex_match('^release/', work_item.ref)",
         ),
         _spec(

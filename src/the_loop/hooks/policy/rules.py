@@ -9,6 +9,7 @@ decisions. Nothing is evaluated here; the executor (`executor.py`) runs what thi
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from typing import Any
 import yaml
 
 from the_loop import yamlsafe
-from the_loop.errors import LoopError
+from the_loop.errors import ExpressionError, clip, quote
+from the_loop.errors import PolicyError as PolicyError
 from the_loop.hooks.points import (
     DECISION,
     POINTS,
@@ -25,7 +27,8 @@ from the_loop.hooks.points import (
     unknown_point_message,
 )
 from the_loop.hooks.policy.checks import check_fields, describe_compile_error
-from the_loop.hooks.policy.jmes import CompiledExpression, compile_expression, root_paths
+from the_loop.hooks.policy.expressions import compile_policy_expression
+from the_loop.hooks.policy.jmes import CompiledExpression, root_paths
 from the_loop.hooks.policy.typecheck import type_messages
 
 RULE_KEYS = ("name", "on", "when", "description", "mode", "set")
@@ -40,22 +43,6 @@ AFFIXES: dict[str, tuple[str, str]] = {
     "text_prefix": ("text", "prefix"),
     "text_suffix": ("text", "suffix"),
 }
-
-
-class PolicyError(LoopError):
-    """A policy folder cannot load; `.errors` holds every problem found, one message each."""
-
-    def __init__(self, errors: list[str], *, folder: str = "") -> None:
-        self.errors = list(errors)
-        self.folder = folder
-        if len(self.errors) == 1:
-            text = self.errors[0]
-        else:
-            where = f" in policy folder {folder}" if folder else ""
-            text = f"{len(self.errors)} errors{where}:\n" + "\n".join(
-                f"  {e}" for e in self.errors
-            )
-        super().__init__(text)
 
 
 @dataclass(frozen=True)
@@ -128,6 +115,39 @@ def rule_files(folder: Path) -> list[Path]:
     )
 
 
+def unsafe_entries(folder: Path) -> list[str]:
+    """One message per entry of `folder` the loader refuses (issue 11 rule 6).
+
+    A dangling symlink (a rule file that silently vanished), a FIFO, socket or device
+    (reading one can block forever), and a rule file whose real path is outside the folder
+    (a link into someone else's files) each fail the load; `policy check` lists them too.
+    """
+    errors: list[str] = []
+    real_folder = folder.resolve()
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        try:
+            st = entry.stat()
+        except FileNotFoundError:
+            errors.append(f"{entry}: a dangling symlink (its target does not exist); remove it "
+                          "or point it at a rule file in this folder")
+            continue
+        except OSError as exc:
+            errors.append(f"{entry}: cannot be read: {exc.strerror}")
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            errors.append(f"{entry}: not a regular file (a FIFO, socket or device); a policy "
+                          "folder holds only rule files; remove it")
+            continue
+        if entry.suffix in (".yaml", ".yml") and not entry.name.startswith("."):
+            real = entry.resolve()
+            if not real.is_relative_to(real_folder):
+                errors.append(f"{entry}: resolves to {real}, outside the policy folder; copy "
+                              "the rule file into the folder instead of linking to it")
+    return errors
+
+
 def read_policy(folder: Path, *, reference: bool = False, lazy: bool = False) -> Policy:
     """Read and check every rule file in `folder`; raises `PolicyError` listing every error.
 
@@ -141,6 +161,9 @@ def read_policy(folder: Path, *, reference: bool = False, lazy: bool = False) ->
         ])
     if not folder.is_dir():
         raise PolicyError([f"{folder}: not a folder; name the folder that holds the rule files"])
+    unsafe = unsafe_entries(folder)
+    if unsafe:
+        raise PolicyError(unsafe, folder=str(folder))
     files = rule_files(folder)
     if not files:
         raise PolicyError([
@@ -158,7 +181,7 @@ def read_policy(folder: Path, *, reference: bool = False, lazy: bool = False) ->
 
 
 def _got(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})"
+    return f"{quote(value)} ({type(value).__name__})"
 
 
 class _Checker:
@@ -174,12 +197,10 @@ class _Checker:
     def read_file(self, path: Path) -> None:
         where = str(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            self.errors.append(f"{where}: cannot read: {exc}")
+            data = yamlsafe.load_file(path)
+        except OSError as exc:
+            self.errors.append(f"{where}: cannot read: {exc.strerror or exc}")
             return
-        try:
-            data = yamlsafe.load(text)
         except yaml.YAMLError as exc:
             self.errors.append(f"{where}: not valid YAML {yamlsafe.describe_error(exc)}")
             return
@@ -196,7 +217,7 @@ class _Checker:
         for key in data:
             if key not in FILE_KEYS:
                 self.errors.append(
-                    f"{where}: unknown top-level key {key!r}; a rule file has only `rules:`"
+                    f"{where}: unknown top-level key {quote(key)}; a rule file has only `rules:`"
                 )
         rules = data["rules"]
         if not isinstance(rules, list) or not rules:
@@ -220,7 +241,7 @@ class _Checker:
             return None
         name = raw.get("name")
         if isinstance(name, str) and name:
-            label = f"rule {name!r}"
+            label = f"rule {quote(name)}"
         before = len(self.errors)
 
         def fail(key: str, message: str) -> None:
@@ -229,7 +250,7 @@ class _Checker:
         for key in raw:
             if key not in RULE_KEYS:
                 hint = closest(str(key), RULE_KEYS)
-                fail(str(key), "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
+                fail(clip(str(key)), "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
                      + f". Allowed keys: {', '.join(RULE_KEYS)}")
         if name is None:
             fail("name", "missing; every rule needs a name unique in the folder")
@@ -277,7 +298,7 @@ class _Checker:
             return ()
         out: list[str] = []
         for value in values:
-            if value not in POINTS:
+            if not isinstance(value, str) or value not in POINTS:
                 fail("on", unknown_point_message(value))
             elif value in out:
                 fail("on", f"{value!r} is listed twice")
@@ -336,11 +357,11 @@ class _Checker:
             fs = SPECS[p].field(key)
             keys = list(settable(p))
             if fs is not None and fs.role != DECISION:
-                parts.append(f"{key!r} is a fact at {p} (read-only); a rule sets decisions: "
+                parts.append(f"{quote(key)} is a fact at {p} (read-only); a rule sets decisions: "
                              f"{', '.join(keys)}")
             else:
                 hint = closest(key, keys)
-                parts.append(f"{p} has no decision {key!r}"
+                parts.append(f"{p} has no decision {quote(key)}"
                              + (f" (did you mean {hint!r}?)" if hint else "")
                              + f"; decisions there: {', '.join(keys)}")
         return "; ".join(parts)
@@ -363,11 +384,11 @@ class _Checker:
         pieces.append(("text", text[pos:]))
         for kind, piece in pieces:
             if kind == "text" and ("{{" in piece or "}}" in piece):
-                fail(key, f"unbalanced '{{{{' or '}}}}' in {text!r}; write a placeholder as "
+                fail(key, f"unbalanced '{{{{' or '}}}}' in {quote(text)}; write a placeholder as "
                           "{{ expression }}")
                 return None
             if kind == "expr" and not piece:
-                fail(key, f"empty placeholder {{{{ }}}} in {text!r}")
+                fail(key, f"empty placeholder {{{{ }}}} in {quote(text)}")
                 return None
         compiled: dict[str, list[str | CompiledExpression]] = {p: [] for p in points}
         for kind, piece in pieces:
@@ -395,21 +416,21 @@ class _Checker:
 
         `shown` is how messages name the expression (default: the expression quoted).
         """
-        shown = shown or repr(text)
+        shown = shown or quote(text)
         if not points:  # `on` was already reported; still report a syntax error
             try:
-                compile_expression(text, reference=self.reference)
-            except Exception as exc:
+                compile_policy_expression(text, reference=self.reference)
+            except ExpressionError as exc:
                 fail(key, describe_compile_error(shown, text, exc))
             return None
         out: dict[str, CompiledExpression] = {}
         for point in points:
             try:
-                out[point] = compile_expression(
+                out[point] = compile_policy_expression(
                     text, field_types=field_types(point), reference=self.reference,
                     lazy=self.lazy,
                 )
-            except Exception as exc:  # jmespath's parse/lexer/arity/unknown-function errors
+            except ExpressionError as exc:
                 fail(key, describe_compile_error(shown, text, exc))
                 return None
         problems = check_fields(root_paths(out[points[0]].ast), points, text)

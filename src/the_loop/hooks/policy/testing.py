@@ -169,7 +169,7 @@ def _show(value: Any) -> str:
 def _read_cases(path: Path, policy: Policy, errors: list[str]) -> list[_Case]:
     where = str(path)
     try:
-        data = yamlsafe.load(path.read_text(encoding="utf-8"))
+        data = yamlsafe.load_file(path)
     except yaml.YAMLError as exc:
         errors.append(f"{where}: not valid YAML {yamlsafe.describe_error(exc)}")
         return []

@@ -5,12 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from the_loop.errors import LoopError
+from the_loop.errors import TrackerError as TrackerError
 from the_loop.hooks.points import WorkItem
-
-
-class TrackerError(LoopError):
-    """A ref that does not exist or cannot be parsed, or a tracker that refused a change."""
 
 
 @dataclass(frozen=True)

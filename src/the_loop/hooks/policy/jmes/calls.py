@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from the_loop.hooks.policy.functions import POLICY_FUNCTION_SPECS
+from the_loop.hooks.policy.functions import POLICY_FUNCTION_SPECS, InvalidValueError, regex
 from the_loop.hooks.policy.jmes.base import CodegenBase
 from the_loop.hooks.policy.jmes.reference import FUNCTION_TABLE
 from the_loop.hooks.policy.jmes.values import (
@@ -191,7 +191,7 @@ class Calls(CodegenBase):
             return None
         try:
             match = matcher(pattern.literal)
-        except re.error:
+        except (re.error, InvalidValueError):
             return None  # the generic call raises the invalid-value error when evaluated
         m = self.global_("_m", match)
         if subject.kind <= K_STR:
@@ -204,7 +204,8 @@ class Calls(CodegenBase):
     def f_regex_match(
         self, args: list[Val], fn: Fn, nodes: list[Node], cur: Val
     ) -> Val | None:
-        return self._pattern(args, fn, "regex_match", lambda p: re.compile(p).search)
+        # RE2, as the function itself: linear time whatever the pattern (issue 11 rule 6).
+        return self._pattern(args, fn, "regex_match", lambda p: regex(p).search)
 
     def f_glob_match(self, args: list[Val], fn: Fn, nodes: list[Node], cur: Val) -> Val | None:
         return self._pattern(

@@ -13,6 +13,14 @@ __all__ = ["root_paths"]
 
 _Chains = tuple[tuple[str, ...], ...]
 
+#: Chains are cut after this many fields: no context field nests deeper than two (work_item.ref),
+#: so a longer chain is an error whatever follows, and its first fields say which. Cutting keeps
+#: the walk linear in the expression (a 16 KB `a.a.a…` would otherwise build n² tuples).
+MAX_DEPTH = 4
+#: At most this many alternative chains are carried through `||` and `not_null` (each is still
+#: checked itself); beyond it, what is read from their result is not followed.
+MAX_ALTERNATIVES = 64
+
 
 def root_paths(ast: Mapping[str, Any]) -> list[tuple[str, ...]]:
     """Every chain of field names the expression reads from the root document.
@@ -32,14 +40,17 @@ def root_paths(ast: Mapping[str, Any]) -> list[tuple[str, ...]]:
     def union(*chains: _Chains) -> _Chains:
         merged: dict[tuple[str, ...], None] = {}
         for group in chains:
-            merged.update(dict.fromkeys(group))
+            for chain in group:
+                if len(merged) >= MAX_ALTERNATIVES:
+                    return tuple(merged)
+                merged[chain] = None
         return tuple(merged)
 
     def walk(node: Mapping[str, Any], cur: _Chains) -> _Chains:
         kind = node["type"]
         children = node.get("children", [])
         if kind == "field":
-            out = tuple((*chain, node["value"]) for chain in cur)
+            out = tuple((*chain, node["value"]) for chain in cur if len(chain) < MAX_DEPTH)
             found.update(dict.fromkeys(out))
             return out
         if kind in ("subexpression", "index_expression", "pipe"):
@@ -81,9 +92,7 @@ def root_paths(ast: Mapping[str, Any]) -> list[tuple[str, ...]]:
         return ()
 
     walk(ast, ((),))
-    paths = [path for path in found if path]
-    return [
-        path
-        for path in paths
-        if not any(len(other) > len(path) and other[: len(path)] == path for other in paths)
-    ]
+    # Every prefix of a found chain was found on the way to it, so a chain is maximal exactly
+    # when no found chain has it as its parent (one pass, instead of comparing all pairs).
+    parents = {path[:-1] for path in found}
+    return [path for path in found if path and path not in parents]

@@ -1,0 +1,101 @@
+"""Compiles a policy's JMESPath expressions: the one place jmespath's errors become ours.
+
+`compile_policy_expression` wraps the standalone compiler (`jmes.compile_expression`, which
+speaks jmespath's own exception classes, as a JMESPath implementation should) and converts
+each of them, once, into an `ExpressionError` carrying the kind, the column and the details
+as data; `checks.describe_compile_error` words it. A pattern given to `regex_match` as a
+literal is compiled here too, so a pattern RE2 refuses is a load error, not a failure on the
+first work item. Nothing else is caught: a bug of ours in the compiler stays a bug, never a
+user's "syntax error".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from jmespath import exceptions as jmes_errors
+
+from the_loop.errors import ExpressionError
+from the_loop.hooks.policy.functions import InvalidValueError, regex
+from the_loop.hooks.policy.jmes import CompiledExpression, compile_expression
+
+
+def compile_policy_expression(
+    text: str,
+    *,
+    field_types: Mapping[str, str] | None = None,
+    reference: bool = False,
+    lazy: bool = False,
+) -> CompiledExpression:
+    """`compile_expression(text, …)`; raises `ExpressionError` for anything wrong with `text`."""
+    try:
+        compiled = compile_expression(
+            text, field_types=field_types, reference=reference, lazy=lazy
+        )
+    except jmes_errors.JMESPathError as exc:
+        raise _convert(exc, text) from None
+    except RecursionError:  # jmespath's parser recurses once per nesting level
+        raise ExpressionError(
+            "too-deep", "nests too deeply to parse; flatten the parentheses or brackets",
+        ) from None
+    for pattern, column in _literal_patterns(compiled.ast, text):
+        try:
+            regex(pattern)
+        except InvalidValueError as exc:
+            raise ExpressionError(
+                "bad-regex", str(exc).removeprefix("In function regex_match(), "),
+                column=column, function="regex_match",
+            ) from None
+    return compiled
+
+
+def _convert(exc: jmes_errors.JMESPathError, text: str) -> ExpressionError:
+    """jmespath's exception as an `ExpressionError` (subclasses tested before their bases)."""
+    position = getattr(exc, "lex_position", None)
+    column = position + 1 if isinstance(position, int) else 0
+    if isinstance(exc, jmes_errors.EmptyExpressionError):
+        return ExpressionError("empty", "is empty")
+    if isinstance(exc, jmes_errors.IncompleteExpressionError):
+        return ExpressionError("incomplete", "is incomplete", column=len(text) + 1)
+    if isinstance(exc, jmes_errors.LexerError):
+        detail = str(getattr(exc, "message", "") or "unknown token")
+        return ExpressionError("lexer", detail, column=column or 1, detail=detail)
+    if isinstance(exc, (jmes_errors.VariadictArityError, jmes_errors.ArityError)):
+        kind = "variadic-arity" if isinstance(exc, jmes_errors.VariadictArityError) else "arity"
+        expected, got = getattr(exc, "expected_arity", None), getattr(exc, "actual_arity", None)
+        return ExpressionError(
+            kind, str(exc), function=str(getattr(exc, "function_name", "")),
+            expected=expected if isinstance(expected, int) else None,
+            got=got if isinstance(got, int) else None,
+        )
+    if isinstance(exc, jmes_errors.UnknownFunctionError):
+        return ExpressionError("unknown-function", str(exc), detail=str(exc))
+    if isinstance(exc, jmes_errors.ParseError):
+        token = getattr(exc, "token_value", None)
+        detail = f"unexpected {token!r}" if token not in (None, "") else "unexpected token"
+        if str(getattr(exc, "token_type", "")).lower() == "number":
+            detail = (f"unexpected number {token}; a number literal takes backquotes in "
+                      f"JMESPath: `{token}`")
+        return ExpressionError("syntax", detail, column=column or 1, detail=detail)
+    return ExpressionError("syntax", str(exc), detail=str(exc))
+
+
+def _literal_patterns(ast: Mapping[str, Any], text: str) -> Iterator[tuple[str, int]]:
+    """(pattern, column) for each `regex_match` call whose pattern is a string literal."""
+    stack: list[Any] = [ast]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, Mapping):
+            continue
+        children = node.get("children") or []
+        if node.get("type") == "function_expression" and node.get("value") == "regex_match":
+            first = children[0] if children else None
+            if isinstance(first, Mapping) and first.get("type") == "literal" and isinstance(
+                    first.get("value"), str):
+                column = text.find("regex_match") + 1
+                yield first["value"], column
+        stack.extend(c for c in children if isinstance(c, Mapping))
+
+
+__all__ = ["compile_policy_expression"]

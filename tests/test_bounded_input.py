@@ -1,0 +1,205 @@
+"""Issue 11 rule 6: unbounded input at load and at run time, driven through the real CLI.
+
+YAML aliases past a budget, values quoted only in part, a load linear in the rules, regular
+expressions that cannot backtrack, and policy folders holding links and special files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import CliRun
+from the_loop import yamlsafe
+
+#: 9 levels of 9 aliases: about 3.9e8 "lol" strings once expanded, in 342 bytes.
+LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"{chr(c)}: &{chr(c)} [{','.join(['*' + chr(c - 1)] * 9)}]\n"
+    for c in range(ord("b"), ord("j"))
+)
+
+
+def _policy(tmp_path: Path, rules: str, name: str = "rules.yaml") -> Path:
+    folder = tmp_path / "policies"
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(textwrap.dedent(rules), encoding="utf-8")
+    return folder
+
+
+def _one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+# ------------------------------------------------------------------------- YAML aliases
+
+def test_rule6_billion_laughs_in_cli_config_is_refused_with_one_line(
+        tmp_path: Path, run_cli: CliRun) -> None:
+    config = tmp_path / "cli-config.yaml"
+    config.write_text("loop: acme\n" + LAUGHS, encoding="utf-8")
+    done = run_cli("--config", str(config), "hooks")
+    assert done.returncode == 1
+    line = _one_line(done.stderr)
+    assert line.startswith(f"the-loop: {config}: not valid YAML at line ")
+    assert f"aliases expand this document past {yamlsafe.ALIAS_BUDGET} extra nodes" in line
+
+
+def test_rule6_billion_laughs_in_a_policy_file_is_a_load_error(
+        tmp_path: Path, run_cli: CliRun) -> None:
+    folder = _policy(tmp_path, LAUGHS + "rules: *i\n")
+    done = run_cli("policy", "check", str(folder))
+    assert done.returncode == 1
+    line = _one_line(done.stderr)
+    assert line.startswith(f"the-loop: {folder / 'rules.yaml'}: not valid YAML at line ")
+    assert "aliases expand this document past" in line
+
+
+def test_rule6_ordinary_anchors_and_merges_still_load(tmp_path: Path, run_cli: CliRun) -> None:
+    folder = _policy(tmp_path, """\
+        rules:
+          - &base {name: one, on: session_spawn, set: {prompt_prefix: "House rules. "}}
+          - {<<: *base, name: two}
+    """)
+    done = run_cli("policy", "check", str(folder), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rules"] == 2
+
+
+def test_rule6_the_alias_check_counts_each_node_once() -> None:
+    """Many aliases to one small anchor are fine while their expansion stays in budget."""
+    text = "x: &x [1, 2]\ny: [" + ", ".join(["*x"] * 1000) + "]\n"
+    assert len(yamlsafe.load(text)["y"]) == 1000
+    with pytest.raises(yamlsafe.TooLargeError):
+        yamlsafe.load("x: &x [" + ", ".join(["1"] * 100) + "]\ny: ["
+                      + ", ".join(["*x"] * 200) + "]\n")
+
+
+# ----------------------------------------------------------------- bounded error messages
+
+def test_rule6_error_messages_quote_only_a_prefix_of_a_huge_value(
+        tmp_path: Path, run_cli: CliRun) -> None:
+    config = tmp_path / "cli-config.yaml"
+    config.write_text("loop: [" + ", ".join(["abcdefgh"] * 200_000) + "]\n", encoding="utf-8")
+    done = run_cli("--config", str(config), "hooks")
+    assert done.returncode == 1
+    line = _one_line(done.stderr)
+    assert line.startswith(f"the-loop: {config}: loop must be a string (got ['abcdefgh', ")
+    assert len(line) < len(str(config)) + 200
+
+
+def test_rule6_a_huge_rule_name_is_quoted_only_in_part(tmp_path: Path, run_cli: CliRun) -> None:
+    folder = _policy(tmp_path, f"rules:\n  - {{name: {'X' * 100_000}, on: nowhere}}\n")
+    done = run_cli("policy", "check", str(folder))
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr) < 3000
+    assert "(100000 characters)" in done.stderr
+
+
+# ------------------------------------------------------------------ linear policy load
+
+def test_rule6_a_16kb_dotted_path_fails_the_load_with_a_bounded_message(
+        tmp_path: Path, run_cli: CliRun) -> None:
+    """The quadratic field check is gone; the error names the first fields, not 16 KB."""
+    path = ".".join(["work_item"] * 1600)
+    folder = _policy(tmp_path, f'rules:\n  - {{name: deep, on: session_spawn, when: "{path}", '
+                               "set: {proceed: false}}\n")
+    done = run_cli("policy", "check", str(folder))
+    assert done.returncode == 1
+    line = _one_line(done.stderr)
+    assert "reads 'work_item.work_item.work_item.work_item' at column 1, but the context at " \
+           "session_spawn has no field 'work_item.work_item'" in line
+    assert len(line) < 1000
+
+
+# ------------------------------------------------------------------- regular expressions
+
+REDOS = """\
+rules:
+  - name: words-only
+    on: input_received
+    when: "regex_match('^([A-Za-z0-9]+ ?)+$', text)"
+    set: {proceed: false, reason: "plain words only"}
+"""
+
+
+def test_rule6_a_backtracking_pattern_runs_in_linear_time_on_re2(
+        tmp_path: Path, run_cli: CliRun) -> None:
+    """The pattern that stalled the poller on 41 characters answers at once on RE2."""
+    folder = _policy(tmp_path, REDOS)
+    config = tmp_path / "cli-config.yaml"
+    config.write_text(f"loop: acme\nstateDir: state\nhooks:\n  - {{name: house, policy: "
+                      f"{folder}, required: true}}\n", encoding="utf-8")
+    hostile = "a" * 40 + "!"
+    for text, refused in ((hostile, False), ("just words", True)):
+        done = run_cli("--config", str(config), "hooks", "run", "input_received", "--context",
+                       "-", "--json", stdin=json.dumps({"text": text}))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["context"]["proceed"] is (not refused)
+
+
+@pytest.mark.parametrize(("pattern", "why"), [
+    ("(a)\\\\1", "invalid escape sequence"),
+    ("(?=a)b", "invalid perl operator"),
+])
+def test_rule6_a_literal_pattern_re2_cannot_run_is_a_load_error(
+        tmp_path: Path, run_cli: CliRun, pattern: str, why: str) -> None:
+    folder = _policy(tmp_path, f"""\
+        rules:
+          - name: backref
+            on: input_received
+            when: "regex_match('{pattern}', text)"
+            set: {{proceed: false}}
+    """)
+    done = run_cli("policy", "check", str(folder))
+    assert done.returncode == 1
+    line = _one_line(done.stderr)
+    assert "rule 'backref' → when: " in line and "at column 1: invalid regular expression" in line
+    assert why in line and "RE2 syntax: no backreferences or lookaround" in line
+
+
+# ------------------------------------------------------------------- the policy folder
+
+def test_rule6_dangling_symlinks_fifos_sockets_and_outside_links_are_load_errors(
+        tmp_path: Path, run_cli: CliRun) -> None:
+    folder = _policy(tmp_path, "rules:\n  - {name: a, on: session_spawn, set: {prompt: x}}\n")
+    outside = tmp_path / "elsewhere.yaml"
+    outside.write_text("rules:\n  - {name: b, on: session_spawn, set: {prompt: y}}\n",
+                       encoding="utf-8")
+    (folder / "20-gone.yaml").symlink_to(tmp_path / "missing.yaml")
+    (folder / "30-outside.yaml").symlink_to(outside)
+    os.mkfifo(folder / "40-pipe.yaml")
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(folder / "50-sock"))
+        done = run_cli("policy", "check", str(folder), "--json")
+    finally:
+        sock.close()
+    assert done.returncode == 1
+    errors = json.loads(done.stdout)["errors"]
+    assert errors == [
+        f"{folder / '20-gone.yaml'}: a dangling symlink (its target does not exist); remove "
+        "it or point it at a rule file in this folder",
+        f"{folder / '30-outside.yaml'}: resolves to {outside}, outside the policy folder; "
+        "copy the rule file into the folder instead of linking to it",
+        f"{folder / '40-pipe.yaml'}: not a regular file (a FIFO, socket or device); a policy "
+        "folder holds only rule files; remove it",
+        f"{folder / '50-sock'}: not a regular file (a FIFO, socket or device); a policy "
+        "folder holds only rule files; remove it",
+    ]
+
+
+def test_rule6_a_link_to_a_rule_file_inside_the_folder_is_fine(
+        tmp_path: Path, run_cli: CliRun) -> None:
+    folder = _policy(tmp_path, "rules:\n  - {name: a, on: session_spawn, set: {prompt: x}}\n",
+                     name="source.yml.txt")
+    (folder / "10-a.yaml").symlink_to(folder / "source.yml.txt")
+    done = run_cli("policy", "check", str(folder), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["rules"] == 1
