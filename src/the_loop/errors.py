@@ -114,11 +114,31 @@ class UsageError(LoopError):
     exit_code = 2
 
 
-_repr = reprlib.Repr()
+class _BoundedRepr(reprlib.Repr):
+    """reprlib's bounded repr, keeping a mapping's own order and bounding integers too."""
+
+    def repr_dict(self, x: dict[Any, Any], level: int) -> str:
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        pieces: list[str] = []
+        for i, (key, value) in enumerate(x.items()):
+            if i >= self.maxdict:
+                pieces.append("...")
+                break
+            pieces.append(f"{self.repr1(key, level - 1)}: {self.repr1(value, level - 1)}")
+        return "{" + ", ".join(pieces) + "}"
+
+    def repr_int(self, x: int, level: int) -> str:
+        return quote(x)
+
+
+_repr = _BoundedRepr()
 _repr.maxstring = QUOTE_LIMIT
 _repr.maxother = QUOTE_LIMIT
 _repr.maxlevel = 3
-_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 6
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 12
 
 
 def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
