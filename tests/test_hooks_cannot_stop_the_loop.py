@@ -21,8 +21,8 @@ from runtime_helpers import LoopDir, until
 from the_loop.events import EventLog
 from the_loop.hooks.chain import MAX_ERROR, Chain, Link
 from the_loop.hooks.executor import Decisions, LifecycleHooks
-from the_loop.hooks.points import SessionSpawn, WorkItemStart
 from the_loop.hooks.jsonrpc import handle_request
+from the_loop.hooks.points import SessionSpawn, WorkItemStart
 from the_loop.hooks.wire import HOOK_RAISED
 
 

@@ -32,7 +32,6 @@ from typing import Any
 
 from the_loop import __version__
 from the_loop.hooks.chain import copy_context, describe_exception, read_answer
-from the_loop.hooks.interrupt import reraise_if_real
 from the_loop.hooks.dialect import read_params
 from the_loop.hooks.executor import (
     Executor,
@@ -41,6 +40,7 @@ from the_loop.hooks.executor import (
     default_points,
     handler_for,
 )
+from the_loop.hooks.interrupt import reraise_if_real
 from the_loop.hooks.points import POINTS, unknown_point_message
 from the_loop.hooks.wire import (
     HOOK_RAISED,
