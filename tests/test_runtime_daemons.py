@@ -222,7 +222,7 @@ def test_events_follow_prints_new_events_as_they_come(ld: LoopDir) -> None:
     assert proc.returncode == 130 and "interrupted" in err
 
 
-@pytest.mark.parametrize("length", ["-1", "abc", "99999999999"])
+@pytest.mark.parametrize("length", ["-1", "abc", "99999999999", "9" * 5000])
 def test_serve_answers_a_bad_content_length_at_once(ld: LoopDir, length: str) -> None:
     """A negative or non-numeric Content-Length is a 400, not a read until the timeout."""
     import socket
@@ -247,3 +247,26 @@ def test_serve_answers_a_bad_content_length_at_once(ld: LoopDir, length: str) ->
         server.server_close()
         thread.join()
         loop.close()
+
+
+def test_issue11_rule7_serve_answers_a_100k_deep_body_with_an_error_and_keeps_serving(
+        ld: LoopDir) -> None:
+    """A body nested 100,000 deep is a 400 naming the problem, not a RecursionError; the
+    next request is served."""
+    ld.write_config("serve: {tokenEnv: LOOP_TOKEN}\n")
+    proc = ld.popen("serve", "--port", "0", "--quiet", env={"LOOP_TOKEN": TOKEN})
+    try:
+        api = Client(readline(proc).split(" on ", 1)[1].strip())
+        req = urllib.request.Request(api.url + "/webhook", data=b"[" * 100_000 + b"]" * 100_000,
+                                     method="POST")
+        req.add_header("Authorization", f"Bearer {TOKEN}")
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=30)
+        assert err.value.code == 400
+        assert json.loads(err.value.read()) == {"error": "body is not JSON: nested too deeply"}
+        err.value.close()
+        assert api.call("GET", "/health", token=None)[0] == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert "Traceback" not in stderr

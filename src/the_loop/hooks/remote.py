@@ -152,22 +152,25 @@ class RemoteExecutor:
         request = head + f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
         deadline = time.monotonic() + self.timeout
         answer = self._exchange(request, deadline)
+        # The token goes before anything is quoted or cut: a server that echoes the header
+        # (in an error page past the quoted prefix, or in a decision) never carries it on.
+        text = _redact_bytes(answer.body, token)
         if not 200 <= answer.status < 300:
             raise HookError(
                 f"HTTP {answer.status} {answer.reason} from {self.where}"
-                + _server_says(answer.body)
+                + _server_says(text)
             )
-        if not answer.body:
+        if not text:
             raise HookError(
                 f"HTTP {answer.status} with an empty body from {self.where}; a call expects "
                 "a JSON-RPC response"
             )
         try:
-            doc = json.loads(answer.body)
+            doc = json.loads(text)
         except (ValueError, RecursionError):
             raise HookError(
                 f"the answer from {self.where} is not JSON (it starts with "
-                f"{quote(answer.body[:60].decode('utf-8', 'replace'))})"
+                f"{quote(text[:60].decode('utf-8', 'replace'))})"
             ) from None
         return _read_answer(self.where, point, req_id, doc)
 
@@ -368,3 +371,12 @@ def _json_type(value: Any) -> str:
 
 def _redact(text: str, token: str) -> str:
     return text.replace(token, "[redacted]") if token else text
+
+
+def _redact_bytes(body: bytes, token: str) -> bytes:
+    """`body` without the token, raw or as JSON would escape it."""
+    if not token:
+        return body
+    for form in {token, json.dumps(token)[1:-1]}:
+        body = body.replace(form.encode("utf-8"), b"[redacted]")
+    return body

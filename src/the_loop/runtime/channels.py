@@ -36,7 +36,7 @@ class Channels:
                 if spec.kind == "file":
                     line = (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")
                     os.makedirs(os.path.dirname(spec.target) or ".", exist_ok=True)
-                    fd = os.open(spec.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                    fd = os.open(spec.target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
                     try:
                         os.write(fd, line)
                     finally:

@@ -20,9 +20,9 @@ def prepare(state_dir: Path, item: WorkItem, git_repository: Path | None) -> tup
     path = workspace_path(state_dir, item)
     if path.exists():
         return path, (path / ".git").exists()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
     if git_repository is None:
-        path.mkdir()
+        path.mkdir(mode=0o700)
         return path, False
     branch = f"loop/{item.repo}-{item.number}"
     exists = subprocess.run(
