@@ -379,3 +379,16 @@ def test_write_cases_names_the_declared_policy_folders_on_a_wrong_dir(run: Run) 
 def test_bad_arguments_exit_2_with_one_sentence(run: Run, args: list[str], message: str) -> None:
     code, _, err = run.replay(*args)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_write_cases_json_names_the_file_and_accepts_the_tests_folder(run: Run) -> None:
+    config = run.variant("cases-json")
+    tests = run.ld.root / "policies-cases-json" / "tests"
+    data = run.replay_json("--point", "work_item_start", "--write-cases", str(tests),
+                           config=config)
+    cases = data["cases"]
+    assert cases["written"] == 3 and cases["skipped"] == []
+    assert Path(cases["file"]).parent == tests
+    code, out, err = run.ld.run("policy", "test", str(tests.parent))
+    assert code == 0, out + err
+    assert "3 passed, 0 failed" in out
