@@ -108,6 +108,14 @@ def test_serve_policy_with_errors_refuses_to_start_listing_every_error(tmp_path:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("extra", [["--executor", "X"], ["--with", '{"a": 1}']])
+def test_class_options_with_a_policy_are_a_usage_error(tmp_path: Path, extra: list[str]) -> None:
+    write_rules(tmp_path / "rules")
+    result = run_cli(tmp_path, "hooks", "serve", "--policy", "rules", "--port", "0", *extra)
+    assert result.returncode == 2
+    assert "--executor and --with name and build a hook class" in result.stderr
+
+
 def test_serve_policy_without_a_folder_says_so(tmp_path: Path) -> None:
     result = run_cli(tmp_path, "hooks", "serve", "--policy", "missing", "--port", "0")
     assert result.returncode == 1

@@ -109,6 +109,9 @@ def _check_listen(host: str, port: int, token_env: str) -> None:
 
 
 def _executor(args: argparse.Namespace) -> AnyExecutor:
+    if (args.policy or args.declared) and (args.executor or args.with_json not in ("", "{}")):
+        raise UsageError("--executor and --with name and build a hook class: they go with "
+                         "--path or --module, not with --policy or --declared")
     if args.policy:
         return policy_executor(args.policy)
     if args.declared:
