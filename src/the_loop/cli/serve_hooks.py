@@ -52,8 +52,10 @@ def register_serve(hooks_sub: Any) -> None:
     pv.add_argument("--executor", metavar="NAME", help="the class, if the module has several")
     pv.add_argument("--with", dest="with_json", metavar="JSON", default="{}",
                     help="constructor keyword arguments as a JSON object")
-    pv.add_argument("--host", default="127.0.0.1")
-    pv.add_argument("--port", type=int, default=8765)
+    pv.add_argument("--host", default="127.0.0.1",
+                    help="default 127.0.0.1; any other host needs --token-env")
+    pv.add_argument("--port", type=int, default=8765,
+                    help="default 8765; 0 picks a free port (the URL is printed)")
     pv.add_argument("--token-env", metavar="VAR", default="",
                     help="require Authorization: Bearer $VAR on every call")
     pv.add_argument("--quiet", action="store_true", help="no line per call on stderr")
