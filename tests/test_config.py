@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from the_loop import yamlsafe
-from the_loop.config import find_config, load_config, read_config
+from the_loop.config import find_config, read_config
 from the_loop.errors import ConfigError
 
 WriteConfig = Callable[..., Path]
@@ -36,15 +36,15 @@ def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
 def test_r3_lookup_order_config_then_env_then_cwd_then_home(
     places: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert load_config(str(places["explicit"])).loop == "explicit"
-    assert load_config().loop == "env"
+    assert read_config(find_config(str(places["explicit"]))).loop == "explicit"
+    assert read_config(find_config()).loop == "env"
     monkeypatch.delenv("THE_LOOP_CLI_CONFIG")
-    assert load_config().loop == "cwd"
+    assert read_config(find_config()).loop == "cwd"
     places["cwd"].unlink()
-    assert load_config().loop == "home"
+    assert read_config(find_config()).loop == "home"
     places["home"].unlink()
     assert find_config() is None
-    assert load_config().path is None and load_config().hooks is None
+    assert read_config(find_config()).path is None and read_config(find_config()).hooks is None
 
 
 def test_an_explicit_relative_config_is_taken_from_the_working_directory(

@@ -41,8 +41,8 @@ from the_loop.hooks.policy.jmes import compile_expression, compile_stats, root_p
 from the_loop.hooks.policy.jmes.batch import (
     Condition,
     ConditionFailed,
-    Record,
-    Shape,
+    RecordType,
+    RootType,
     compile_matcher,
     compile_value,
 )
@@ -220,8 +220,8 @@ def test_compliance_expressions_compile() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _declared(value: Any) -> str | Record | None:
-    """The field type of a JSON value (a Record for a flat object), or None: not declared."""
+def _declared(value: Any) -> str | RecordType | None:
+    """The field type of a JSON value (a RecordType for a flat object), or None: not declared."""
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
@@ -233,23 +233,23 @@ def _declared(value: Any) -> str | Record | None:
     if isinstance(value, dict) and value:
         fields = {k: _declared(v) for k, v in value.items()}
         if all(isinstance(t, str) for t in fields.values()):
-            return Record(SimpleNamespace, cast("dict[str, str]", fields),
+            return RecordType(SimpleNamespace, cast("dict[str, str]", fields),
                           lambda record, value=value: value)
     return None
 
 
-def _as_object(given: Any) -> tuple[Any, Shape] | None:
-    """`given` as an object (SimpleNamespace) and its Shape; None unless it is an object."""
+def _as_object(given: Any) -> tuple[Any, RootType] | None:
+    """`given` as an object (SimpleNamespace) and its RootType; None unless it is an object."""
     if not isinstance(given, dict):
         return None
-    fields: dict[str, str | Record] = {}
+    fields: dict[str, str | RecordType] = {}
     attrs: dict[str, Any] = {}
     for key, value in given.items():
         declared = _declared(value)
         if declared is not None:
             fields[key] = declared
-            attrs[key] = SimpleNamespace(**value) if isinstance(declared, Record) else value
-    return SimpleNamespace(**attrs), Shape(fields, lambda obj, given=given: given)
+            attrs[key] = SimpleNamespace(**value) if isinstance(declared, RecordType) else value
+    return SimpleNamespace(**attrs), RootType(fields, lambda obj, given=given: given)
 
 
 def _suite_groups() -> Iterator[Any]:
@@ -794,7 +794,9 @@ def test_policy_function_table() -> None:
         assert signature.startswith(f"{name}(") and doc and f"{name}(" in example
         compile_expression(example)  # every documented example compiles
         spec = POLICY_FUNCTION_SPECS[name]
-        assert spec.accepts(spec.min_args) and not spec.accepts(spec.min_args + 1)
+        too_many = ", ".join(["@"] * (len(spec.arg_types) + 1))
+        with pytest.raises(exceptions.ArityError):
+            compile_expression(f"{name}({too_many})")
     assert POLICY_FUNCTION_SPECS["regex_match"].arg_types == (("string",), ("string",))
 
 

@@ -140,6 +140,3 @@ def read_config(path: Path | None) -> Config:
             )
     return Config(path, data)
 
-
-def load_config(explicit: str | None = None) -> Config:
-    return read_config(find_config(explicit))

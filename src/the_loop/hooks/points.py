@@ -283,12 +283,6 @@ class FieldSpec:
         return out
 
 
-_TYPE_NAMES: dict[Any, str] = {
-    "str": "str", "bool": "bool", "int": "int", "list[str]": "list[str]",
-    "WorkItem": "WorkItem",
-}
-
-
 @dataclass(frozen=True)
 class PointSpec:
     """The catalog entry for one point, derived from its context class."""
@@ -323,7 +317,7 @@ def _spec_of(cls: type[Context]) -> PointSpec:
     facts: list[FieldSpec] = []
     decisions: list[FieldSpec] = []
     for f in dataclasses.fields(cls):
-        type_name = _TYPE_NAMES[f.type] if f.type in _TYPE_NAMES else str(f.type)
+        type_name = str(f.type)
         if f.default is not dataclasses.MISSING:
             default = f.default
         else:

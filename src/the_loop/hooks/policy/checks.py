@@ -10,6 +10,7 @@ import re
 
 from the_loop.errors import ExpressionError
 from the_loop.hooks.points import SPECS, WORK_ITEM_FIELDS, closest
+from the_loop.hooks.policy.functions import PolicyFunctions
 
 
 def describe_compile_error(shown: str, text: str, exc: ExpressionError) -> str:
@@ -29,8 +30,6 @@ def describe_compile_error(shown: str, text: str, exc: ExpressionError) -> str:
             f"{_column_of_call(text, exc.function)}; it takes {least}{want}"
         )
     if exc.kind == "unknown-function":
-        from the_loop.hooks.policy.functions import PolicyFunctions
-
         m = re.search(r"function:?\s*([A-Za-z_][A-Za-z0-9_]*)", exc.detail)
         name = m.group(1) if m else "?"
         names = sorted(PolicyFunctions.FUNCTION_TABLE)  # JMESPath's built-ins and ours

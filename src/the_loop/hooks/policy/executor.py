@@ -13,7 +13,7 @@ Rules are grouped by point at load; a point only looks at its own. Per point, th
 conditions of the enforce rules are compiled into one function, and those of the audit rules
 into another (`fast.py`): each reads the context's fields once, straight from the context
 object, and returns the matching rules; a rule without `when` is matched at no cost, and a rule
-whose values need no context has them decided at load (`steps.py`). Each rule evaluated on a
+whose values need no context has them decided at load (`point_rules.py`). Each rule evaluated on a
 JSON view of the context (`_match_json`) is what runs with `reference=True`, and whenever the
 fast path declines (a context of another class, a field off its catalog type); both give the
 same decisions.
@@ -28,8 +28,8 @@ from the_loop.events import EventLog
 from the_loop.hooks.executor import Decisions, HookError
 from the_loop.hooks.points import POINTS, Context, context_to_json
 from the_loop.hooks.policy.fast import FastPlan, Found, fast_plan
+from the_loop.hooks.policy.point_rules import PointRule, RuntimeFailure, effects_of, point_rules
 from the_loop.hooks.policy.rules import Policy
-from the_loop.hooks.policy.steps import RuntimeFailure, Step, effects_of, steps_at
 
 
 class PolicyExecutor:
@@ -50,13 +50,13 @@ class PolicyExecutor:
         allowed = set(points) if points is not None else set(POINTS)
         self._points = tuple(p for p in POINTS if p in named and p in allowed)
         fast = not policy.reference  # a policy read with reference=True runs on the JSON view
-        self._steps = {p: steps_at(policy.rules, p, fast=fast) for p in self._points}
+        self._steps = {p: point_rules(policy.rules, p, fast=fast) for p in self._points}
         self._fast: dict[str, FastPlan | None] = {
             p: fast_plan(p, steps) if fast else None for p, steps in self._steps.items()
         }
 
     def bind_log(self, log: EventLog) -> None:
-        """Record audit events in `log` (the chain's event log)."""
+        """RecordType audit events in `log` (the chain's event log)."""
         self.log = log
 
     def points(self) -> tuple[str, ...]:
@@ -71,35 +71,24 @@ class PolicyExecutor:
         return self._fast.get(point)
 
     def handler(self, point: str) -> Callable[[Context], Decisions | None]:
+        """The one evaluator of `point`: the compiled matchers when the context has the
+        catalog's class and shape, else each rule on a JSON view of the context (the reference
+        path, and the only one of a policy read with `reference=True`)."""
         steps = self._steps.get(point, ())
         if not steps:
             return _pass
-        fast = self._fast.get(point)
-        if fast is None:
-            return lambda ctx: self.evaluate(point, ctx)
+        plan = self._fast.get(point)
         cls = POINTS[point]
 
         def handle(ctx: Context) -> Decisions | None:
-            if ctx.__class__ is cls:
-                found = fast.match(ctx)
+            if plan is not None and ctx.__class__ is cls:
+                found = plan.match(ctx)
                 if found is not None:
                     return self._decide(point, ctx, found, ctx, True)
-            return self.evaluate(point, ctx, fast=False)
+            data = context_to_json(ctx)
+            return self._decide(point, ctx, _match_json(steps, data), data, False)
 
         return handle
-
-    def evaluate(self, point: str, ctx: Context, *, fast: bool = True) -> Decisions | None:
-        """The decisions of the rules at `point` for `ctx`, or None when no enforce rule applied.
-
-        `fast=False` evaluates each rule on a JSON view of the context (the reference path).
-        """
-        plan = self._fast.get(point) if fast else None
-        if plan is not None and ctx.__class__ is POINTS[point]:
-            found = plan.match(ctx)
-            if found is not None:
-                return self._decide(point, ctx, found, ctx, True)
-        data = context_to_json(ctx)
-        return self._decide(point, ctx, _match_json(self._steps[point], data), data, False)
 
     def _decide(
         self, point: str, ctx: Context, found: Found, root: Any, fast: bool
@@ -149,10 +138,10 @@ class PolicyExecutor:
         return Decisions(values=values, dropped=[], detail=detail)
 
     def _audit(
-        self, point: str, ctx: Context, audit: Iterable[Step], errors: list[str], root: Any,
+        self, point: str, ctx: Context, audit: Iterable[PointRule], errors: list[str], root: Any,
         fast: bool,
     ) -> list[str]:
-        """Record what the matching audit rules would have decided (and their failures);
+        """RecordType what the matching audit rules would have decided (and their failures);
         returns the names of the audit rules that matched (the step's `audit` detail)."""
         audited: list[str] = []
         would: dict[str, dict[str, Any]] = {}
@@ -175,11 +164,11 @@ class PolicyExecutor:
         return audited
 
 
-def _match_json(steps: tuple[Step, ...], data: dict[str, Any]) -> Found:
+def _match_json(steps: tuple[PointRule, ...], data: dict[str, Any]) -> Found:
     """Each rule's `when` on the JSON view `data`, in rule order: (enforce hits, audit hits,
     audit errors)."""
-    enforce: list[Step] = []
-    audit: list[Step] = []
+    enforce: list[PointRule] = []
+    audit: list[PointRule] = []
     errors: list[str] = []
     for step in steps:
         if step.when is not None:

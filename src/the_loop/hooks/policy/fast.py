@@ -16,12 +16,12 @@ from the_loop.hooks.executor import HookError
 from the_loop.hooks.policy.jmes.api import COMPILE_ERRORS
 from the_loop.hooks.policy.jmes.batch import Condition, ConditionFailed, compile_matcher
 from the_loop.hooks.policy.jmes.values import Unsupported
-from the_loop.hooks.policy.steps import Step, shape_of
+from the_loop.hooks.policy.point_rules import PointRule, root_type_of
 
 __all__ = ["FastPlan", "Found", "fast_plan"]
 
 #: What matched: (enforce steps, audit steps, audit failures), each in rule order.
-Found = tuple[Sequence[Step], Sequence[Step], list[str]]
+Found = tuple[Sequence[PointRule], Sequence[PointRule], list[str]]
 
 
 class FastPlan:
@@ -38,7 +38,7 @@ class FastPlan:
 
         An enforce condition that fails raises `HookError` naming the rule.
         """
-        enforce: Sequence[Step] = ()
+        enforce: Sequence[PointRule] = ()
         if self.enforce is not None:
             try:
                 found = self.enforce(ctx)
@@ -47,7 +47,7 @@ class FastPlan:
             if found is None:
                 return None
             enforce = found
-        audit: Sequence[Step] = ()
+        audit: Sequence[PointRule] = ()
         errors: list[str] = []
         if self.audit is not None:
             both = self.audit(ctx)
@@ -58,7 +58,7 @@ class FastPlan:
         return enforce, audit, errors
 
 
-def fast_plan(point: str, steps: Sequence[Step]) -> FastPlan | None:
+def fast_plan(point: str, steps: Sequence[PointRule]) -> FastPlan | None:
     """The fast path for `steps` at `point`, or None if CPython cannot compile it."""
     try:
         enforce = _matcher(point, [s for s in steps if not s.audit], collect_errors=False)
@@ -69,7 +69,7 @@ def fast_plan(point: str, steps: Sequence[Step]) -> FastPlan | None:
 
 
 def _matcher(
-    point: str, steps: list[Step], *, collect_errors: bool
+    point: str, steps: list[PointRule], *, collect_errors: bool
 ) -> Callable[[Any], Any] | None:
     if not steps:
         return None
@@ -78,4 +78,4 @@ def _matcher(
         else Condition(None, step)
         for step in steps
     ]
-    return compile_matcher(conditions, shape_of(point), collect_errors=collect_errors)
+    return compile_matcher(conditions, root_type_of(point), collect_errors=collect_errors)

@@ -131,7 +131,7 @@ class FunctionSpec:
 
     ``arg_types`` holds one tuple of JMESPath type names per declared parameter (``()`` means any
     type), exactly as in the ``@signature`` declaration; ``variadic`` means the last parameter
-    repeats (``min_args`` or more arguments), otherwise exactly ``min_args`` arguments are required.
+    repeats (that many arguments or more), otherwise exactly that many arguments are required.
     ``returns`` lists the JMESPath types the function can return. ``impl`` is the plain
     implementation: it expects arguments that already passed the type check.
     """
@@ -144,14 +144,6 @@ class FunctionSpec:
     signature: str
     doc: str
     example: str
-
-    @property
-    def min_args(self) -> int:
-        return len(self.arg_types)
-
-    def accepts(self, count: int) -> bool:
-        """True when a call with ``count`` arguments has the right arity."""
-        return count >= self.min_args if self.variadic else count == self.min_args
 
 
 def _spec(

@@ -11,6 +11,7 @@ rejected (`tests/test_policy_types.py` generates them to prove it).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from the_loop.hooks.policy.jmes.values import (
     RETURNS,
     STR,
     Kind,
+    kind_of,
     kinds,
 )
 
@@ -88,8 +90,6 @@ def describe(t: T) -> str:
 
 
 def _of_literal(value: Any) -> T:
-    from the_loop.hooks.policy.jmes.values import kind_of
-
     elem = None
     if isinstance(value, list):
         elem = frozenset().union(*(kind_of(v) for v in value)) if value else frozenset()
@@ -283,8 +283,6 @@ def _equality_fix(node: Node, a: T, b: T) -> str:
 
 
 def json_text(value: Any) -> str:
-    import json
-
     return json.dumps(value, ensure_ascii=False)
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from the_loop.hooks.policy.jmes.api import CompiledExpression, compile_expression, compile_stats
 from the_loop.hooks.policy.jmes.paths import root_paths
-from the_loop.hooks.policy.jmes.reference import reference_options
 from the_loop.hooks.policy.jmes.values import FIELD_TYPES
 
 __all__ = [
@@ -21,6 +20,5 @@ __all__ = [
     "CompiledExpression",
     "compile_expression",
     "compile_stats",
-    "reference_options",
     "root_paths",
 ]

@@ -5,7 +5,7 @@ turns all of them into one generated function that
 
 * reads each root field chain the conditions use once, straight from the root *object*
   (``ctx.work_item.repository``, no JSON view of the context), after checking that each record
-  it reads from has the exact class ``Shape`` promised (otherwise it returns None and the caller
+  it reads from has the exact class ``RootType`` promised (otherwise it returns None and the caller
   evaluates the JSON view instead);
 * evaluates the conditions in order with JMESPath's truth, each exactly as ``compile_expression``
   would on the JSON view (same code generator; a root field read becomes the value read once);
@@ -46,7 +46,9 @@ from the_loop.hooks.policy.jmes.values import (
     kinds,
 )
 
-__all__ = ["Condition", "ConditionFailed", "Record", "Shape", "compile_matcher", "compile_value"]
+__all__ = [
+    "Condition", "ConditionFailed", "RecordType", "RootType", "compile_matcher", "compile_value",
+]
 
 _ROOT = "_view"  # the JSON view of the root, in generated code (assigned only when used)
 _USES_ROOT = re.compile(r"\b_view\b")
@@ -56,7 +58,7 @@ _CLASSES = {"str": "str", "bool": "bool", "int": "int", "list[str]": "list"}
 _KINDS: dict[str, Kind] = {"str": K_STR, "bool": kinds(BOOL), "int": K_NUM, "list[str]": K_ARR}
 
 
-class Record(NamedTuple):
+class RecordType(NamedTuple):
     """A record-typed field (a frozen dataclass): its exact class, attribute types, JSON view."""
 
     cls: type
@@ -64,10 +66,10 @@ class Record(NamedTuple):
     to_json: Callable[[Any], Any]
 
 
-class Shape(NamedTuple):
-    """The root object: its fields (a field type, or a ``Record``) and its whole JSON view."""
+class RootType(NamedTuple):
+    """The root object: its fields (a field type, or a ``RecordType``) and its whole JSON view."""
 
-    fields: Mapping[str, str | Record]
+    fields: Mapping[str, str | RecordType]
     to_json: Callable[[Any], Any]
 
 
@@ -91,9 +93,9 @@ class ConditionFailed(Exception):
 class _BatchCodegen(Codegen):
     """``Codegen`` whose root field chains are bound to values read once from the root object."""
 
-    def __init__(self, shape: Shape, *, on_mismatch: str = "return None") -> None:
+    def __init__(self, shape: RootType, *, on_mismatch: str = "return None") -> None:
         field_types = {
-            name: "object" if isinstance(declared, Record) else declared
+            name: "object" if isinstance(declared, RecordType) else declared
             for name, declared in shape.fields.items()
         }
         super().__init__(field_types)
@@ -130,7 +132,7 @@ class _BatchCodegen(Codegen):
         declared = self.shape.fields.get(head)
         if declared is None or not _attribute(head):
             return None
-        if not isinstance(declared, Record):
+        if not isinstance(declared, RecordType):
             return self.read((head,), f"ctx.{head}", declared), 1
         record = self.record(head, declared)
         if len(path) > 1 and path[1] in declared.fields and _attribute(path[1]):
@@ -138,7 +140,7 @@ class _BatchCodegen(Codegen):
         to_json = self.global_("_json", declared.to_json)
         return self.read((head,), f"{to_json}({record})", "object"), 1
 
-    def record(self, head: str, declared: Record) -> str:
+    def record(self, head: str, declared: RecordType) -> str:
         found = self.bound.get(("<record>", head))
         if found is None:
             cls = self.global_("_cls", declared.cls)
@@ -262,7 +264,7 @@ def _attribute(name: str) -> bool:
 
 
 def compile_matcher(
-    conditions: Sequence[Condition], shape: Shape, *, collect_errors: bool = False
+    conditions: Sequence[Condition], shape: RootType, *, collect_errors: bool = False
 ) -> Callable[[Any], Any]:
     """One function of the root object evaluating ``conditions`` in order.
 
@@ -283,7 +285,7 @@ def compile_matcher(
     return gen.function(["hits = []"], "hits", guard_all=True)
 
 
-def compile_value(ast: Node, shape: Shape, search: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def compile_value(ast: Node, shape: RootType, search: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """One function of the root object returning the value of ``ast``.
 
     ``search`` evaluates ``ast`` on the JSON view (a ``CompiledExpression.search``): it runs

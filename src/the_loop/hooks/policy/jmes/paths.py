@@ -35,64 +35,70 @@ def root_paths(ast: Mapping[str, Any]) -> list[tuple[str, ...]]:
     ``("a", "c")`` and ``("b", "c")``; ``(a && b).c`` reads ``("a",)`` and ``("b", "c")`` (a
     falsy ``a``, the only one ``&&`` returns, has no fields to read).
     """
-    found: dict[tuple[str, ...], None] = {}
+    walker = _Walker()
+    walker.walk(ast, ((),))
+    # Every prefix of a found chain was found on the way to it, so a chain is maximal exactly
+    # when no found chain has it as its parent (one pass, instead of comparing all pairs).
+    parents = {path[:-1] for path in walker.found}
+    return [path for path in walker.found if path and path not in parents]
 
-    def union(*chains: _Chains) -> _Chains:
-        merged: dict[tuple[str, ...], None] = {}
-        for group in chains:
-            for chain in group:
-                if len(merged) >= MAX_ALTERNATIVES:
-                    return tuple(merged)
-                merged[chain] = None
-        return tuple(merged)
 
-    def walk(node: Mapping[str, Any], cur: _Chains) -> _Chains:
+def _union(*chains: _Chains) -> _Chains:
+    """The chains of every group, in order, without repeats, at most ``MAX_ALTERNATIVES``."""
+    merged: dict[tuple[str, ...], None] = {}
+    for group in chains:
+        for chain in group:
+            if len(merged) >= MAX_ALTERNATIVES:
+                return tuple(merged)
+            merged[chain] = None
+    return tuple(merged)
+
+
+class _Walker:
+    """``walk(node, cur)``: the chains ``node``'s value is read from, given that its current
+    value is read from the chains ``cur``; every field chain met is added to ``found``."""
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[str, ...], None] = {}
+
+    def walk(self, node: Mapping[str, Any], cur: _Chains) -> _Chains:
         kind = node["type"]
         children = node.get("children", [])
         if kind == "field":
             out = tuple((*chain, node["value"]) for chain in cur if len(chain) < MAX_DEPTH)
-            found.update(dict.fromkeys(out))
+            self.found.update(dict.fromkeys(out))
             return out
         if kind in ("subexpression", "index_expression", "pipe"):
-            result = cur
             for child in children:
-                result = walk(child, result)
-            return result
+                cur = self.walk(child, cur)
+            return cur
         if kind in ("current", "identity"):
             return cur
-        if kind in ("index", "slice", "literal"):
-            return ()
-        if kind in ("projection", "value_projection"):
-            walk(children[0], cur)
-            walk(children[1], ())
-            return ()
-        if kind == "filter_projection":
-            walk(children[0], cur)
-            walk(children[1], ())
-            walk(children[2], ())
-            return ()
-        if kind == "expref":
-            walk(children[0], ())
-            return ()
         if kind == "or_expression":  # either operand can be the value
-            return union(walk(children[0], cur), walk(children[1], cur))
+            return _union(self.walk(children[0], cur), self.walk(children[1], cur))
         if kind == "and_expression":  # the left operand is the value only when it is falsy,
-            walk(children[0], cur)  # and then nothing can be read from it
-            return walk(children[1], cur)
+            self.walk(children[0], cur)  # and then nothing can be read from it
+            return self.walk(children[1], cur)
         if kind == "key_val_pair":
-            return walk(children[0], cur)
+            return self.walk(children[0], cur)
         if kind == "function_expression":
-            results = [walk(child, cur) for child in children]
-            return union(*results) if node["value"] == "not_null" else ()
-        # comparator, not_expression, multi_select_*, flatten and anything new: the node's
-        # value is not a field chain, but its children are read relative to the same node.
+            results = [self.walk(child, cur) for child in children]
+            return _union(*results) if node["value"] == "not_null" else ()
+        return self.elements(kind, children, cur)
+
+    def elements(self, kind: str, children: list[Any], cur: _Chains) -> _Chains:
+        """Nodes whose value is not a field chain of the root."""
+        if kind in ("projection", "value_projection", "filter_projection", "expref"):
+            # The first child of a projection reads from `cur`; the rest (and an expref's
+            # expression) read from projected elements, never from the root.
+            first, *rest = children
+            self.walk(first, () if kind == "expref" else cur)
+            for child in rest:
+                self.walk(child, ())
+            return ()
+        # index, slice, literal, comparator, not_expression, multi_select_*, flatten and
+        # anything new: the children are read relative to the same node.
         for child in children:
             if isinstance(child, Mapping):
-                walk(child, cur)
+                self.walk(child, cur)
         return ()
-
-    walk(ast, ((),))
-    # Every prefix of a found chain was found on the way to it, so a chain is maximal exactly
-    # when no found chain has it as its parent (one pass, instead of comparing all pairs).
-    parents = {path[:-1] for path in found}
-    return [path for path in found if path and path not in parents]

@@ -25,7 +25,7 @@ from the_loop.hooks.policy.jmes.semantics import (
     to_number,
 )
 
-__all__ = ["FUNCTION_TABLE", "interpreter", "reference_options"]
+__all__ = ["FUNCTION_TABLE", "interpreter"]
 
 _STRING: Any = {"types": ["string"]}
 _ANY_TYPE: Any = {"types": []}
@@ -79,16 +79,6 @@ class _SpecInterpreter(TreeInterpreter):
 _FUNCTIONS = _SpecFunctions()
 FUNCTION_TABLE: dict[str, Any] = _SpecFunctions.FUNCTION_TABLE
 _INTERPRETER = _SpecInterpreter(Options(custom_functions=_FUNCTIONS))
-
-
-def reference_options() -> Options:
-    """``jmespath.Options`` with the policy functions *and* the spec corrections of the compiler.
-
-    Note that the comparison corrections live in the interpreter, not in the functions: use
-    ``compile_expression(text, reference=True)`` for the fully corrected interpreter.
-    """
-    return Options(custom_functions=_FUNCTIONS)
-
 
 
 def interpreter(ast: Any) -> Callable[[Any], Any]:

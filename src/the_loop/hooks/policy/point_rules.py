@@ -1,9 +1,10 @@
-"""One rule as evaluated at one point (`Step`): its condition, and its `set` values ready to render.
+"""One rule as evaluated at one point (`PointRule`): its condition, and its `set` values ready.
 
 A rule's values are split at load into constants and templates; a rule without templates (or
-whose placeholders are all literals) has its whole `set` pre-rendered in `Step.static`. A
-template renders from the JSON view of the context (`values`, the reference path) or from the
-context object itself through compiled functions (`values_fast`); both give the same text.
+whose placeholders are all literals) has its whole `set` pre-rendered in `PointRule.static`.
+`PointRule.render` renders the templates from the JSON view of the context (the reference
+path: each placeholder's `search`) or from the context object itself (the fast path: each
+placeholder compiled by `jmes.batch.compile_value`); both give the same text.
 """
 
 from __future__ import annotations
@@ -17,15 +18,21 @@ from typing import Any, NamedTuple
 
 from the_loop.hooks.points import SPECS, WorkItem, context_to_json
 from the_loop.hooks.policy.jmes.api import COMPILE_ERRORS
-from the_loop.hooks.policy.jmes.batch import Record, Shape, compile_value
+from the_loop.hooks.policy.jmes.batch import RecordType, RootType, compile_value
 from the_loop.hooks.policy.rules import AFFIXES, Rule, Template, Value
 
 __all__ = [
-    "Effects", "RuntimeFailure", "Step", "effects_of", "render_value", "shape_of", "steps_at",
+    "Effects",
+    "PointRule",
+    "RuntimeFailure",
+    "effects_of",
+    "point_rules",
+    "render_value",
+    "root_type_of",
 ]
 
-#: A template as the fast path renders it: text, or (the expression's text, its evaluator).
-FastPart = str | tuple[str, Callable[[Any], Any]]
+#: A template part as rendered: text, or (the expression's text, its evaluator).
+Part = str | tuple[str, Callable[[Any], Any]]
 
 
 class Effects(NamedTuple):
@@ -65,7 +72,7 @@ class RuntimeFailure(Exception):
 
 
 @dataclass(frozen=True, eq=False)
-class Step:
+class PointRule:
     """One rule at one point: the hot path reads only these fields."""
 
     name: str
@@ -74,42 +81,27 @@ class Step:
     when: Any  # CompiledExpression | None
     when_text: str
     constants: tuple[tuple[str, Any], ...]
-    templates: tuple[tuple[str, Template], ...]
+    templates: tuple[tuple[str, tuple[Part, ...]], ...]  # on the JSON view of the context
     static: dict[str, Any] | None = None  # every value, when no template needs the context
     effects: Effects | None = None  # `static`, sorted
-    fast: tuple[tuple[str, tuple[FastPart, ...]], ...] = ()
+    fast: tuple[tuple[str, tuple[Part, ...]], ...] = ()  # on the context object
 
     def failure(self, exc: Exception) -> str:
         """The message for this rule's `when` failing at run time."""
         return self._where("when", self.when_text, exc)
 
     def render(self, root: Any, fast: bool) -> dict[str, Any]:
-        """`values_fast(root)` if `fast` (root is the context), else `values(root)`."""
-        return self.values_fast(root) if fast else self.values(root)
-
-    def values(self, data: dict[str, Any]) -> dict[str, Any]:
-        """The rule's values, templates rendered from the JSON view `data`."""
+        """The rule's values, templates rendered from the context object `root` if `fast`,
+        else from its JSON view `root`."""
         out = dict(self.constants)
-        for key, template in self.templates:
-            chunks: list[str] = []
-            for part in template.parts:
-                if isinstance(part, str):
-                    chunks.append(part)
-                else:
-                    chunks.append(self._value(key, part.text, part.search, data))
-            out[key] = "".join(chunks)
-        return out
-
-    def values_fast(self, ctx: Any) -> dict[str, Any]:
-        """The rule's values, templates rendered from the context object `ctx`."""
-        out = dict(self.constants)
-        for key, parts in self.fast:
+        for key, parts in self.fast if fast else self.templates:
             chunks: list[str] = []
             for part in parts:
                 if isinstance(part, str):
                     chunks.append(part)
                 else:
-                    chunks.append(self._value(key, part[0], part[1], ctx))
+                    text, evaluate = part
+                    chunks.append(self._value(key, text, evaluate, root))
             out[key] = "".join(chunks)
         return out
 
@@ -136,20 +128,20 @@ def render_value(value: Any) -> str:
 
 
 @functools.cache
-def shape_of(point: str) -> Shape:
+def root_type_of(point: str) -> RootType:
     """What compiled code may assume of `point`'s context: the catalog's fields and types."""
-    item = Record(
+    item = RecordType(
         WorkItem, {f.name: str(f.type) for f in dataclasses.fields(WorkItem)}, WorkItem.to_json
     )
-    fields: dict[str, str | Record] = {
+    fields: dict[str, str | RecordType] = {
         f.name: item if f.type == "WorkItem" else f.type for f in SPECS[point].fields
     }
-    return Shape(fields, context_to_json)
+    return RootType(fields, context_to_json)
 
 
-def steps_at(rules: list[Rule], point: str, *, fast: bool = True) -> tuple[Step, ...]:
+def point_rules(rules: list[Rule], point: str, *, fast: bool = True) -> tuple[PointRule, ...]:
     """The steps of the rules that apply at `point`, in rule order."""
-    out: list[Step] = []
+    out: list[PointRule] = []
     for rule in rules:
         if point not in rule.points:
             continue
@@ -166,10 +158,11 @@ def steps_at(rules: list[Rule], point: str, *, fast: bool = True) -> tuple[Step,
                 else:
                     constants[key] = folded
         static = None if templates else dict(constants)
-        out.append(Step(
+        out.append(PointRule(
             name=rule.name, file=rule.file, audit=rule.audit, when=rule.when.get(point),
             when_text=rule.when_text or "",
-            constants=tuple(constants.items()), templates=tuple(templates.items()),
+            constants=tuple(constants.items()),
+            templates=tuple((k, _json_parts(t)) for k, t in templates.items()),
             static=static, effects=None if static is None else effects_of(static),
             fast=tuple((k, _fast_parts(t, point)) for k, t in templates.items()) if fast else (),
         ))
@@ -193,14 +186,20 @@ def _on_json_view(search: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda ctx: search(context_to_json(ctx))
 
 
-def _fast_parts(template: Template, point: str) -> tuple[FastPart, ...]:
-    parts: list[FastPart] = []
+def _json_parts(template: Template) -> tuple[Part, ...]:
+    return tuple(
+        part if isinstance(part, str) else (part.text, part.search) for part in template.parts
+    )
+
+
+def _fast_parts(template: Template, point: str) -> tuple[Part, ...]:
+    parts: list[Part] = []
     for part in template.parts:
         if isinstance(part, str):
             parts.append(part)
             continue
         try:
-            evaluate = compile_value(part.ast, shape_of(point), part.search)
+            evaluate = compile_value(part.ast, root_type_of(point), part.search)
         except COMPILE_ERRORS:  # the reference's evaluator, on a JSON view built for it
             evaluate = _on_json_view(part.search)
         parts.append((part.text, evaluate))
