@@ -16,6 +16,7 @@ caller's existing "not valid YAML at line L, column C: …" message covers it.
 
 from __future__ import annotations
 
+import errno
 import re
 from pathlib import Path
 from typing import Any
@@ -45,13 +46,12 @@ class TooLargeError(yaml.YAMLError):
         self.problem_mark = mark
 
 
-class NotTextError(yaml.YAMLError):
-    """The file is not UTF-8 text."""
+class UnreadableError(OSError):
+    """The file is too large, or not UTF-8 text: an `OSError`, so every caller's "cannot
+    read" message covers it (`strerror` is the sentence)."""
 
-    def __init__(self, problem: str) -> None:
-        super().__init__(problem)
-        self.problem = problem
-        self.problem_mark = None
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.EINVAL, message)
 
 
 # libyaml's parser when PyYAML was built with it (about 10x faster on a 1,000-rule file);
@@ -168,33 +168,40 @@ def load(text: str) -> Any:
 
 
 def read_text(path: Path) -> str:
-    """The file as text: raises `OSError`, or a `yaml.YAMLError` for a file too large or not
-    UTF-8 (with the offset of the first bad byte)."""
+    """The file as text; raises `OSError` (`UnreadableError` for a file too large or not
+    UTF-8, with the offset of the first bad byte)."""
     with path.open("rb") as fh:
         data = fh.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
-        raise TooLargeError(
-            f"the file is larger than {MAX_BYTES // (1024 * 1024)} MiB; an operator file is "
-            "far smaller (is this the right file?)"
+        raise UnreadableError(
+            f"larger than {MAX_BYTES // (1024 * 1024)} MiB; an operator file is far smaller "
+            "(is this the right file?)"
         )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise NotTextError(
+        raise UnreadableError(
             f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save it "
             "as UTF-8, or name the right file"
         ) from None
 
 
 def load_file(path: Path) -> Any:
-    """`load(read_text(path))`: raises `OSError` or `yaml.YAMLError`."""
+    """`load(read_text(path))`: raises `OSError` (unreadable) or `yaml.YAMLError` (invalid)."""
     return load(read_text(path))
 
 
 def describe_error(exc: yaml.YAMLError) -> str:
     """'at line L, column C: problem' for a YAML error (the problem cut to a readable size)."""
+    if isinstance(exc, yaml.reader.ReaderError):  # a character YAML refuses, by offset
+        where = f"at offset {exc.position}: "
+        char = exc.character
+        code = ord(char) if isinstance(char, str) and len(char) == 1 else char
+        if isinstance(code, int):
+            return f"{where}unacceptable character #x{code:04x}: {exc.reason}"
+        return where + str(exc.reason)
     mark = getattr(exc, "problem_mark", None)
     where = f"at line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
     problem = getattr(exc, "problem", None) or str(exc)
-    text = str(problem)
+    text = " ".join(str(problem).split())
     return where + (text if len(text) <= 300 else text[:300] + "…")

@@ -5,12 +5,27 @@ from __future__ import annotations
 import re
 import time
 
+from the_loop.errors import quote
 from the_loop.hooks.points import WorkItem
 from the_loop.runtime.db import Database
 from the_loop.runtime.tracker.base import Comment, Item, TrackerError
 
 REF_RE = re.compile(r"^local:(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)#(?P<n>\d+)$")
 KINDS = ("issue", "pull-request")
+
+
+#: The largest number a local work item can have (SQLite's INTEGER).
+MAX_NUMBER = 2**63 - 1
+
+
+def _number(digits: str, ref: str) -> int:
+    """The work item number in `digits`; a TrackerError for one no item can have."""
+    if len(digits) > 19 or int(digits) > MAX_NUMBER:
+        raise TrackerError(
+            f"{quote(ref)}: no work item has a number that large; list them with "
+            "`the-loop items list`"
+        )
+    return int(digits)
 
 
 class LocalTracker:
@@ -24,12 +39,14 @@ class LocalTracker:
         raw = ref.strip()
         short = raw.lstrip("#")
         if short.isdigit():
-            return f"local:{self.repository}#{int(short)}"
-        if not REF_RE.match(raw):
+            return f"local:{self.repository}#{_number(short, ref)}"
+        m = REF_RE.match(raw)
+        if not m:
             raise TrackerError(
-                f"{ref!r} is not a work item ref; expected local:owner/repo#N (or #N for "
+                f"{quote(ref)} is not a work item ref; expected local:owner/repo#N (or #N for "
                 f"{self.repository})"
             )
+        _number(m["n"], ref)
         return raw
 
     def _row(self, ref: str) -> tuple[int, str, int]:
