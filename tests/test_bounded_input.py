@@ -203,3 +203,62 @@ def test_rule6_a_link_to_a_rule_file_inside_the_folder_is_fine(
     done = run_cli("policy", "check", str(folder), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["rules"] == 1
+
+
+# ------------------------------------------------------------- what an evaluation builds
+
+BLOWUP = "to_string(labels" + " | [@, @]" * 30 + ")"
+
+
+def test_rule6_an_expression_that_doubles_its_input_30_times_fails_the_load(
+        tmp_path: Path, run_cli: CliRun) -> None:
+    """`to_string(labels | [@, @] …)` ran 30 s and took 1.3 GB on one point; now `policy
+    check` refuses it, naming the rule, and a daemon would refuse to start on it."""
+    folder = _policy(tmp_path, f"""\
+        rules:
+          - name: blowup
+            on: session_spawn
+            set: {{reason: "{{{{ {BLOWUP} }}}}"}}
+    """)
+    done = run_cli("policy", "check", str(folder))
+    assert done.returncode == 1
+    line = _one_line(done.stderr)
+    assert "rule 'blowup' → set.reason: the placeholder {{ to_string(labels | [@, @]" in line
+    assert ("is refused: it can build values over 262144 times the size of what it reads (at "
+            "most 256): each `[@, @]` in a pipe doubles it") in line
+
+
+@pytest.mark.parametrize(("text", "factor"), [
+    ("work_item.kind == 'issue'", 1),
+    ("labels[*].[@, @][]", 2),
+    ("to_string({a: labels, b: labels, c: [labels, labels]})", 4),
+    ("map(&[@, @, @], labels)", 3),
+    ("labels" + " | [@, @]" * 8, 256),
+    ("length(labels" + " | [@, @]" * 9 + ")", 512),
+    ("labels[?to_string([@, @] | [@, @] | [@, @]) == 'x']", 8),
+    (".".join(["work_item"] * 5000), 1),
+])
+def test_rule6_growth_bounds_what_an_expression_can_build(text: str, factor: int) -> None:
+    from jmespath.parser import Parser
+
+    from the_loop.hooks.policy.growth import worst
+
+    assert worst(Parser().parse(text).parsed) == factor
+
+
+def test_rule6_expressions_within_the_growth_bound_still_load_and_run(
+        tmp_path: Path, run_cli: CliRun) -> None:
+    folder = _policy(tmp_path, """\
+        rules:
+          - name: pairs
+            on: session_spawn
+            when: "length(labels[*].[@, @][]) > `2`"
+            set: {reason: "{{ to_string(labels | [@, @]) }}"}
+    """)
+    config = tmp_path / "cli-config.yaml"
+    config.write_text(f"loop: acme\nstateDir: state\nhooks:\n  - {{name: house, policy: "
+                      f"{folder}}}\n", encoding="utf-8")
+    done = run_cli("--config", str(config), "hooks", "run", "session_spawn", "--context", "-",
+                   "--json", stdin=json.dumps({"labels": ["a", "b"], "prompt": "p"}))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["context"]["reason"] == '[["a","b"],["a","b"]]'

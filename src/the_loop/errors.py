@@ -96,7 +96,7 @@ class ExpressionError(LoopError):
 #: What `ExpressionError.kind` may be.
 EXPRESSION_ERROR_KINDS = (
     "empty", "incomplete", "lexer", "syntax", "arity", "variadic-arity", "unknown-function",
-    "too-deep",
+    "too-deep", "bad-regex", "too-costly",
 )
 
 

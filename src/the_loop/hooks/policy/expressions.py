@@ -3,10 +3,11 @@
 `compile_policy_expression` wraps the standalone compiler (`jmes.compile_expression`, which
 speaks jmespath's own exception classes, as a JMESPath implementation should) and converts
 each of them, once, into an `ExpressionError` carrying the kind, the column and the details
-as data; `checks.describe_compile_error` words it. A pattern given to `regex_match` as a
-literal is compiled here too, so a pattern RE2 refuses is a load error, not a failure on the
-first work item. Nothing else is caught: a bug of ours in the compiler stays a bug, never a
-user's "syntax error".
+as data; `checks.describe_compile_error` words it. Two load checks of issue 11 rule 6 live
+here too: a pattern given to `regex_match` as a literal is compiled, so one RE2 refuses is a
+load error, not a failure on the first work item; and an expression that can build values
+more than `growth.MAX_GROWTH` times the size of what it reads is refused. Nothing else is
+caught: a bug of ours in the compiler stays a bug, never a user's "syntax error".
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from jmespath import exceptions as jmes_errors
 
 from the_loop.errors import ExpressionError
 from the_loop.hooks.policy.functions import InvalidValueError, regex
+from the_loop.hooks.policy.growth import MAX_GROWTH, worst
 from the_loop.hooks.policy.jmes import CompiledExpression, compile_expression
 
 
@@ -39,6 +41,14 @@ def compile_policy_expression(
         raise ExpressionError(
             "too-deep", "nests too deeply to parse; flatten the parentheses or brackets",
         ) from None
+    grows = worst(compiled.ast)
+    if grows > MAX_GROWTH:
+        raise ExpressionError(
+            "too-costly",
+            f"can build values {grows if grows < MAX_GROWTH * 1024 else 'over ' + str(grows)} "
+            f"times the size of what it reads (at most {MAX_GROWTH}): each `[@, @]` in a "
+            "pipe doubles it; compare or count the parts instead of repeating them",
+        )
     for pattern, column in _literal_patterns(compiled.ast, text):
         try:
             regex(pattern)

@@ -65,9 +65,10 @@ class InvalidValueError(JMESPathError):
 
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # the error is ours to report, not RE2's to print on stderr
+_RE2_OPTIONS.max_mem = 1 << 20  # per pattern: a pattern taken from a fact stays small
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=256)
 def regex(pattern: str) -> Any:
     """`pattern` compiled by RE2 (cached); raises InvalidValueError naming the problem."""
     try:
