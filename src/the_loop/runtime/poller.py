@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from the_loop.hooks.interrupt import is_real as is_real_interrupt
 from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, failpoint, render
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback
 from the_loop.runtime.store import Step
@@ -82,8 +83,7 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
         try:
             RUN[step.kind](loop, step)
         except BaseException as exc:  # a step's failure is the step's
-            if isinstance(exc, KeyboardInterrupt) and (
-                    signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            if is_real_interrupt(exc):  # the CLI's SIGINT handler marks it (hooks/interrupt.py)
                 raise  # a real Ctrl-C of a one-shot `poll --once`
             _step_failed(loop, step, exc)
             return n
