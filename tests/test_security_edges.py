@@ -338,3 +338,15 @@ def test_issue11_rule4_state_files_and_folders_are_owner_only(ld: LoopDir) -> No
     for path in files:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert ref
+
+
+@pytest.mark.parametrize("daemon", ["poll", "serve"])
+def test_issue11_rule2_no_daemon_runs_inside_an_agent_session(ld: LoopDir, daemon: str) -> None:
+    """A daemon is the operator's: started from inside a session it refuses (exit 2)."""
+    ld.write_config("serve: {tokenEnv: OP_TOKEN}\n")
+    done = ld.cli(daemon, "--once" if daemon == "poll" else "--quiet", ok=False,
+                  env={"THE_LOOP_SESSION": "s-0123456789ab", "OP_TOKEN": "op-secret-1"})
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"the-loop: refusing to start: the {daemon} daemon is the "
+                                   "operator's, and this runs inside agent session "
+                                   "s-0123456789ab")

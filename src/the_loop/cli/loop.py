@@ -74,9 +74,15 @@ def one_shot(args: argparse.Namespace, source: str) -> Loop:
 
 def daemon(args: argparse.Namespace, source: str) -> Loop:
     """A loop for a daemon: the hooks load now and a bad declaration refuses the start."""
+    from the_loop.runtime.identity import agent_session
     from the_loop.runtime.service import Loop
 
     loop = Loop(config_of(args), strict_hooks=True, source=source)
+    sid = agent_session(loop.db, loop.settings.state_dir / "sessions")
+    if sid:
+        loop.db.close()
+        raise UsageError(f"refusing to start: the {source} daemon is the operator's, and this "
+                         f"runs inside agent session {sid}")
     try:
         _ = loop.chain
     except HooksConfigError as exc:

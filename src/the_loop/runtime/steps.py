@@ -9,7 +9,6 @@ carries the step's key as its `id` so a receiver can drop a repeat.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 from the_loop.errors import LoopError
@@ -28,6 +27,7 @@ from the_loop.runtime.service import (
     ACTIVE,
     AGENT_PREFIX,
     LOOP_AUTHOR,
+    Decided,
     Loop,
     failpoint,
     render,
@@ -170,32 +170,16 @@ def launch(loop: Loop, step: Step) -> None:
         command=list(h.command), cwd=str(path), respawn=p["respawn"], endpoint=target,
         node=node.name, phase=node.phase, prompt=p["prompt"]))
     if d.refused:
-        loop.log.emit("session.refused", work_item=ref, endpoint=target.ref,
-                      hook=d.refused_by, reason=d.reason)
-        if endpoint and endpoint != ref:
-            # A pull request's own session was refused: deliver into the ticket's session.
-            with loop.db.transaction() as conn:
-                loop.store.add_step(conn, f"{step.key}:ticket", ref, "launch",
-                                    dict(p, endpoint=""))
-                loop.store.finish(step, "redirected", conn=conn)
-            return
-        loop.set_work(ref, state="blocked")
-        loop.post_once(ref, step.key, f"A session launch for this work item was refused by "
-                                      f"hook `{d.refused_by}` at `session_spawn`: {d.reason}")
-        loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
+        _launch_refused(loop, step, d, target.ref)
         return
     sid = session_id_for(step.key)
     if loop.store.session(sid) is None:
         pid = _start(loop, step, sid, str(d["prompt"]), path)
         if pid < 0:
             return
-        with loop.db.transaction() as conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO sessions(id, ref, endpoint, harness, pid, node, "
-                "started, log, step) VALUES (?,?,?,?,?,?,?,?,?)",
-                (sid, ref, target.ref, h.name, pid, node.name, time.time(),
-                 str(loop.sessions_dir / f"{sid}.log"), step.key))
-            loop.store.set_work(ref, conn, state="running", node=node.name, session_id=sid)
+        loop.store.register_session(sid, step.key, ref=ref, endpoint=target.ref, harness=h.name,
+                                    pid=pid, node=node.name,
+                                    log=str(loop.sessions_dir / f"{sid}.log"))
         loop.log.emit("session.launched", work_item=ref, session_id=sid, session_pid=pid,
                       endpoint=target.ref, respawn=p["respawn"])
         failpoint("register")
@@ -211,6 +195,24 @@ def launch(loop: Loop, step: Step) -> None:
             loop.log.emit("session.announced", work_item=ref, session_id=sid)
     failpoint("announce")
     loop.store.finish(step, "launched", sid)
+
+
+def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
+    """A refused launch: the item is blocked with one comment, or a pull request's own
+    session is delivered into the ticket's session instead."""
+    ref, endpoint = step.ref, step.payload["endpoint"]
+    loop.log.emit("session.refused", work_item=ref, endpoint=target, hook=d.refused_by,
+                  reason=d.reason)
+    if endpoint and endpoint != ref:
+        with loop.db.transaction() as conn:
+            loop.store.add_step(conn, f"{step.key}:ticket", ref, "launch",
+                                dict(step.payload, endpoint=""))
+            loop.store.finish(step, "redirected", conn=conn)
+        return
+    loop.set_work(ref, state="blocked")
+    loop.post_once(ref, step.key, f"A session launch for this work item was refused by "
+                                  f"hook `{d.refused_by}` at `session_spawn`: {d.reason}")
+    loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
 
 
 def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:

@@ -228,6 +228,16 @@ class Store:
         row = self.db.conn.execute("SELECT * FROM sessions WHERE step=?", (key,)).fetchone()
         return dict(row) if row else None
 
+    def register_session(self, sid: str, step_key: str, *, ref: str, endpoint: str,
+                         harness: str, pid: int, node: str, log: str) -> None:
+        """A launched session, and its item running it, in one transaction."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO sessions(id, ref, endpoint, harness, pid, node, "
+                "started, log, step) VALUES (?,?,?,?,?,?,?,?,?)",
+                (sid, ref, endpoint, harness, pid, node, time.time(), log, step_key))
+            self.set_work(ref, conn, state="running", node=node, session_id=sid)
+
     def live_sessions(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.db.conn.execute(
             "SELECT * FROM sessions WHERE exited=0 ORDER BY started")]
