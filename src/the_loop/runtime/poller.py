@@ -114,8 +114,9 @@ def check_session(loop: Loop, ref: str, report: Report) -> None:
     if w is None or w["state"] != "running" or loop.store.has_pending(ref):
         return
     sid = str(w["session_id"])
-    if sid and loop.session_alive(sid):
-        return
+    row = loop.store.session(sid) if sid else None
+    if row is not None and not row["exited"]:
+        return  # running, as far as this cycle's reap saw: an end is seen by the next one
     node = loop.graph.node(str(w["node"]))
     why = f"session {sid} ended" if sid else "no session is running"
     if int(w["respawns"]) >= 1:
