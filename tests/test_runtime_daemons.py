@@ -163,9 +163,26 @@ def test_poll_daemon_cycles_and_stops_cleanly_on_a_signal(ld: LoopDir,
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert out.startswith("polling every 0.1 s")
+    # One line per thing it does (issue 15 item 7), read off the events it records.
+    said = [line.split(" ", 1)[1] for line in out.splitlines()[1:]]
+    first = ld.query("SELECT id FROM sessions ORDER BY started")[0]["id"]
+    assert said[:2] == [f"{ref}: started", f"{ref}: session {first} launched"], said
     assert f"poller stopped ({sig.name})" in err
     assert ld.events("poll.stopped")[-1]["why"] == sig.name
     assert ld.work(ref)["state"] in ("running", "blocked")
+    ld.wait_sessions()
+
+
+def test_issue15_item7_poll_quiet_prints_only_its_start_line(ld: LoopDir) -> None:
+    ref = ld.add()
+    ld.start(ref)
+    proc = ld.popen("poll", "--interval", "0.1", "--quiet")
+    try:
+        until(lambda: ld.events("session.launched"), timeout=30, what="a launch")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert out == "polling every 0.1 s (Ctrl-C to stop)\n", out
     ld.wait_sessions()
 
 
