@@ -28,11 +28,12 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "tracker": "the tracker ({kind: local, repository: owner/repo})",
     "armLabel": "a label that arms a ticket when added (str)",
     "harness": "the default harness name (str)",
-    "harnesses": "harness commands (list of {name, command, model})",
+    "harnesses": "harness commands (list of {name, command, model, env})",
     "graph": "builtin, or a path to a YAML phase graph",
     "channels": "where phase and closure messages go (list)",
     "repository": "a local git repository to create worktrees from (str)",
-    "serve": "control-plane settings ({host, port, tokenEnv})",
+    "serve": "control-plane tokens ({tokens: {LOGIN: VAR}, tokenEnv: VAR}); host and port "
+             "are flags of `the-loop serve`",
     "decisionLog": "how long fired points are kept for replay ({keepDays: 30})",
 }
 

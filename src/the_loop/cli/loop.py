@@ -1,4 +1,9 @@
-"""The loop's commands: start, reply, poll, ask, graph complete, serve, events."""
+"""The loop's commands: `start`, `reply`, `poll`, `ask`, `graph complete`.
+
+Only `poll` (a daemon, like `serve` in serve.py) acts on work items: it loads the hooks
+at start and runs each item's steps. The others are one-shot and only write what they ask
+for — an arming, a person's input, a question, a node change — for a daemon to take in.
+"""
 
 from __future__ import annotations
 
