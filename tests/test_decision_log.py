@@ -143,7 +143,8 @@ def test_a_write_that_fails_is_recorded_and_the_loop_goes_on(tmp_path: Path) -> 
     ("{keepDays: 0}", "decisionLog.keepDays: expected a number of days above 0 (e.g. 30), "
                       "got 0 (int)"),
     ("{keepDays: '30'}", "decisionLog.keepDays: expected a number of days above 0"),
-    ("{keep: 30}", "decisionLog: expected {keepDays: 30}, got {'keep': 30} (dict)"),
+    ("{keep: 30}", "decisionLog.keep: unknown key (did you mean 'keepDays'?). Allowed keys: "
+                   "keepDays"),
     ("30", "decisionLog: expected {keepDays: 30}, got 30 (int)"),
 ])
 def test_decision_log_key_is_checked(ld: LoopDir, value: str, message: str) -> None:

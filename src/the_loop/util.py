@@ -46,3 +46,32 @@ def url_may_carry_token(url: str) -> bool:
     if parts.scheme == "https":
         return bool(host)
     return parts.scheme == "http" and is_loopback(host)
+
+
+def url_problem(url: str, *, token: bool, hook: bool) -> str | None:
+    """What is wrong with an endpoint `url` from cli-config.yaml, or None; never echoes a
+    credential. `hook`: a hook's answer changes what the loop does, so plain http:// goes to a
+    loopback host only, token or not; a channel may post plain http:// when it sends no token.
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return f"not a valid URL ({exc})"
+    # Before any message that repeats the URL: credentials in it must never be echoed.
+    if "@" in parts.netloc:
+        return ("credentials in the URL are not allowed (URL not shown); put the token in an "
+                "environment variable and name it with tokenEnv")
+    try:
+        _ = parts.port
+    except ValueError as exc:
+        return f"not a valid URL ({exc}): {url!r}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"expected https://host/path (or http:// to a loopback host), got {url!r}"
+    if url_may_carry_token(url) or not (hook or token):
+        return None
+    if not hook:
+        return (f"a bearer token is never sent in clear: use https:// for {parts.hostname}, or "
+                "drop tokenEnv")
+    why = " and a bearer token must never cross a network in clear" if token else ""
+    return (f"plain http:// is only allowed to a loopback host (127.0.0.1, ::1, localhost){why}; "
+            f"use https://{parts.netloc}{parts.path}")

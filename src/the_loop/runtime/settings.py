@@ -1,23 +1,40 @@
-"""The runtime's part of cli-config.yaml, validated with errors that name the key and the fix."""
+"""The runtime's part of cli-config.yaml, described once (`SETTINGS`) and checked from that.
+
+Every key, its default and its message live in the description below; `settings_of` checks
+the raw file against it and builds `Settings`. Checks that are not about shape are named
+functions the description runs after the shape (`then=`).
+"""
 
 from __future__ import annotations
 
-import re
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Any
 
 from the_loop.config import Config
+from the_loop.configspec import (
+    ENV_PATTERN,
+    NAME_PATTERN,
+    NON_EMPTY_PATTERN,
+    DictOf,
+    Enum,
+    Field,
+    Invalid,
+    KindOf,
+    ListOf,
+    Mapping,
+    Number,
+    Problem,
+    Str,
+    const,
+    did_you_mean,
+)
 from the_loop.errors import ConfigError
-from the_loop.util import url_may_carry_token
+from the_loop.util import url_problem
 
-REPO_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
-NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
-ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-LOGIN_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
+REPO_PATTERN = "^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"
+LOGIN_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 @dataclass(frozen=True)
 class Harness:
@@ -65,179 +82,162 @@ class Settings:
         return self.state_dir / "events.jsonl"
 
 
-def _got(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})"
-
-
 def default_harness() -> Harness:
     return Harness("demo", (sys.executable, "-m", "the_loop.demo.agent"), "demo-1")
 
 
+# ------------------------------------------------------------------ named checks
+
+
+def _unique_names(harnesses: list[dict[str, Any]], _ctx: object) -> list[dict[str, Any]]:
+    seen: set[str] = set()
+    for i, h in enumerate(harnesses):
+        if h["name"] in seen:
+            raise Problem(f"duplicate harness {h['name']!r}", i, "name")
+        seen.add(h["name"])
+    return harnesses
+
+
+def _webhook_url(channel: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    problem = url_problem(channel["url"], token=bool(channel["tokenEnv"]), hook=False)
+    if problem:
+        raise Problem(problem, "url")
+    return channel
+
+
+def _one_token_per_person(serve: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    names = list(serve["tokens"].values()) + ([serve["tokenEnv"]] if serve["tokenEnv"] else [])
+    if len(set(names)) < len(names):
+        raise Problem("each person needs a token of their own (two logins, or a login and "
+                      "tokenEnv, name the same variable)", "tokens")
+    return serve
+
+
+def _declared_harness(data: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    declared = [h["name"] for h in data["harnesses"]]
+    data.setdefault("harness", declared[0])
+    if data["harness"] not in declared:
+        raise Problem(f"{data['harness']!r} is not a declared harness"
+                      + did_you_mean(data["harness"], declared)
+                      + f"; declared: {', '.join(declared)}", "harness")
+    return data
+
+
+def _no_secret_in_harness_env(data: dict[str, Any], secrets: set[str]) -> dict[str, Any]:
+    for i, h in enumerate(data["harnesses"]):
+        leaked = sorted(set(h["env"]) & secrets)
+        if leaked:
+            raise Problem(f"{', '.join(leaked)} is named by a tokenEnv: a secret never reaches "
+                          "an agent's environment; remove it from env", "harnesses", i, "env")
+    return data
+
+
+# ------------------------------------------------------------------ the description
+
+ENV_NAME = Str(pattern=ENV_PATTERN, expected="an environment variable name")
+HARNESS = Mapping(expected="a mapping with name and command", fields={
+    "name": Field(Str(pattern=NAME_PATTERN, expected="a name like demo or claude (lower-case "
+                      "letters, digits and dashes, starting with a letter)"),
+                  required="every harness needs a name"),
+    "command": Field(ListOf(item=Str(), min_items=1, split=True,
+                            expected="an argv list like [python3, -m, the_loop.demo.agent]"),
+                     required="every harness needs a command (an argv list)"),
+    "model": Field(Str(), default=""),
+    "env": Field(ListOf(item=ENV_NAME, expected="a list of environment variable NAMES to pass "
+                        "to the agent, e.g. [GITHUB_USER, EDITOR]"), default=list),
+})
+FILE_CHANNEL = Mapping(expected="{kind: file, path: P}", fields={
+    "kind": Field(const("file"), required="a channel names its kind"),
+    "path": Field(Str(pattern=NON_EMPTY_PATTERN, expected="a path (relative to stateDir)"),
+                  required="a file channel names its path (relative to stateDir)"),
+})
+WEBHOOK_CHANNEL = Mapping(expected="{kind: webhook, url: U}", then=(_webhook_url,), fields={
+    "kind": Field(const("webhook"), required="a channel names its kind"),
+    "url": Field(Str(pattern="^https?://", expected="an http(s):// URL", shown=lambda v: (
+        "a URL that is not http(s)://" if isinstance(v, str) else type(v).__name__)),
+                 required="a webhook channel names its url (http(s)://…)"),
+    "tokenEnv": Field(ENV_NAME, default=""),
+})
+SERVE = Mapping(
+    expected="{tokens: {LOGIN: VAR, …}, tokenEnv: VAR} (host and port are command flags)",
+    unknown_hint=" (host and port are command flags)", then=(_one_token_per_person,), fields={
+        "tokens": Field(DictOf(
+            key=Str(pattern=LOGIN_PATTERN, expected="a login"), value=ENV_NAME,
+            expected="a mapping of login to the NAME of the variable holding that person's "
+                     "token, e.g. {alice: ALICE_TOKEN}"), default=dict),
+        "tokenEnv": Field(Str(pattern="^([A-Za-z_][A-Za-z0-9_]*)?$",
+                              expected="an environment variable name (the operator's token)"),
+                          default=""),
+    })
+#: The runtime keys of cli-config.yaml (`loop`, `stateDir` and `hooks` are read elsewhere).
+SETTINGS = Mapping(extra=True, then=(_declared_harness, _no_secret_in_harness_env), fields={
+    "tracker": Field(Mapping(expected="{kind: local, repository: owner/repo}", fields={
+        "kind": Field(Enum(values=("local",), expected="local (the embedded tracker)"),
+                      default="local"),
+        "repository": Field(Str(pattern=REPO_PATTERN, expected="owner/repo"),
+                            default="acme/app"),
+    }), default=lambda: {"kind": "local", "repository": "acme/app"}),
+    "armLabel": Field(Str(expected="a label name"), default=""),
+    "harness": Field(Str(expected="the name of a declared harness")),
+    "harnesses": Field(ListOf(item=HARNESS, min_items=1, then=(_unique_names,),
+                              expected="a list of {name, command, model}"),
+                       default=lambda: [{"name": "demo", "command": [], "model": "demo-1",
+                                         "env": [], "default": True}]),
+    "graph": Field(Str(pattern=NON_EMPTY_PATTERN,
+                       expected="builtin or a path to a YAML graph"), default="builtin"),
+    "channels": Field(ListOf(item=KindOf(variants={"file": FILE_CHANNEL,
+                                                   "webhook": WEBHOOK_CHANNEL},
+                                         expected="{kind: file, path: P} or {kind: webhook, "
+                                                  "url: U, tokenEnv: VAR}"),
+                             expected="a list of channels"),
+                      default=lambda: [{"kind": "file", "path": "channel.jsonl"}]),
+    "repository": Field(Str(expected="a path to a local git repository"), nullable=True),
+    "serve": Field(SERVE, default=lambda: {"tokens": {}, "tokenEnv": ""}),
+    "decisionLog": Field(Mapping(expected="{keepDays: 30}", fields={
+        "keepDays": Field(Number(above=0, maximum=36_500,
+                                 expected="a number of days above 0 (e.g. 30)"), default=30),
+    }), default=lambda: {"keepDays": 30.0}),
+})
+
+
 def settings_of(config: Config) -> Settings:
-    """Validate the runtime keys; raises `ConfigError` naming the key."""
+    """Check the runtime keys against `SETTINGS`; raises `ConfigError` naming the key."""
     data = config.data
-    where = str(config.path or "cli-config.yaml")
-
-    def fail(key: str, message: str) -> ConfigError:
-        return ConfigError(f"{where} → {key}: {message}")
-
-    tracker = data.get("tracker", {"kind": "local", "repository": "acme/app"})
-    if not isinstance(tracker, dict):
-        raise fail("tracker", f"expected {{kind: local, repository: owner/repo}}, got "
-                              f"{_got(tracker)}")
-    if tracker.get("kind", "local") != "local":
-        raise fail("tracker.kind", f"expected local (the embedded tracker), got "
-                                   f"{_got(tracker.get('kind'))}")
-    extra = sorted(set(tracker) - {"kind", "repository"})
-    if extra:
-        raise fail("tracker", f"unknown key(s) {', '.join(extra)}; allowed: kind, repository")
-    repository = tracker.get("repository", "acme/app")
-    if not isinstance(repository, str) or not REPO_RE.match(repository):
-        raise fail("tracker.repository", f"expected owner/repo, got {_got(repository)}")
-
-    arm_label = data.get("armLabel", "")
-    if not isinstance(arm_label, str):
-        raise fail("armLabel", f"expected a label name, got {_got(arm_label)}")
-
     secrets = secret_names(data)
-    harnesses: dict[str, Harness] = {}
-    raw_h = data.get("harnesses")
-    if raw_h is None:
-        h = default_harness()
-        harnesses[h.name] = h
-    elif not isinstance(raw_h, list) or not raw_h:
-        raise fail("harnesses", f"expected a list of {{name, command, model}}, got "
-                                f"{_got(raw_h)}")
-    else:
-        for i, entry in enumerate(raw_h):
-            key = f"harnesses[{i}]"
-            if not isinstance(entry, dict):
-                raise fail(key, f"expected a mapping with name and command, got {_got(entry)}")
-            extra = sorted(map(str, set(entry) - {"name", "command", "model", "env"}))
-            if extra:
-                raise fail(key, f"unknown key(s) {', '.join(extra)}; allowed: name, "
-                                "command, model, env")
-            name = entry.get("name")
-            if not isinstance(name, str) or not NAME_RE.match(name):
-                raise fail(f"{key}.name", f"expected a name like demo or claude, got "
-                                          f"{_got(name)}")
-            cmd = entry.get("command")
-            if isinstance(cmd, str):
-                cmd = cmd.split()
-            if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
-                raise fail(f"{key}.command", f"expected an argv list like [python3, -m, "
-                                             f"the_loop.demo.agent], got {_got(cmd)}")
-            model = entry.get("model", "")
-            if not isinstance(model, str):
-                raise fail(f"{key}.model", f"expected a string, got {_got(model)}")
-            passed = entry.get("env", [])
-            if not isinstance(passed, list) or not all(
-                    isinstance(v, str) and ENV_RE.fullmatch(v) for v in passed):
-                raise fail(f"{key}.env", "expected a list of environment variable NAMES to "
-                                         "pass to the agent, e.g. [GITHUB_USER, EDITOR]")
-            leaked = sorted(set(passed) & secrets)
-            if leaked:
-                raise fail(f"{key}.env", f"{', '.join(leaked)} is named by a tokenEnv: a "
-                                         "secret never reaches an agent's environment; remove "
-                                         "it from env")
-            if name in harnesses:
-                raise fail(f"{key}.name", f"duplicate harness {name!r}")
-            argv = tuple(sys.executable if c in ("python3", "python") and j == 0 else c
-                         for j, c in enumerate(cmd))
-            harnesses[name] = Harness(name, argv, model, tuple(passed))
-    harness = data.get("harness", next(iter(harnesses)))
-    if harness not in harnesses:
-        raise fail("harness", f"{harness!r} is not a declared harness; declared: "
-                              f"{', '.join(harnesses)}")
-
-    graph = data.get("graph", "builtin")
-    if not isinstance(graph, str) or not graph:
-        raise fail("graph", f"expected builtin or a path to a YAML graph, got {_got(graph)}")
-    if graph != "builtin":
-        graph = str(config.resolve(graph))
-
-    channels: list[ChannelSpec] = []
-    raw_c = data.get("channels", [{"kind": "file", "path": "channel.jsonl"}])
-    if not isinstance(raw_c, list):
-        raise fail("channels", f"expected a list, got {_got(raw_c)}")
-    for i, ch in enumerate(raw_c):
-        key = f"channels[{i}]"
-        if not isinstance(ch, dict) or ch.get("kind") not in ("file", "webhook"):
-            raise fail(key, "expected {kind: file, path: P} or {kind: webhook, url: U}, got "
-                            f"{_got(ch)}")
-        if ch["kind"] == "file":
-            path = ch.get("path")
-            extra = sorted(set(ch) - {"kind", "path"})
-            if extra or not isinstance(path, str) or not path:
-                raise fail(key, "a file channel takes exactly kind and path (relative to "
-                                "stateDir)")
-            p = Path(path).expanduser()
-            channels.append(ChannelSpec("file", str(p if p.is_absolute() else
-                                                    config.state_dir / p)))
-        else:
-            url = ch.get("url")
-            extra = sorted(set(ch) - {"kind", "url", "tokenEnv"})
-            if extra or not isinstance(url, str) or not url.startswith(("http://", "https://")):
-                raise fail(key, "a webhook channel takes kind, url (http(s)://…) and an "
-                                "optional tokenEnv")
-            token_env = ch.get("tokenEnv", "")
-            if not isinstance(token_env, str):
-                raise fail(f"{key}.tokenEnv", "expected an environment variable name")
-            parts = urlsplit(url)
-            if "@" in parts.netloc:
-                raise fail(f"{key}.url", "credentials in the URL are not allowed (URL not "
-                                         "shown); name an environment variable with tokenEnv")
-            if token_env and not url_may_carry_token(url):
-                raise fail(f"{key}.url", f"a bearer token is never sent in clear: use https:// "
-                                         f"for {parts.hostname}, or drop tokenEnv")
-            channels.append(ChannelSpec("webhook", url, token_env))
-
-    git_repo = data.get("repository")
-    git_path: Path | None = None
-    if git_repo is not None:
-        if not isinstance(git_repo, str):
-            raise fail("repository", f"expected a path to a local git repository, got "
-                                     f"{_got(git_repo)}")
-        git_path = config.resolve(git_repo)
-
-    serve = data.get("serve", {})
-    if not isinstance(serve, dict) or set(serve) - {"tokenEnv", "tokens"}:
-        raise fail("serve", "expected {tokens: {LOGIN: VAR, …}, tokenEnv: VAR} (host and "
-                            "port are command flags)")
-    token_env = serve.get("tokenEnv", "")
-    if not isinstance(token_env, str) or (token_env and not ENV_RE.fullmatch(token_env)):
-        raise fail("serve.tokenEnv", "expected an environment variable name (the operator's "
-                                     "token)")
-    tokens = serve.get("tokens", {})
-    if not isinstance(tokens, dict) or not all(
-            isinstance(k, str) and LOGIN_RE.fullmatch(k) and isinstance(v, str)
-            and ENV_RE.fullmatch(v) for k, v in tokens.items()):
-        raise fail("serve.tokens", "expected a mapping of login to the NAME of the variable "
-                                   "holding that person's token, e.g. {alice: ALICE_TOKEN}")
-    if len(set(tokens.values()) | ({token_env} - {""})) < len(tokens) + bool(token_env):
-        raise fail("serve.tokens", "each person needs a token of their own (two logins, or a "
-                                   "login and tokenEnv, name the same variable)")
-
-    keep_days = _keep_days(data.get("decisionLog", {}), fail)
-
+    try:
+        checked = SETTINGS.check(data, (), secrets)
+    except Invalid as exc:
+        where = str(config.path or "cli-config.yaml")
+        raise ConfigError(f"{where} → {exc.where}: {exc.message}") from None
+    harnesses = {h["name"]: _harness(h) for h in checked["harnesses"]}
+    graph = checked["graph"]
+    repository = checked.get("repository")
+    serve = checked["serve"]
     return Settings(
         config=config, loop=config.loop or "the-loop", state_dir=config.state_dir,
-        repository=repository, arm_label=arm_label, harness=harness, harnesses=harnesses,
-        graph=graph, channels=channels, git_repository=git_path, serve_token_env=token_env,
-        decision_keep_days=keep_days,
-        serve_tokens=dict(tokens), secret_names=frozenset(secrets),
+        repository=checked["tracker"]["repository"], arm_label=checked["armLabel"],
+        harness=checked["harness"], harnesses=harnesses,
+        graph=graph if graph == "builtin" else str(config.resolve(graph)),
+        channels=[_channel(c, config) for c in checked["channels"]],
+        git_repository=config.resolve(repository) if repository is not None else None,
+        serve_token_env=serve["tokenEnv"], decision_keep_days=checked["decisionLog"]["keepDays"],
+        serve_tokens=dict(serve["tokens"]), secret_names=frozenset(secrets),
     )
 
 
-def _keep_days(raw: object, fail: Callable[[str, str], ConfigError]) -> float:
-    """decisionLog: {keepDays: N}, N > 0 days (a fraction is allowed)."""
-    if not isinstance(raw, dict) or set(raw) - {"keepDays"}:
-        raise fail("decisionLog", f"expected {{keepDays: 30}}, got {_got(raw)}")
-    days = raw.get("keepDays", 30)
-    if type(days) not in (int, float) or not 0 < days <= 36_500:
-        raise fail("decisionLog.keepDays", f"expected a number of days above 0 (e.g. 30), got "
-                                           f"{_got(days)}")
-    return float(days)
+def _harness(h: dict[str, Any]) -> Harness:
+    if h.get("default"):
+        return default_harness()
+    argv = tuple(sys.executable if c in ("python3", "python") and j == 0 else c
+                 for j, c in enumerate(h["command"]))
+    return Harness(h["name"], argv, h["model"], tuple(h["env"]))
+
+
+def _channel(c: dict[str, Any], config: Config) -> ChannelSpec:
+    if c["kind"] == "webhook":
+        return ChannelSpec("webhook", c["url"], c["tokenEnv"])
+    p = Path(c["path"]).expanduser()
+    return ChannelSpec("file", str(p if p.is_absolute() else config.state_dir / p))
 
 
 def secret_names(data: dict[str, object]) -> set[str]:
