@@ -76,5 +76,5 @@ def test_init_elsewhere_prints_commands_that_name_the_config(
     done = run_cli("init", "ops/loop")
     config = tmp_path / "ops" / "loop" / "cli-config.yaml"
     assert done.returncode == 0
-    assert f"the-loop --config {config} policy test\n" in done.stdout
+    assert f"the-loop --config {config} policy test --coverage" in done.stdout
     assert run_cli("--config", str(config), "policy", "test").returncode == 0

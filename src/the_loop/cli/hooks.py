@@ -35,6 +35,9 @@ def register(sub: Any) -> None:
     pr = hs.add_parser("run", help="run the declared chain at one point on given fields")
     pr.add_argument("point", metavar="POINT")
     pr.add_argument("--context", metavar="FILE|-", help="a JSON object of the point's fields")
+    pr.add_argument("--explain", action="store_true",
+                    help="per policy rule: matched, not matched (the false part of `when` and "
+                    "the fields it read) or failed; audit rules with what they would set")
     add_json(pr)
     pr.set_defaults(func=cmd_run)
 
@@ -134,6 +137,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     outcome = chain.invoke(ctx)
     final = context_to_json(outcome.context)
     trace = [step.to_json() for step in outcome.steps]
+    explained = _explained(chain, outcome) if args.explain else {}
+    for item in trace:
+        if item["hook"] in explained:
+            item["explain"] = [t.to_json() for t in explained[item["hook"]]]
     if args.json:
         print_json({"point": args.point, "context": final, "trace": trace})
         return 0
@@ -152,11 +159,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         rules = step.detail.get("rules")
         if rules:
             line += f"  rules: {', '.join(rules)}"
+        audit = step.detail.get("audit")
+        if audit:
+            line += f"  audit rules matched: {', '.join(audit)}"
         print(line)
+        for rule in explained.get(step.hook, ()):
+            print(f"      {rule.text()}")
     print("final decisions:")
     for d in SPECS[args.point].decisions:
         print(f"  {d.name} = {json.dumps(final[d.name], ensure_ascii=False)}")
     return 0
+
+
+def _explained(chain: Any, outcome: Any) -> dict[str, Any]:
+    from the_loop.hooks.policy.explain import explain_chain
+
+    return explain_chain(chain, outcome)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

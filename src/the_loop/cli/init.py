@@ -52,10 +52,11 @@ def cmd_init(args: argparse.Namespace) -> int:
     print("next:")
     for command, what in (
         (f"the-loop{flag} policy check", "compile every rule; list them per point"),
-        (f"the-loop{flag} policy test", "run the cases in policies/tests"),
+        (f"the-loop{flag} policy test --coverage --min-coverage 100",
+         "run the cases in policies/tests; fail unless every rule is matched by one"),
         (f"the-loop{flag} hooks", "what is declared"),
         (f"echo '{{\"labels\": [\"do-not-automate\"]}}' | the-loop{flag} hooks run "
-         "work_item_start --context -", "a dry run of the declared hooks"),
+         "work_item_start --context - --explain", "a dry run, rule by rule"),
     ):
         print(f"  {command}\n      {what}")
     print(f"then edit {folder / 'policies'}/*.yaml and add a case to policies/tests/ for each "

@@ -43,6 +43,13 @@ def register_check(ps: Any) -> None:
 def register_test(ps: Any) -> None:
     pt = ps.add_parser("test", help="run the cases in DIR/tests against the rules")
     pt.add_argument("dir", metavar="DIR", nargs="?", help=_DIR_HELP)
+    pt.add_argument("--explain", action="store_true",
+                    help="under each case, why each rule at its point matched or not")
+    pt.add_argument("--coverage", action="store_true",
+                    help="per rule, how many cases matched it and how many did not")
+    pt.add_argument("--min-coverage", type=float, default=None, metavar="PCT",
+                    help="exit 1 when fewer than PCT%% of the rules are matched by some case, "
+                    "naming the rules no case matched (implies --coverage)")
     add_json(pt)
     pt.set_defaults(func=cmd_test)
 
@@ -171,25 +178,50 @@ def _test(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]
 
     folder = target.folder
     try:
-        report = run_tests(folder, policy=load_target(target))
+        report = run_tests(folder, policy=load_target(target), explain=args.explain)
     except PolicyError as exc:
         if not args.json:
             raise  # exit 1, every error listed on stderr
         return 1, {"folder": str(folder), "ok": False, "passed": 0, "failed": 0,
                    "errors": exc.errors, "cases": []}
-    code = 0 if report.ok else 1
+    floor = args.min_coverage
+    below = floor is not None and report.covered_percent < floor
+    code = 0 if report.ok and not below else 1
     if args.json:
-        return code, report.to_json()
+        doc = report.to_json()
+        if floor is not None:
+            doc["coverage"]["min"] = floor
+            doc["coverage"]["ok"] = not below
+        return code, doc
     for r in report.results:
         print(f"{'PASS' if r.passed else 'FAIL'}  {Path(r.file).name}: {r.name}  ({r.point})")
         for problem in r.problems:
             print(f"      {problem}")
+        for rule in r.explained or ():
+            print(f"      · {rule.text()}")
     for error in report.errors:
         print(f"ERROR {error}")
-    if report.unexercised:
+    if args.coverage or floor is not None:
+        _print_coverage(report)
+    elif report.unexercised:
         print(f"note: no case exercised: {', '.join(report.unexercised)}")
     summary = f"{report.passed} passed, {report.failed} failed"
     if report.errors:
         summary += f", {len(report.errors)} test file error(s)"
     print(summary)
+    if below:
+        print(f"coverage {report.covered_percent:.1f}% is below --min-coverage {floor:g}: no "
+              f"case matched {', '.join(report.unexercised)}; add a case to "
+              f"{folder / 'tests'} that each of them matches")
     return code, {}
+
+
+def _print_coverage(report: Any) -> None:
+    width = max((len(name) for name in report.coverage), default=4)
+    print(f"coverage: {'RULE':<{width}}  MATCHED  NOT MATCHED")
+    for name, (matched, missed) in report.coverage.items():
+        flag = "" if matched else "  <- no case matches this rule"
+        print(f"          {name:<{width}}  {matched:>7}  {missed:>11}{flag}")
+    total = len(report.coverage)
+    print(f"coverage: {report.covered_percent:.1f}% of rules matched by a case "
+          f"({total - len(report.unexercised)} of {total})")

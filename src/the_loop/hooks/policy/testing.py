@@ -30,6 +30,8 @@ from the_loop.hooks.points import (
     unknown_point_message,
 )
 from the_loop.hooks.policy.executor import PolicyExecutor
+from the_loop.hooks.policy.explain import RuleTrace
+from the_loop.hooks.policy.explain import explain as explain_rules
 from the_loop.hooks.policy.rules import Policy, read_policy, rule_files
 
 CASE_KEYS = ("name", "description", "point", "facts", "expect", "rules", "audit")
@@ -48,13 +50,17 @@ class CaseResult:
     rules: list[str] = field(default_factory=list)
     audit: list[str] = field(default_factory=list)
     decisions: dict[str, Any] = field(default_factory=dict)
+    explained: list[RuleTrace] | None = None  # with explain=True: every rule at the point
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "file": self.file, "name": self.name, "point": self.point, "passed": self.passed,
             "problems": self.problems, "rules": self.rules, "audit": self.audit,
             "decisions": self.decisions,
         }
+        if self.explained is not None:
+            out["explain"] = [t.to_json() for t in self.explained]
+        return out
 
 
 @dataclass
@@ -65,6 +71,14 @@ class TestReport:
     results: list[CaseResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     unexercised: list[str] = field(default_factory=list)
+    #: rule → [cases that matched it, cases at one of its points that did not], rule order
+    coverage: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def covered_percent(self) -> float:
+        """The share of rules that some case matched (100 for a folder of no rules)."""
+        total = len(self.coverage)
+        return 100.0 * (total - len(self.unexercised)) / total if total else 100.0
 
     @property
     def passed(self) -> int:
@@ -82,6 +96,11 @@ class TestReport:
         return {
             "folder": self.folder, "ok": self.ok, "passed": self.passed, "failed": self.failed,
             "errors": self.errors, "unexercised": self.unexercised,
+            "coverage": {
+                "percent": round(self.covered_percent, 1),
+                "rules": {k: {"matched": m, "not_matched": n}
+                          for k, (m, n) in self.coverage.items()},
+            },
             "cases": [r.to_json() for r in self.results],
         }
 
@@ -98,11 +117,13 @@ class _Case:
 
 
 def run_tests(
-    folder: Path, *, reference: bool = False, policy: Policy | None = None
+    folder: Path, *, reference: bool = False, policy: Policy | None = None,
+    explain: bool = False,
 ) -> TestReport:
     """Load the policy (raises `PolicyError`), then run every case in `folder/tests`.
 
     `policy`: the folder's rules, already read (by a caller that checked more about them).
+    `explain`: each result also says, per rule at its point, why it did or did not match.
     """
     if policy is None:
         policy = read_policy(folder, reference=reference)
@@ -121,12 +142,21 @@ def run_tests(
     executor = PolicyExecutor(HOOK, policy)
     chain = Chain([Link(HOOK, executor, frozenset(executor.points()))], log=EventLog())
     executor.bind_log(chain.log)
-    exercised: set[str] = set()
+    report.coverage = {r.name: [0, 0] for r in policy.rules}
+    at = {r.name: set(r.points) for r in policy.rules}
     for case in cases:
         result = _run_case(chain, case)
-        exercised.update(result.rules, result.audit)
+        if explain:
+            result.explained = explain_rules(
+                policy, case.point, context_from_json(case.point, case.facts))
+        matched = set(result.rules) | set(result.audit)
+        for name, counts in report.coverage.items():
+            if name in matched:
+                counts[0] += 1
+            elif case.point in at[name]:
+                counts[1] += 1
         report.results.append(result)
-    report.unexercised = [r.name for r in policy.rules if r.name not in exercised]
+    report.unexercised = [name for name, (m, _) in report.coverage.items() if not m]
     return report
 
 
