@@ -23,7 +23,7 @@ from the_loop.hooks.policy.jmes import root_paths
 from the_loop.hooks.policy.jmes.reference import interpreter
 from the_loop.hooks.policy.jmes.semantics import truthy
 from the_loop.hooks.policy.rules import Policy
-from the_loop.hooks.policy.steps import RuntimeFailure, steps_at
+from the_loop.hooks.policy.point_rules import RuntimeFailure, point_rules
 
 MATCHED, NOT_MATCHED, FAILED = "matched", "not matched", "failed"
 
@@ -110,7 +110,7 @@ def explain(
         return []
     data = context_to_json(ctx)
     out: list[RuleTrace] = []
-    for step in steps_at(policy.rules, point, fast=False):
+    for step in point_rules(policy.rules, point, fast=False):
         trace = RuleTrace(step.name, Path(step.file).name, "audit" if step.audit else
                           "enforce", MATCHED)
         out.append(trace)
@@ -125,7 +125,7 @@ def explain(
                 trace.because = false_parts(step.when.ast, data)
                 continue
         try:
-            trace.sets = step.values(data)
+            trace.sets = step.render(data, False)
         except RuntimeFailure as exc:
             trace.outcome, trace.error = FAILED, str(exc)
     return out
