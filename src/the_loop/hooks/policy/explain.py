@@ -22,8 +22,8 @@ from the_loop.hooks.policy.exprtext import show
 from the_loop.hooks.policy.jmes import root_paths
 from the_loop.hooks.policy.jmes.reference import interpreter
 from the_loop.hooks.policy.jmes.semantics import truthy
-from the_loop.hooks.policy.rules import Policy
 from the_loop.hooks.policy.point_rules import RuntimeFailure, point_rules
+from the_loop.hooks.policy.rules import Policy
 
 MATCHED, NOT_MATCHED, FAILED = "matched", "not matched", "failed"
 
