@@ -181,7 +181,7 @@ def test_issue15_item7_poll_quiet_prints_only_its_start_line(ld: LoopDir) -> Non
         until(lambda: ld.events("session.launched"), timeout=30, what="a launch")
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        out, _err = proc.communicate(timeout=30)
     assert out == "polling every 0.1 s (Ctrl-C to stop)\n", out
     ld.wait_sessions()
 
