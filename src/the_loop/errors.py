@@ -18,6 +18,18 @@ file's `ConfigError` or `PolicyError`; socket, HTTP and JSON errors of a remote 
 `HookError` in `hooks.remote`; whatever a hook raises becomes a `hooks.failed` record in the
 chain. Anything else reaching the CLI's last guard is a bug of ours, said in one line.
 
+Internal exceptions, each caught where it is named and never seen by a user:
+
+    yamlsafe.TooLargeError (a yaml.YAMLError)   → ConfigError / PolicyError, with line and column
+    yamlsafe.UnreadableError (an OSError)       → ConfigError / PolicyError ("cannot read: …")
+    remote_http.Closed                          → HookError (remote.py)
+    functions.InvalidValueError (JMESPathError) → HookError at run time; ExpressionError at load
+    point_rules.RuntimeFailure                  → HookError (policy/executor.py)
+    jmes.batch.ConditionFailed                  → HookError naming the rule (policy/fast.py)
+    jmes.values.Unsupported                     → that expression falls back to the reference
+    compat.DecisionTypeError (a TypeError)      → raised into a hook written for the other
+                                                  the-loop's API; the chain records it
+
 `quote(value)` is how every message shows a value: a bounded prefix, never a whole repr.
 """
 
