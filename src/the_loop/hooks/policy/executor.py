@@ -31,6 +31,10 @@ from the_loop.hooks.policy.fast import FastPlan, Found, fast_plan
 from the_loop.hooks.policy.point_rules import PointRule, RuntimeFailure, effects_of, point_rules
 from the_loop.hooks.policy.rules import Policy
 
+#: The longest string a policy may set a decision to (past what the decision already held):
+#: a template quoting a large fact cannot post megabytes as a comment or a prompt.
+MAX_DECISION_CHARS = 256 * 1024
+
 
 class PolicyExecutor:
     """An `Executor` over a checked `Policy`: one handler per point its rules name.
@@ -132,6 +136,14 @@ class PolicyExecutor:
         for target, (pre, post) in affixes.items():
             base = values.get(target, getattr(ctx, target, ""))
             values[target] = "".join(pre) + base + "".join(post)
+        for key, value in values.items():  # what a point's policy may output is bounded
+            if type(value) is str and len(value) > MAX_DECISION_CHARS and len(value) > len(
+                    str(getattr(ctx, key, ""))):
+                raise HookError(
+                    f"policy {self.name!r} would set {key} to {len(value)} characters (rules "
+                    f"{', '.join(applied)}); at most {MAX_DECISION_CHARS}: quote less of the "
+                    "context in the rule's template"
+                )
         detail: dict[str, Any] = {"rules": applied}
         if audited:
             detail["audit"] = audited
