@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from the_loop.errors import clip, quote
@@ -87,6 +87,8 @@ class Spec:
     description: str = ""  # for the JSON Schema
     shown: Callable[[Any], str] = got  # how a wrong value is shown (secrets are not)
     then: tuple[Check, ...] = ()
+    #: JSON Schema keywords for what a named post-check enforces (a schema cannot call it)
+    schema: dict[str, Any] = field(default_factory=dict)
 
     def check(self, value: Any, path: Path = (), ctx: Any = None) -> Any:
         return self.run_then(self._check(value, path, ctx), path, ctx)
@@ -107,7 +109,7 @@ class Spec:
         return Invalid(path, f"expected {self.expected}, got {self.shown(value)}{self.hint}")
 
     def json_schema(self) -> dict[str, Any]:
-        schema = self._schema()
+        schema = self._schema() | self.schema
         if self.description:
             schema["description"] = self.description
         return schema
@@ -215,8 +217,11 @@ class ListOf(Spec):
     split: bool = False
     unique: bool = False  # an item listed twice is an error
     indexed: bool = True
+    nullable: bool = False  # an empty YAML value is []
 
     def _check(self, value: Any, path: Path, ctx: Any) -> Any:
+        if value is None and self.nullable:
+            return []
         items = value
         if isinstance(value, str) and (self.single or self.split):
             items = value.split() if self.split else [value]
@@ -236,6 +241,8 @@ class ListOf(Spec):
             array["minItems"] = self.min_items
         if self.unique:
             array["uniqueItems"] = True
+        if self.nullable:
+            array["type"] = ["array", "null"]
         if self.single or self.split:
             return {"oneOf": [self.item.json_schema() if self.single else {"type": "string"},
                               array]}

@@ -32,6 +32,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: `url_may_carry_token` as a JSON Schema regex, for editors: https:// to any host, or http://
+#: to 127.0.0.0/8, [::1] or localhost; never credentials before the host.
+TOKEN_URL_PATTERN = (r"^(https://[^/?#@\s]+|http://(localhost|127(\.[0-9]{1,3}){3}|\[::1\])"
+                     r"(:[0-9]+)?)([/?#]\S*)?$")
+
+
 def url_may_carry_token(url: str) -> bool:
     """Whether a bearer token may be sent to `url`: https://, or http:// to a loopback host.
 

@@ -1,9 +1,9 @@
-"""The `hooks:` declaration: validate every entry strictly (no imports, no network).
+"""The `hooks:` declaration, described once (`HOOKS`): checked strictly (no imports, no network).
 
 parse (typed entries, no imports, no network) → build (import modules, construct
 executors, compile policies) → a `Chain`. Any error fails the whole load with one message
 that names the entry (index and name), the key, expected vs got, and the fix; a
-half-loaded chain never exists.
+half-loaded chain never exists. The JSON Schema (`schema.py`) is derived from `HOOKS` too.
 """
 
 from __future__ import annotations
@@ -13,25 +13,35 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from the_loop.configspec import (
+    ENV_PATTERN,
+    IDENTIFIER_PATTERN,
+    NAME_PATTERN,
+    NON_EMPTY_PATTERN,
+    Any_,
+    Bool,
+    DictOf,
+    Enum,
+    Field,
+    Invalid,
+    ListOf,
+    Number,
+    Problem,
+    Str,
+    Tagged,
+    dotted,
+    got,
+)
 from the_loop.errors import HooksConfigError, quote
 from the_loop.hooks.points import POINTS, unknown_point_message
-from the_loop.util import closest, url_may_carry_token
+from the_loop.util import TOKEN_URL_PATTERN, url_problem
 from the_loop.util import is_loopback as is_loopback  # re-exported: cli/serve.py imports it here
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
-ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-HEADER_RE = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+ENV_RE = re.compile(ENV_PATTERN)  # for `hooks serve --token-env`
+MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+HEADER_PATTERN = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
 KINDS = ("module", "path", "url", "policy")
-COMMON_KEYS = ("name", "on", "required", "enabled")
-KIND_KEYS: dict[str, tuple[str, ...]] = {
-    "module": ("executor", "with"),
-    "path": ("executor", "with"),
-    "url": ("tokenEnv", "headers", "timeoutSeconds"),
-    "policy": (),
-}
-ALL_KEYS = COMMON_KEYS + KINDS + ("executor", "with", "tokenEnv", "headers", "timeoutSeconds")
 #: Headers the client owns, or that would carry a secret in the operator's file.
 FORBIDDEN_HEADERS = {
     "authorization": "put the secret in an environment variable and name it with tokenEnv",
@@ -77,222 +87,181 @@ class HookEntry:
         }
 
 
-def _got(value: object) -> str:
-    return f"{quote(value)} ({type(value).__name__})"
+# ------------------------------------------------------------------ named checks
 
 
-class _Entry:
-    """Error helper bound to one raw entry."""
-
-    def __init__(self, index: int, raw: dict[Any, Any]) -> None:
-        self.index = index
-        name = raw.get("name")
-        self.name = name if isinstance(name, str) else ""
-
-    def fail(self, key: str, message: str) -> HooksConfigError:
-        where = f"hooks[{self.index}]" + (f" ({self.name!r})" if self.name else "")
-        at = f" → {key}" if key else ""
-        return HooksConfigError(f"{where}{at}: {message}", entry=self.name, key=key)
+def _catalog_order(points: list[str], _ctx: object) -> tuple[str, ...]:
+    return tuple(p for p in POINTS if p in points)
 
 
-def parse_hooks(raw: Any, base_dir: Path) -> list[HookEntry]:
-    """Validate the raw `hooks:` value; raises `HooksConfigError` on the first bad entry."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise HooksConfigError(
-            f"hooks: expected a list of entries, got {_got(raw)}. "
-            "Write `hooks:` followed by `- name: …` items", key="hooks",
-        )
-    entries: list[HookEntry] = []
+def _allowed_header(name: str, _ctx: object) -> str:
+    why = FORBIDDEN_HEADERS.get(name.lower())
+    if why:
+        raise Problem(f"{name!r} is not allowed here: {why}")
+    return name
+
+
+def _endpoint(entry: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    """A url entry's address: no credentials, and plain http:// to a loopback host only."""
+    if entry["kind"] == "url":
+        problem = url_problem(entry["url"], token=bool(entry["tokenEnv"]), hook=True)
+        if problem:
+            raise Problem(problem, "url")
+    return entry
+
+
+def _unique_names(entries: list[dict[str, Any]], _ctx: object) -> list[dict[str, Any]]:
     seen: dict[str, int] = {}
-    for index, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise HooksConfigError(
-                f"hooks[{index}]: expected a mapping with name and one of "
-                f"{', '.join(KINDS)}, got {_got(item)}"
-            )
-        entry = _parse_entry(index, item, base_dir)
-        if entry.name in seen:
-            raise HooksConfigError(
-                f"hooks[{index}] ({entry.name!r}) → name: duplicate of hooks[{seen[entry.name]}]; "
-                "names must be unique", entry=entry.name, key="name",
-            )
-        seen[entry.name] = index
-        entries.append(entry)
+    for index, entry in enumerate(entries):
+        if entry["name"] in seen:
+            raise Problem(f"duplicate of hooks[{seen[entry['name']]}]; names must be unique",
+                          index, "name")
+        seen[entry["name"]] = index
     return entries
 
 
-def _parse_entry(index: int, item: dict[Any, Any], base_dir: Path) -> HookEntry:
-    e = _Entry(index, item)
-    item = dict(item)
-    if True in item:  # YAML 1.1 readers turn a bare `on:` key into True
-        if "on" in item:
-            raise e.fail("on", "given twice (as `on` and as a YAML 1.1 boolean key); keep one")
-        item["on"] = item.pop(True)
-    for key in item:
-        if key not in ALL_KEYS:
-            hint = closest(str(key), ALL_KEYS)
-            raise e.fail(
-                str(key), "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
-                + f". Allowed keys: {', '.join(ALL_KEYS)}",
-            )
-    name = item.get("name")
-    if name is None:
-        raise e.fail("name", "missing; every entry needs a name matching ^[a-z][a-z0-9-]*$")
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise e.fail(
-            "name", f"expected a name matching ^[a-z][a-z0-9-]*$ (lower-case letters, digits "
-            f"and dashes, starting with a letter), got {_got(name)}",
-        )
-    kinds = [k for k in KINDS if k in item]
-    if len(kinds) != 1:
-        got = "none" if not kinds else " and ".join(kinds)
-        raise e.fail(
-            "/".join(KINDS), f"expected exactly one of module, path, url, policy; got {got}",
-        )
-    kind = kinds[0]
-    for key in item:
-        if key in KIND_KEYS and key != kind:
-            continue
-        if key not in COMMON_KEYS and key not in KINDS and key not in KIND_KEYS[kind]:
-            allowed = ", ".join(KIND_KEYS[kind]) or "none"
-            raise e.fail(
-                str(key), f"not allowed on a {kind} entry (keys for a {kind} entry besides "
-                f"{', '.join(COMMON_KEYS)}: {allowed})",
-            )
-    target = item[kind]
-    if not isinstance(target, str) or not target.strip():
-        raise e.fail(kind, f"expected a non-empty string, got {_got(target)}")
-    resolved = _resolve_target(e, kind, target, base_dir)
-    on = _parse_on(e, item["on"]) if "on" in item else None
-    required = _bool(e, item, "required", False)
-    enabled = _bool(e, item, "enabled", True)
-    executor = item.get("executor", "")
-    if not isinstance(executor, str) or (executor and not executor.isidentifier()):
-        raise e.fail("executor", f"expected a class name in the module, got {_got(executor)}")
-    with_ = item.get("with", {})
-    if with_ is None:
-        with_ = {}
-    if not isinstance(with_, dict) or not all(isinstance(k, str) for k in with_):
-        raise e.fail("with", f"expected a mapping of constructor keyword arguments, "
-                             f"got {_got(with_)}")
-    bad = [k for k in with_ if not k.isidentifier()]
-    if bad:
-        raise e.fail("with", f"{bad[0]!r} is not a valid keyword argument name")
-    token_env = item.get("tokenEnv", "")
-    if not isinstance(token_env, str) or ("tokenEnv" in item and not ENV_RE.fullmatch(token_env)):
-        # The value is not echoed: an operator who got this wrong may have pasted the token.
-        if not isinstance(token_env, str):
-            got = f"a value of type {type(token_env).__name__}"
-        elif not token_env:
-            got = "an empty string (leave tokenEnv out to send no token)"
-        else:
-            got = "a string that is not a variable name (value not shown in case it is the token)"
-        raise e.fail(
-            "tokenEnv", f"expected the NAME of an environment variable (letters, digits and "
-            f"_, e.g. COMPLIANCE_TOKEN), got {got}; never put the token itself here",
-        )
-    headers = _parse_headers(e, item.get("headers", {}))
-    timeout = item.get("timeoutSeconds", DEFAULT_TIMEOUT)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not (
-        0 < timeout <= MAX_TIMEOUT
-    ):
-        raise e.fail(
-            "timeoutSeconds", f"expected a number of seconds > 0 and ≤ {MAX_TIMEOUT:g}, "
-            f"got {_got(timeout)}",
-        )
-    if kind == "url":
-        _check_url(e, target, bool(token_env))
-    return HookEntry(
-        index=index, name=name, kind=kind, target=target, resolved=resolved, on=on,
-        required=required, enabled=enabled, executor=executor, with_=dict(with_),
-        token_env=token_env, headers=headers, timeout=float(timeout),
-    )
+def _secret_shown(value: object) -> str:
+    # The value is not echoed: an operator who got this wrong may have pasted the token.
+    if not isinstance(value, str):
+        return f"a value of type {type(value).__name__}"
+    if not value:
+        return "an empty string (leave tokenEnv out to send no token)"
+    return "a string that is not a variable name (value not shown in case it is the token)"
 
 
-def _bool(e: _Entry, item: dict[Any, Any], key: str, default: bool) -> bool:
-    value = item.get(key, default)
-    if type(value) is not bool:
-        raise e.fail(key, f"expected true or false, got {_got(value)}")
-    return value
+def _any_case(word: str) -> str:
+    """A regex matching `word` in any letter case (JSON Schema regexes have no flags)."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
 
 
-def _parse_on(e: _Entry, raw: Any) -> tuple[str, ...]:
-    # An empty `on:` is refused rather than read as "every point": `on` only ever narrows.
-    values = [raw] if isinstance(raw, str) else raw
-    if not isinstance(values, list) or not values:
-        raise e.fail(
-            "on", f"expected a point or a non-empty list of points, got {_got(raw)}. "
-            f"Valid points: {', '.join(POINTS)}; leave `on` out to run at every point the "
-            "executor handles",
-        )
-    out: list[str] = []
-    for value in values:
-        if not isinstance(value, str) or value not in POINTS:
-            raise e.fail("on", unknown_point_message(value))
-        if value in out:
-            raise e.fail("on", f"{value!r} is listed twice")
-        out.append(value)
-    return tuple(p for p in POINTS if p in out)
+# ------------------------------------------------------------------ the description
+
+_POINTS = ListOf(
+    item=Enum(values=tuple(POINTS), message=unknown_point_message,
+              description="a lifecycle point (the-loop hooks points)"),
+    single=True, min_items=1, unique=True, indexed=False, then=(_catalog_order,),
+    expected="a point or a non-empty list of points",
+    hint=f". Valid points: {', '.join(POINTS)}; leave `on` out to run at every point the "
+         "executor handles",
+)
+_FILE = Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string")
+_WITH = DictOf(
+    key=Str(pattern=IDENTIFIER_PATTERN, expected="a keyword argument name",
+            mismatch=lambda k: f"{k!r} is not a valid keyword argument name"),
+    value=Any_(), nullable=True, expected="a mapping of constructor keyword arguments",
+    description="constructor keyword arguments",
+)
+_HEADERS = DictOf(
+    key=Str(pattern=HEADER_PATTERN, expected="an HTTP header name", then=(_allowed_header,),
+            mismatch=lambda k: f"{k!r} is not a valid HTTP header name",
+            schema={"not": {"pattern": "^(" + "|".join(
+                _any_case(h) for h in sorted(FORBIDDEN_HEADERS)) + ")$"}}),
+    value=Str(pattern="^[^\r\n]*$", expected="a one-line string value"),
+    nullable=True, expected="a mapping of header name to value",
+    description="non-secret request headers",
+)
+#: One entry of `hooks:`; the entry's kind is whichever of module, path, url, policy it has.
+HOOK_ENTRY = Tagged(
+    expected=f"a mapping with name and one of {', '.join(KINDS)}", then=(_endpoint,),
+    fields={
+        "name": Field(Str(pattern=NAME_PATTERN, description="unique name", expected=(
+            f"a name matching {NAME_PATTERN} (lower-case letters, digits and dashes, starting "
+            "with a letter)")), required=f"every entry needs a name matching {NAME_PATTERN}"),
+        "on": Field(_POINTS),
+        "required": Field(Bool(), default=False),
+        "enabled": Field(Bool(), default=True),
+    },
+    variants={
+        "module": {"module": Field(Str(
+            pattern=MODULE_PATTERN, expected="a dotted module name like acme.hooks",
+            hint=" (for a file, use path:)", shown=lambda v: quote(v) if isinstance(v, str)
+            else got(v), description="an installed dotted module defining a LifecycleHooks "
+                                     "subclass")),
+                   "executor": Field(Str(pattern=IDENTIFIER_PATTERN,
+                                         expected="a class name in the module",
+                                         description="the class to use when the module "
+                                                     "defines several"), default=""),
+                   "with": Field(_WITH, default=dict)},
+        "path": {"path": Field(Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string",
+                                   description="a .py file: absolute, ~/…, or relative to this "
+                                               "file's folder")),
+                 "executor": Field(Str(pattern=IDENTIFIER_PATTERN,
+                                       expected="a class name in the module"), default=""),
+                 "with": Field(_WITH, default=dict)},
+        "url": {"url": Field(Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string",
+                                 schema={"pattern": TOKEN_URL_PATTERN},
+                                 description="https://…, or http:// to a loopback host")),
+                "tokenEnv": Field(Str(
+                    pattern=ENV_PATTERN, shown=_secret_shown,
+                    hint="; never put the token itself here",
+                    description="NAME of the environment variable holding the bearer token",
+                    expected="the NAME of an environment variable (letters, digits and _, "
+                             "e.g. COMPLIANCE_TOKEN)"), default=""),
+                "headers": Field(_HEADERS, default=dict),
+                "timeoutSeconds": Field(Number(
+                    above=0, maximum=MAX_TIMEOUT,
+                    expected=f"a number of seconds > 0 and ≤ {MAX_TIMEOUT:g}"),
+                    default=DEFAULT_TIMEOUT)},
+        "policy": {"policy": Field(Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string",
+                                       description="a folder of YAML rule files, relative to "
+                                                   "this file's folder"))},
+    },
+)
+#: The whole `hooks:` section.
+HOOKS = ListOf(
+    item=HOOK_ENTRY, nullable=True, then=(_unique_names,), expected="a list of entries",
+    hint=". Write `hooks:` followed by `- name: …` items",
+)
 
 
-def _parse_headers(e: _Entry, raw: Any) -> dict[str, str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise e.fail("headers", f"expected a mapping of header name to value, got {_got(raw)}")
-    out: dict[str, str] = {}
-    for key, value in raw.items():
-        if not isinstance(key, str) or not HEADER_RE.fullmatch(key):
-            raise e.fail("headers", f"{key!r} is not a valid HTTP header name")
-        why = FORBIDDEN_HEADERS.get(key.lower())
-        if why:
-            raise e.fail("headers", f"{key!r} is not allowed here: {why}")
-        if not isinstance(value, str) or "\r" in value or "\n" in value:
-            raise e.fail(
-                "headers", f"{key}: expected a one-line string value, got {_got(value)}",
-            )
-        out[key] = value
-    return out
-
-
-def _check_url(e: _Entry, url: str, has_token: bool) -> None:
+def parse_hooks(raw: Any, base_dir: Path) -> list[HookEntry]:
+    """Check the raw `hooks:` value against `HOOKS`; raises `HooksConfigError` on the first
+    bad entry, naming it."""
+    if isinstance(raw, list):
+        raw = [_yaml11_on(i, item) for i, item in enumerate(raw)]
     try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise e.fail("url", f"not a valid URL ({exc})") from None
-    # Before any message that repeats the URL: credentials in it must never be echoed.
-    if "@" in parts.netloc:
-        raise e.fail(
-            "url", "credentials in the URL are not allowed (URL not shown); put the token in "
-            "an environment variable and name it with tokenEnv",
-        )
-    try:
-        _ = parts.port
-    except ValueError as exc:
-        raise e.fail("url", f"not a valid URL ({exc}): {url!r}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise e.fail(
-            "url", f"expected https://host/path (or http:// to a loopback host), got {url!r}",
-        )
-    # Refused here even without a token: a hook's answer changes what the loop does.
-    if not url_may_carry_token(url):
-        why = " and a bearer token must never cross a network in clear" if has_token else ""
-        raise e.fail(
-            "url", f"plain http:// is only allowed to a loopback host (127.0.0.1, ::1, "
-            f"localhost){why}; use https://{parts.netloc}{parts.path}",
-        )
+        checked = HOOKS.check(raw)
+    except Invalid as exc:
+        raise _error(raw, exc) from None
+    return [_entry(i, e, base_dir) for i, e in enumerate(checked)]
 
 
-def _resolve_target(e: _Entry, kind: str, target: str, base_dir: Path) -> str:
-    if kind == "module":
-        if not all(part.isidentifier() for part in target.split(".")):
-            raise e.fail("module", f"expected a dotted module name like acme.hooks, got "
-                                   f"{target!r} (for a file, use path:)")
-        return target
+def _yaml11_on(index: int, item: Any) -> Any:
+    """A YAML 1.1 reader turns a bare `on:` key into True; read it as `on`."""
+    if not isinstance(item, dict) or True not in item:
+        return item
+    if "on" in item:
+        raise _error([item], Invalid((0, "on"), "given twice (as `on` and as a YAML 1.1 "
+                                                "boolean key); keep one"), index)
+    return {("on" if k is True else k): v for k, v in item.items()}
+
+
+def _error(raw: Any, exc: Invalid, index: int | None = None) -> HooksConfigError:
+    """`hooks[1] ('name') → key: message`, with the entry and key as data."""
+    if not exc.path:
+        return HooksConfigError(f"hooks: {exc.message}", key="hooks", detail=exc.message)
+    at = exc.path[0] if index is None else 0
+    item = raw[at] if isinstance(raw, list) and isinstance(at, int) else None
+    name = item.get("name") if isinstance(item, dict) else None
+    name = name if isinstance(name, str) else ""
+    where = f"hooks[{at if index is None else index}]" + (f" ({name!r})" if name else "")
+    key = dotted(exc.path[1:])
+    return HooksConfigError(f"{where}{f' → {key}' if key else ''}: {exc.message}",
+                            entry=name, key=key, detail=exc.message)
+
+
+def _entry(index: int, e: dict[str, Any], base_dir: Path) -> HookEntry:
+    kind = e["kind"]
+    target = e[kind]
+    resolved = target
     if kind in ("path", "policy"):
         p = Path(os.path.expanduser(target))
         # Never the working directory or a checkout: relative means the config's folder.
-        return str(p if p.is_absolute() else (base_dir / p).absolute())
-    return target
+        resolved = str(p if p.is_absolute() else (base_dir / p).absolute())
+    return HookEntry(
+        index=index, name=e["name"], kind=kind, target=target, resolved=resolved,
+        on=e.get("on"), required=e["required"], enabled=e["enabled"],
+        executor=e.get("executor", ""), with_=dict(e.get("with", {})),
+        token_env=e.get("tokenEnv", ""), headers=dict(e.get("headers", {})),
+        timeout=float(e.get("timeoutSeconds", DEFAULT_TIMEOUT)),
+    )
