@@ -121,3 +121,19 @@ def test_the_engine_imports_nothing_from_the_runtime_or_the_cli() -> None:
         for dep in deps if dep.startswith(NOT_FROM_ENGINE)
     )
     assert bad == []
+
+
+COMPILER = "the_loop.hooks.policy.jmes"
+
+
+def test_the_jmespath_compiler_imports_nothing_of_ours_outside_itself() -> None:
+    """The compiler stands alone: the policy functions are passed in (`jmes.Compiler`)."""
+    def inside(module: str) -> bool:
+        return module == COMPILER or module.startswith(COMPILER + ".")
+
+    bad = sorted(
+        f"{module} imports {dep}"
+        for module, deps in import_graph().items() if inside(module)
+        for dep in deps if not inside(dep)
+    )
+    assert bad == []

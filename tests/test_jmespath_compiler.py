@@ -30,14 +30,15 @@ from jmespath import exceptions
 from jmespath.visitor import Options, TreeInterpreter
 
 from the_loop.hooks.policy import jmes
+from the_loop.hooks.policy.expressions import COMPILER as jmes_api
+from the_loop.hooks.policy.expressions import compile_expression
 from the_loop.hooks.policy.functions import (
     POLICY_FUNCTION_SPECS,
     POLICY_FUNCTIONS,
     InvalidValueError,
     PolicyFunctions,
 )
-from the_loop.hooks.policy.jmes import api as jmes_api
-from the_loop.hooks.policy.jmes import compile_expression, compile_stats, root_paths
+from the_loop.hooks.policy.jmes import compile_stats, root_paths
 from the_loop.hooks.policy.jmes.batch import (
     Condition,
     ConditionFailed,

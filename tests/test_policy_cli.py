@@ -285,8 +285,9 @@ def test_i5_9_guide_table_of_readable_and_settable_fields_matches_the_catalog() 
 def test_i5_5_guide_documents_every_function_with_an_example_that_loads() -> None:
     from the_loop.hooks.points import POINTS
     from the_loop.hooks.policy.checks import check_fields
+    from the_loop.hooks.policy.expressions import compile_expression
     from the_loop.hooks.policy.functions import POLICY_FUNCTIONS
-    from the_loop.hooks.policy.jmes import compile_expression, root_paths
+    from the_loop.hooks.policy.jmes import root_paths
     from the_loop.hooks.policy.rules import field_types
 
     rows = _table_after("<!-- policy-functions")

@@ -13,8 +13,8 @@ from jmespath.parser import Parser
 
 from the_loop.hooks.points import POINTS, SPECS, WORK_ITEM_FIELDS, context_from_json
 from the_loop.hooks.policy import PolicyError, read_policy
+from the_loop.hooks.policy.expressions import compile_expression
 from the_loop.hooks.policy.exprtext import show
-from the_loop.hooks.policy.jmes import compile_expression
 from the_loop.hooks.policy.typecheck import type_problems
 
 

@@ -1,7 +1,9 @@
 """Compiles a policy's JMESPath expressions: the one place jmespath's errors become ours.
 
-`compile_policy_expression` wraps the standalone compiler (`jmes.compile_expression`, which
-speaks jmespath's own exception classes, as a JMESPath implementation should) and converts
+`COMPILER` is the standalone compiler (`jmes.Compiler`) given the policy functions
+(`functions.POLICY_FUNCTION_SPECS`); every policy expression, condition matcher and template
+is compiled by it. `compile_policy_expression` wraps its `compile_expression` (which speaks
+jmespath's own exception classes, as a JMESPath implementation should) and converts
 each of them, once, into an `ExpressionError` carrying the kind, the column and the details
 as data; `checks.describe_compile_error` words it. Two load checks of issue 11 rule 6 live
 here too: a pattern given to `regex_match` as a literal is compiled, so one RE2 refuses is a
@@ -18,9 +20,14 @@ from typing import Any
 from jmespath import exceptions as jmes_errors
 
 from the_loop.errors import ExpressionError
-from the_loop.hooks.policy.functions import InvalidValueError, regex
+from the_loop.hooks.policy.functions import POLICY_FUNCTION_SPECS, InvalidValueError, regex
 from the_loop.hooks.policy.growth import MAX_GROWTH, worst
-from the_loop.hooks.policy.jmes import CompiledExpression, compile_expression
+from the_loop.hooks.policy.jmes import CompiledExpression, Compiler
+
+#: The compiler of policy expressions: JMESPath's built-ins plus the policy functions.
+COMPILER = Compiler(POLICY_FUNCTION_SPECS.values())
+#: `COMPILER.compile_expression`: jmespath's own errors (`compile_policy_expression` converts).
+compile_expression = COMPILER.compile_expression
 
 
 def compile_policy_expression(
@@ -108,4 +115,4 @@ def _literal_patterns(ast: Mapping[str, Any], text: str) -> Iterator[tuple[str, 
         stack.extend(c for c in children if isinstance(c, Mapping))
 
 
-__all__ = ["compile_policy_expression"]
+__all__ = ["COMPILER", "compile_expression", "compile_policy_expression"]

@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from the_loop.hooks.executor import HookError
+from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.jmes.api import COMPILE_ERRORS
-from the_loop.hooks.policy.jmes.batch import Condition, ConditionFailed, compile_matcher
-from the_loop.hooks.policy.jmes.values import Unsupported
+from the_loop.hooks.policy.jmes.batch import Condition, ConditionFailed
+from the_loop.hooks.policy.jmes.ir import Unsupported
 from the_loop.hooks.policy.point_rules import PointRule, root_type_of
 
 __all__ = ["FastPlan", "Found", "fast_plan"]
@@ -78,4 +79,6 @@ def _matcher(
         else Condition(None, step)
         for step in steps
     ]
-    return compile_matcher(conditions, root_type_of(point), collect_errors=collect_errors)
+    return COMPILER.compile_matcher(
+        conditions, root_type_of(point), collect_errors=collect_errors
+    )

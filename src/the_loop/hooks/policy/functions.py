@@ -4,9 +4,10 @@ They are available in two forms that behave identically:
 
 * :class:`PolicyFunctions`, a :class:`jmespath.functions.Functions` subclass for the reference
   interpreter: ``jmespath.search(expr, data, Options(custom_functions=PolicyFunctions()))``;
-* :data:`POLICY_FUNCTION_SPECS`, the plain implementations plus the arity and type information the
-  compiler (:mod:`the_loop.hooks.policy.jmes`) uses to check calls at compile time and to call
-  the functions from generated code.
+* :data:`POLICY_FUNCTION_SPECS`, the plain implementations plus the arity and type information
+  the compiler (:mod:`the_loop.hooks.policy.jmes`, which knows no policy function: they are
+  passed in, see ``expressions.COMPILER``) uses to check calls at compile time and to call the
+  functions from generated code.
 
 Both forms take their signatures from the same ``@signature`` declarations, so the arity and the
 argument types are checked the same way (``ArityError`` / ``JMESPathTypeError``, exactly as for the
@@ -35,8 +36,8 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import re2
@@ -44,11 +45,11 @@ from jmespath.exceptions import JMESPathError
 from jmespath.functions import Functions, signature
 
 from the_loop.errors import quote
+from the_loop.hooks.policy.jmes import FunctionSpec
 
 __all__ = [
     "POLICY_FUNCTIONS",
     "POLICY_FUNCTION_SPECS",
-    "FunctionSpec",
     "InvalidValueError",
     "PolicyFunctions",
     "glob_match",
@@ -126,35 +127,30 @@ class PolicyFunctions(Functions):
         return upper(subject)
 
 
-@dataclass(frozen=True)
-class FunctionSpec:
-    """What the compiler needs to know about a policy function.
+def _regex_search(pattern: str) -> Callable[[str], Any] | None:
+    """`regex_match`'s pattern, compiled once: its search (None for a pattern RE2 refuses)."""
+    try:
+        search: Callable[[str], Any] = regex(pattern).search
+    except InvalidValueError:
+        return None
+    return search
 
-    ``arg_types`` holds one tuple of JMESPath type names per declared parameter (``()`` means any
-    type), exactly as in the ``@signature`` declaration; ``variadic`` means the last parameter
-    repeats (that many arguments or more), otherwise exactly that many arguments are required.
-    ``returns`` lists the JMESPath types the function can return. ``impl`` is the plain
-    implementation: it expects arguments that already passed the type check.
-    """
 
-    name: str
-    arg_types: tuple[tuple[str, ...], ...]
-    variadic: bool
-    returns: tuple[str, ...]
-    impl: Callable[..., Any]
-    signature: str
-    doc: str
-    example: str
+def _glob_matcher(pattern: str) -> Callable[[str], Any] | None:
+    """`glob_match`'s pattern, compiled once: `fnmatch.fnmatchcase` as a regex match."""
+    try:
+        return re.compile(fnmatch.translate(pattern)).match
+    except re.error:  # pragma: no cover - fnmatch.translate writes valid expressions
+        return None
 
 
 def _spec(
     name: str,
     impl: Callable[..., Any],
     returns: tuple[str, ...],
-    sig: str,
-    doc: str,
-    example: str,
+    **inline: Any,
 ) -> FunctionSpec:
+    """The compiler's view of a function of `PolicyFunctions` (its `@signature`, `impl`)."""
     declared = PolicyFunctions.FUNCTION_TABLE[name]["signature"]
     return FunctionSpec(
         name=name,
@@ -162,55 +158,44 @@ def _spec(
         variadic=bool(declared and declared[-1].get("variadic")),
         returns=returns,
         impl=impl,
-        signature=sig,
-        doc=doc,
-        example=example,
+        **inline,
     )
 
 
-#: name -> FunctionSpec, for the compiler.
+#: name -> FunctionSpec, the functions the policy compiler (`expressions.COMPILER`) passes in.
 POLICY_FUNCTION_SPECS: Mapping[str, FunctionSpec] = {
     spec.name: spec
     for spec in (
-        _spec(
-            "regex_match",
-            regex_match,
-            ("boolean",),
-            "regex_match(string $pattern, string $subject) -> boolean",
-            "True when the regular expression (RE2: linear time, no backreferences or "
-            "lookaround) matches anywhere in the subject (anchor with ^ and $); an invalid "
-            "pattern is an invalid-value error.",
-            "regex_match('^release/', work_item.ref)",
-        ),
-        _spec(
-            "glob_match",
-            glob_match,
-            ("boolean",),
-            "glob_match(string $pattern, string $subject) -> boolean",
-            "True when the whole subject matches the shell-style pattern "
-            "(fnmatch.fnmatchcase: *, ?, [seq], [!seq]; case-sensitive, * also matches /).",
-            "glob_match('docs/*.md', path)",
-        ),
-        _spec(
-            "lower",
-            lower,
-            ("string",),
-            "lower(string $subject) -> string",
-            "The subject in lower case (str.lower).",
-            "lower(work_item.title)",
-        ),
-        _spec(
-            "upper",
-            upper,
-            ("string",),
-            "upper(string $subject) -> string",
-            "The subject in upper case (str.upper).",
-            "upper(work_item.kind)",
-        ),
+        _spec("regex_match", regex_match, ("boolean",), pattern_matcher=_regex_search),
+        _spec("glob_match", glob_match, ("boolean",), pattern_matcher=_glob_matcher),
+        _spec("lower", lower, ("string",), str_method="lower"),
+        _spec("upper", upper, ("string",), str_method="upper"),
     )
 }
 
 #: name -> (signature, one-line doc, example), for generated documentation.
 POLICY_FUNCTIONS: Mapping[str, tuple[str, str, str]] = {
-    name: (spec.signature, spec.doc, spec.example) for name, spec in POLICY_FUNCTION_SPECS.items()
+    "regex_match": (
+        "regex_match(string $pattern, string $subject) -> boolean",
+        "True when the regular expression (RE2: linear time, no backreferences or "
+        "lookaround) matches anywhere in the subject (anchor with ^ and $); an invalid "
+        "pattern is an invalid-value error.",
+        "regex_match('^release/', work_item.ref)",
+    ),
+    "glob_match": (
+        "glob_match(string $pattern, string $subject) -> boolean",
+        "True when the whole subject matches the shell-style pattern "
+        "(fnmatch.fnmatchcase: *, ?, [seq], [!seq]; case-sensitive, * also matches /).",
+        "glob_match('docs/*.md', path)",
+    ),
+    "lower": (
+        "lower(string $subject) -> string",
+        "The subject in lower case (str.lower).",
+        "lower(work_item.title)",
+    ),
+    "upper": (
+        "upper(string $subject) -> string",
+        "The subject in upper case (str.upper).",
+        "upper(work_item.kind)",
+    ),
 }

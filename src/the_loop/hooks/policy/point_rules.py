@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from the_loop.hooks.points import SPECS, WorkItem, context_to_json
+from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.jmes.api import COMPILE_ERRORS
-from the_loop.hooks.policy.jmes.batch import RecordType, RootType, compile_value
+from the_loop.hooks.policy.jmes.batch import RecordType, RootType
 from the_loop.hooks.policy.rules import AFFIXES, Rule, Template, Value
 
 __all__ = [
@@ -199,7 +200,7 @@ def _fast_parts(template: Template, point: str) -> tuple[Part, ...]:
             parts.append(part)
             continue
         try:
-            evaluate = compile_value(part.ast, root_type_of(point), part.search)
+            evaluate = COMPILER.compile_value(part.ast, root_type_of(point), part.search)
         except COMPILE_ERRORS:  # the reference's evaluator, on a JSON view built for it
             evaluate = _on_json_view(part.search)
         parts.append((part.text, evaluate))

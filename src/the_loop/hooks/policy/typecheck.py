@@ -17,16 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from the_loop.hooks.points import SPECS, WORK_ITEM_FIELDS
+from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.exprtext import OPS, literal, show
 from the_loop.hooks.policy.functions import POLICY_FUNCTION_SPECS
-from the_loop.hooks.policy.jmes.reference import FUNCTION_TABLE
-from the_loop.hooks.policy.jmes.semantics import eq, truthy
-from the_loop.hooks.policy.jmes.values import (
+from the_loop.hooks.policy.jmes.ir import NO_LITERAL
+from the_loop.hooks.policy.jmes.kinds import (
     ANY,
     ARR,
     BOOL,
     EXPREF,
-    NO_LITERAL,
     NULL,
     NUM,
     OBJ,
@@ -36,8 +35,10 @@ from the_loop.hooks.policy.jmes.values import (
     kind_of,
     kinds,
 )
+from the_loop.hooks.policy.jmes.semantics import eq, truthy
 
 Node = Mapping[str, Any]
+FUNCTION_TABLE = COMPILER.library.table  # every function a policy expression may call
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,26 @@
-"""Compile a JMESPath expression to a Python function, or fall back to the corrected reference.
+"""The entry point: ``Compiler(functions)`` compiles JMESPath expressions to Python functions.
 
-``compile_expression(text)`` parses ``text`` with the ``jmespath`` package and turns its AST into
-the source of one Python function, compiled with ``compile()``/``exec``. The generated code mirrors
-``jmespath.visitor.TreeInterpreter`` node by node (same evaluation order, same null propagation,
-same errors) and specialises where the outcome is provably the same: a comparison with a string
-literal is a plain ``==``, ``length(x)`` is ``len(x)`` once ``x`` is known to be a ``str``/``list``/
-``dict``, and so on. A typical policy condition runs 30-90 times faster than the interpreter and
-within about 1-2.5 times hand-written Python (``benchmarks/jmespath_compiler.py``).
+``Compiler.compile_expression(text)`` parses ``text`` with the ``jmespath`` package and turns its
+AST into the source of one Python function, compiled with ``compile()``/``exec``. The generated
+code mirrors ``jmespath.visitor.TreeInterpreter`` node by node (same evaluation order, same null
+propagation, same errors) and specialises where the outcome is provably the same: a comparison with
+a string literal is a plain ``==``, ``length(x)`` is ``len(x)`` once ``x`` is known to be a
+``str``/``list``/``dict``, and so on. A typical policy condition runs 30-90 times faster than the
+interpreter and within about 1-2.5 times hand-written Python (``benchmarks/jmespath_compiler.py``).
 
 Two things keep it fast:
 
 * field reads are optimistic (``value.get(key)`` without a type test); the first time a value
   has no ``get`` (null, a list ...) the evaluation is redone by guarded code, which the
-  expression then keeps using (see ``CodegenBase`` and ``_build``);
+  expression then keeps using (see ``Emitter`` and ``Compiler._build``);
 * literals and field names are globals of the generated code, not part of its source, so
   expressions of the same shape (``work_item.kind == 'a'``, ``work_item.ref == 'b'``) share one
-  code object: compiling a policy costs little more than parsing it.
+  code object (``emitter.CODE_CACHE``): compiling a policy costs little more than parsing it.
+
+The functions an expression may call are JMESPath's built-ins plus those the caller passes in
+(``Compiler(functions)``, each a ``library.FunctionSpec``); ``compile_expression`` is the
+compiler with the built-ins only. ``Compiler.compile_matcher``/``compile_value`` compile many
+expressions over one typed root object into one function (``batch.py``).
 
 Where the ``jmespath`` package (1.1.0) disagrees with the JMESPath specification, the compiler
 follows the specification (see ``docs/jmespath-divergences.md``):
@@ -47,17 +52,22 @@ Inputs must be JSON-like: ``dict``, ``list``, ``str``, ``int``, ``float``, ``boo
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from jmespath import exceptions
 from jmespath.parser import Parser
 
-from the_loop.hooks.policy.jmes.codegen import Codegen
-from the_loop.hooks.policy.jmes.reference import FUNCTION_TABLE, interpreter
-from the_loop.hooks.policy.jmes.values import FIELD_TYPES, Unsupported
+from the_loop.hooks.policy.jmes import batch
+from the_loop.hooks.policy.jmes.emitter import Emitter
+from the_loop.hooks.policy.jmes.ir import Node, Unsupported
+from the_loop.hooks.policy.jmes.kinds import FIELD_TYPES
+from the_loop.hooks.policy.jmes.library import FunctionSpec, Library
+from the_loop.hooks.policy.jmes.nodes import NODES
 
-__all__ = ["COMPILE_ERRORS", "CompiledExpression", "compile_expression", "compile_stats"]
+__all__ = [
+    "COMPILE_ERRORS", "CompiledExpression", "Compiler", "compile_expression", "compile_stats",
+]
 
 
 class CompiledExpression:
@@ -146,16 +156,16 @@ def compile_stats() -> dict[str, int]:
         return dict(_STATS)
 
 
-def _check_functions(node: Mapping[str, Any]) -> None:
+def _check_functions(node: Mapping[str, Any], table: Mapping[str, Any]) -> None:
     """Unknown functions and wrong arities, in the order the reference would meet them."""
     for child in node.get("children", ()):
         if isinstance(child, Mapping):
-            _check_functions(child)
+            _check_functions(child, table)
     if node.get("type") != "function_expression":
         return
     name = node["value"]
     try:
-        spec = FUNCTION_TABLE[name]
+        spec = table[name]
     except KeyError:
         raise exceptions.UnknownFunctionError(f"Unknown function: {name}()") from None
     declared = spec["signature"]
@@ -167,126 +177,156 @@ def _check_functions(node: Mapping[str, Any]) -> None:
         raise exceptions.ArityError(len(declared), actual, name)
 
 
-def compile_expression(
-    text: str,
-    *,
-    field_types: Mapping[str, str] | None = None,
-    reference: bool = False,
-    lazy: bool = False,
-) -> CompiledExpression:
-    """Parse and compile a JMESPath expression.
-
-    Parse errors are jmespath's own (``ParseError``, ``LexerError``, ``IncompleteExpressionError``,
-    ``EmptyExpressionError``); unknown functions and wrong arities raise ``UnknownFunctionError``
-    / ``ArityError`` here, at compile time. ``reference=True`` evaluates with the (corrected)
-    reference interpreter instead of generated code. ``lazy=True`` parses and checks now but
-    generates the code on first use (for an expression that usually runs inside a
-    ``batch.compile_matcher`` function instead); it is counted in ``compile_stats()`` then.
-
-    ``field_types`` maps root field names to ``"str"``, ``"bool"``, ``"int"``, ``"list[str]"`` or
-    ``"object"``. It is a promise about the root document: each named field is either missing or
-    null, or holds a value of that type. The compiler uses it only for specialisations that hold
-    for every such value: Python's truth for a non-``int`` field (``if kind:``), a plain ``==``
-    or ``is`` for a ``str``/``bool`` field, ``x in list`` for ``contains`` of a ``str`` field, and
-    ``null`` without a test for an ordering comparison of a ``str``/``bool`` field. Reading a
-    field of an ``"object"`` field stays guarded, so a broken promise there gives ``null``.
-
-    The returned expression is optimistic (see ``CodegenBase``): it reads fields without checking
-    that the value is an object, and on the first value that is not, redoes that evaluation with
-    guarded code and keeps using the guarded code (``search`` is replaced) from then on.
-    """
-    for field, declared in (field_types or {}).items():
-        if declared not in FIELD_TYPES:
-            raise ValueError(
-                f"field_types[{field!r}]: unknown type {declared!r}; "
-                f"use one of {sorted(FIELD_TYPES)}"
-            )
-    parsed = Parser().parse(text)
-    ast = cast("dict[str, Any]", parsed.parsed)
-    _check_functions(ast)
-    expression: CompiledExpression = object.__new__(CompiledExpression)
-    object.__setattr__(expression, "text", text)
-    object.__setattr__(expression, "ast", ast)
-    if not lazy or reference:
-        _generate(expression, field_types, reference)
-        return expression
-
-    def generate() -> None:
-        with _LAZY_LOCK:
-            if "_generate" in expression.__dict__:
-                _generate(expression, field_types, reference)
-                del expression.__dict__["_generate"]
-
-    def first_search(data: Any) -> Any:
-        generate()
-        return expression.search(data)
-
-    object.__setattr__(expression, "_generate", generate)
-    object.__setattr__(expression, "search", first_search)
-    return expression
-
-
+#: What compiling generated code may raise; the expression then falls back to the reference.
+COMPILE_ERRORS = (SyntaxError, RecursionError, MemoryError, ValueError, OverflowError)
 _LAZY_LOCK = threading.Lock()
 
 
-def _generate(
-    expression: CompiledExpression, field_types: Mapping[str, str] | None, reference: bool
-) -> None:
-    """Generate ``expression``'s evaluator (or fall back to the reference) and count it."""
-    ast = expression.ast
-    reason = "reference interpreter requested" if reference else ""
-    if not reference:
-        try:
-            evaluate, source, settle = _build(ast, field_types)
-        except Unsupported as exc:
-            reason = str(exc)
-        except COMPILE_ERRORS as exc:
-            reason = f"generated code did not compile: {type(exc).__name__}: {exc}"
-        else:
-            _count("compiled")
-            expression._settle(evaluate, True, "", source)
-            settle(expression)
-            return
-    _count("reference" if reference else "fallback")
-    expression._settle(interpreter(ast), False, reason, "")
+class Compiler:
+    """Compiles expressions that may call JMESPath's built-ins and ``functions``."""
 
+    def __init__(self, functions: Iterable[FunctionSpec] = ()) -> None:
+        self.library = Library(functions)
 
-#: What compiling generated code may raise; the expression then falls back to the reference.
-COMPILE_ERRORS = (SyntaxError, RecursionError, MemoryError, ValueError, OverflowError)
+    def compile_expression(
+        self,
+        text: str,
+        *,
+        field_types: Mapping[str, str] | None = None,
+        reference: bool = False,
+        lazy: bool = False,
+    ) -> CompiledExpression:
+        """Parse and compile a JMESPath expression.
 
+        Parse errors are jmespath's own (``ParseError``, ``LexerError``,
+        ``IncompleteExpressionError``, ``EmptyExpressionError``); unknown functions and wrong
+        arities raise ``UnknownFunctionError`` / ``ArityError`` here, at compile time.
+        ``reference=True`` evaluates with the (corrected) reference interpreter instead of
+        generated code. ``lazy=True`` parses and checks now but generates the code on first
+        use (for an expression that usually runs inside a ``compile_matcher`` function
+        instead); it is counted in ``compile_stats()`` then.
 
-def _build(
-    ast: dict[str, Any], field_types: Mapping[str, str] | None, *, optimistic: bool = True
-) -> tuple[Callable[[Any], Any], str, Callable[[CompiledExpression], None]]:
-    """Compile ``ast``: (evaluator, source, a hook to call with the CompiledExpression).
+        ``field_types`` maps root field names to ``"str"``, ``"bool"``, ``"int"``,
+        ``"list[str]"`` or ``"object"``. It is a promise about the root document: each named
+        field is either missing or null, or holds a value of that type. The compiler uses it
+        only for specialisations that hold for every such value: Python's truth for a
+        non-``int`` field (``if kind:``), a plain ``==`` or ``is`` for a ``str``/``bool``
+        field, ``x in list`` for ``contains`` of a ``str`` field, and ``null`` without a test
+        for an ordering comparison of a ``str``/``bool`` field. Reading a field of an
+        ``"object"`` field stays guarded, so a broken promise there gives ``null``.
 
-    The optimistic evaluator falls back, on the first AttributeError, to guarded code compiled
-    then (once), and from then on the expression's ``search`` is the guarded code: expressions
-    that meet nulls (or lists ...) where they read fields pay the guards, the others do not.
-    """
-    if not optimistic:
-        evaluate, source = Codegen(field_types).build(ast)
-        return evaluate, source, lambda expression: None
-    state: dict[str, Any] = {}
+        The returned expression is optimistic (see ``Emitter``): it reads fields without
+        checking that the value is an object, and on the first value that is not, redoes that
+        evaluation with guarded code and keeps using the guarded code (``search`` is replaced)
+        from then on.
+        """
+        for field, declared in (field_types or {}).items():
+            if declared not in FIELD_TYPES:
+                raise ValueError(
+                    f"field_types[{field!r}]: unknown type {declared!r}; "
+                    f"use one of {sorted(FIELD_TYPES)}"
+                )
+        parsed = Parser().parse(text)
+        ast = cast("dict[str, Any]", parsed.parsed)
+        _check_functions(ast, self.library.table)
+        expression: CompiledExpression = object.__new__(CompiledExpression)
+        object.__setattr__(expression, "text", text)
+        object.__setattr__(expression, "ast", ast)
+        if not lazy or reference:
+            self._generate(expression, field_types, reference)
+            return expression
 
-    def deoptimize(data: Any) -> Any:
-        guarded = state.get("guarded")
-        if guarded is None:
+        def generate() -> None:
+            with _LAZY_LOCK:
+                if "_generate" in expression.__dict__:
+                    self._generate(expression, field_types, reference)
+                    del expression.__dict__["_generate"]
+
+        def first_search(data: Any) -> Any:
+            generate()
+            return expression.search(data)
+
+        object.__setattr__(expression, "_generate", generate)
+        object.__setattr__(expression, "search", first_search)
+        return expression
+
+    def compile_matcher(
+        self, conditions: Sequence[batch.Condition], root: batch.RootType, *,
+        collect_errors: bool = False,
+    ) -> Callable[[Any], Any]:
+        """``batch.compile_matcher`` with this compiler's functions."""
+        return batch.compile_matcher(
+            conditions, root, self.library, collect_errors=collect_errors
+        )
+
+    def compile_value(
+        self, ast: Node, root: batch.RootType, search: Callable[[Any], Any]
+    ) -> Callable[[Any], Any]:
+        """``batch.compile_value`` with this compiler's functions."""
+        return batch.compile_value(ast, root, search, self.library)
+
+    def _generate(
+        self, expression: CompiledExpression, field_types: Mapping[str, str] | None,
+        reference: bool,
+    ) -> None:
+        """Generate ``expression``'s evaluator (or fall back to the reference) and count it."""
+        ast = expression.ast
+        reason = "reference interpreter requested" if reference else ""
+        if not reference:
             try:
-                guarded, _source = Codegen(field_types).build(ast)
-            except COMPILE_ERRORS:  # pragma: no cover - the optimistic code compiled
-                guarded = interpreter(ast)
-            state["guarded"] = guarded
-            expression = state.get("expression")
-            if expression is not None:
-                object.__setattr__(expression, "search", guarded)
-                object.__setattr__(expression, "_evaluate", guarded)
-        return guarded(data)
+                evaluate, source, settle = self._build(ast, field_types)
+            except Unsupported as exc:
+                reason = str(exc)
+            except COMPILE_ERRORS as exc:
+                reason = f"generated code did not compile: {type(exc).__name__}: {exc}"
+            else:
+                _count("compiled")
+                expression._settle(evaluate, True, "", source)
+                settle(expression)
+                return
+        _count("reference" if reference else "fallback")
+        expression._settle(self.library.reference.evaluator(ast), False, reason, "")
 
-    evaluate, source = Codegen(field_types, optimistic=True).build(ast, deoptimize)
+    def _build(
+        self, ast: dict[str, Any], field_types: Mapping[str, str] | None, *,
+        optimistic: bool = True,
+    ) -> tuple[Callable[[Any], Any], str, Callable[[CompiledExpression], None]]:
+        """Compile ``ast``: (evaluator, source, a hook to call with the CompiledExpression).
 
-    def settle(expression: CompiledExpression) -> None:
-        state["expression"] = expression
+        The optimistic evaluator falls back, on the first AttributeError, to guarded code
+        compiled then (once), and from then on the expression's ``search`` is the guarded code:
+        expressions that meet nulls (or lists ...) where they read fields pay the guards, the
+        others do not.
+        """
+        library = self.library
+        if not optimistic:
+            evaluate, source = Emitter(library, NODES, field_types).build(ast)
+            return evaluate, source, lambda expression: None
+        state: dict[str, Any] = {}
 
-    return evaluate, source, settle
+        def deoptimize(data: Any) -> Any:
+            guarded = state.get("guarded")
+            if guarded is None:
+                try:
+                    guarded, _source = Emitter(library, NODES, field_types).build(ast)
+                except COMPILE_ERRORS:  # pragma: no cover - the optimistic code compiled
+                    guarded = library.reference.evaluator(ast)
+                state["guarded"] = guarded
+                expression = state.get("expression")
+                if expression is not None:
+                    object.__setattr__(expression, "search", guarded)
+                    object.__setattr__(expression, "_evaluate", guarded)
+            return guarded(data)
 
+        optimistic_code = Emitter(library, NODES, field_types, optimistic=True)
+        evaluate, source = optimistic_code.build(ast, deoptimize)
+
+        def settle(expression: CompiledExpression) -> None:
+            state["expression"] = expression
+
+        return evaluate, source, settle
+
+
+#: The compiler with JMESPath's built-in functions only.
+BUILTINS = Compiler()
+compile_expression = BUILTINS.compile_expression

@@ -22,29 +22,17 @@ from __future__ import annotations
 
 import bisect
 import keyword
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
-from the_loop.hooks.policy.jmes.codegen import Codegen
-from the_loop.hooks.policy.jmes.runtime import RUNTIME
+from the_loop.hooks.policy.jmes.emitter import Emitter
+from the_loop.hooks.policy.jmes.ir import Fn, Node, Unsupported, Val
+from the_loop.hooks.policy.jmes.kinds import ANY, BOOL, K_ARR, K_NUM, K_OBJ, K_STR, Kind, kinds
+from the_loop.hooks.policy.jmes.library import Library
+from the_loop.hooks.policy.jmes.nodes import NODES
 from the_loop.hooks.policy.jmes.semantics import truthy
-from the_loop.hooks.policy.jmes.values import (
-    ANY,
-    BOOL,
-    K_ARR,
-    K_NUM,
-    K_OBJ,
-    K_STR,
-    Fn,
-    Kind,
-    Node,
-    Unsupported,
-    Val,
-    kinds,
-)
 
 __all__ = [
     "Condition", "ConditionFailed", "RecordType", "RootType", "compile_matcher", "compile_value",
@@ -52,7 +40,6 @@ __all__ = [
 
 _ROOT = "_view"  # the JSON view of the root, in generated code (assigned only when used)
 _USES_ROOT = re.compile(r"\b_view\b")
-_MAX_INLINE_INT = 2**63
 #: The exact class of each field type, checked once per call, and the kind it then proves.
 _CLASSES = {"str": "str", "bool": "bool", "int": "int", "list[str]": "list"}
 _KINDS: dict[str, Kind] = {"str": K_STR, "bool": kinds(BOOL), "int": K_NUM, "list[str]": K_ARR}
@@ -90,46 +77,36 @@ class ConditionFailed(Exception):
         self.error = error
 
 
-class _BatchCodegen(Codegen):
-    """``Codegen`` whose root field chains are bound to values read once from the root object."""
+class _Batch:
+    """One function of the root object: the ``Emitter``'s code over root field chains read once.
 
-    def __init__(self, shape: RootType, *, on_mismatch: str = "return None") -> None:
+    The emitter compiles each expression as usual; ``bind`` gives it, for each root field chain,
+    a local read once in the prologue (``ctx.work_item.ref``) whose class is checked there.
+    """
+
+    def __init__(
+        self, root: RootType, library: Library, *, on_mismatch: str = "return None"
+    ) -> None:
         field_types = {
             name: "object" if isinstance(declared, RecordType) else declared
-            for name, declared in shape.fields.items()
+            for name, declared in root.fields.items()
         }
-        super().__init__(field_types)
-        self.shape = shape
+        self.gen = Emitter(
+            library, NODES, field_types, inline_literals=True, bind=self.bind
+        )
+        self.library = library
+        self.root = root
         self.on_mismatch = on_mismatch
         self.main = Fn("_jp_batch", "ctx")
         self.prologue: list[str] = []  # the field reads, each followed by its class check
         self.bound: dict[tuple[str, ...], Val] = {}
-        self.local_counter = 0
         self.spans: list[tuple[int, int, Any]] = []  # body lines of each condition, and its tag
-
-    def name(self, prefix: str) -> str:
-        if prefix.startswith("_"):  # globals and hoisted reads: unique in the whole function
-            return super().name(prefix)
-        self.local_counter += 1  # temporaries: reused from one condition to the next
-        return f"{prefix}{self.local_counter}"
-
-    def const(self, value: Any) -> Val:
-        """Strings and finite numbers are written into the source (one function, no sharing);
-        a number in parentheses, so that ``(0).__class__`` and ``-(1)`` stay valid Python."""
-        cls = value.__class__
-        if cls is str:
-            return Val(repr(value), K_STR, value)
-        if (cls is int and -_MAX_INLINE_INT < value < _MAX_INLINE_INT) or (
-            cls is float and math.isfinite(value)
-        ):
-            return Val(f"({value!r})", K_NUM, value)
-        return super().const(value)
 
     def bind(self, path: tuple[str, ...], fn: Fn) -> tuple[Val, int] | None:
         if fn is not self.main:  # hoisted helpers and expression references see only the view
             return None
         head = path[0]
-        declared = self.shape.fields.get(head)
+        declared = self.root.fields.get(head)
         if declared is None or not _attribute(head):
             return None
         if not isinstance(declared, RecordType):
@@ -137,13 +114,13 @@ class _BatchCodegen(Codegen):
         record = self.record(head, declared)
         if len(path) > 1 and path[1] in declared.fields and _attribute(path[1]):
             return self.read(path[:2], f"{record}.{path[1]}", declared.fields[path[1]]), 2
-        to_json = self.global_("_json", declared.to_json)
+        to_json = self.gen.global_("_json", declared.to_json)
         return self.read((head,), f"{to_json}({record})", "object"), 1
 
     def record(self, head: str, declared: RecordType) -> str:
         found = self.bound.get(("<record>", head))
         if found is None:
-            cls = self.global_("_cls", declared.cls)
+            cls = self.gen.global_("_cls", declared.cls)
             found = self.bound[("<record>", head)] = self.checked(f"ctx.{head}", cls, K_OBJ)
         return found.code
 
@@ -151,7 +128,7 @@ class _BatchCodegen(Codegen):
         found = self.bound.get(path)
         if found is None:
             if declared == "object":  # the JSON view of a record: a dict, nothing to check
-                var = self.name("_p")
+                var = self.gen.name("_p")
                 self.prologue.append(f"{var} = {code}")
                 found = Val(var, K_OBJ)
             else:
@@ -161,7 +138,7 @@ class _BatchCodegen(Codegen):
 
     def checked(self, code: str, cls: str, kind: Kind) -> Val:
         """A value read once, first thing, whose class is checked: its kind is then exact."""
-        var = self.name("_p")
+        var = self.gen.name("_p")
         self.prologue += [f"{var} = {code}", f"if {var}.__class__ is not {cls}:",
                           f"    {self.on_mismatch}"]
         return Val(var, kind)
@@ -173,23 +150,23 @@ class _BatchCodegen(Codegen):
         them all (a third of the compile time) and ``spans`` tells which one raised.
         """
         fn = self.main
-        tag = self.global_("_tag", condition.tag)
+        tag = self.gen.global_("_tag", condition.tag)
         first = len(fn.lines)
         if condition.ast is None:
             fn.emit(f"hits.append({tag})")
             return
-        self.local_counter = 0
-        mark, defs = len(fn.lines), len(self.defs)
+        self.gen.reset_locals()
+        mark, defs = len(fn.lines), len(self.gen.defs)
         try:
             with fn.block("try:") if collect_errors else nullcontext():
-                value = self.expr(condition.ast, Val(_ROOT, ANY, root=True), fn)
-                with fn.block(f"if {self.truth(value, fn)}:"):
+                value = self.gen.expr(condition.ast, Val(_ROOT, ANY, root=True), fn)
+                with fn.block(f"if {self.gen.truth(value, fn)}:"):
                     fn.emit(f"hits.append({tag})")
         except Unsupported:
             if condition.fallback is None:
                 raise
-            del fn.lines[mark:], self.defs[defs:]
-            fallback = self.global_("_fallback", condition.fallback)
+            del fn.lines[mark:], self.gen.defs[defs:]
+            fallback = self.gen.global_("_fallback", condition.fallback)
             guard = fn.block("try:") if collect_errors else nullcontext()
             with guard, fn.block(f"if _truthy({fallback}({_ROOT})):"):
                 fn.emit(f"hits.append({tag})")
@@ -203,7 +180,7 @@ class _BatchCodegen(Codegen):
         """The main function returns the value of ``ast`` (``_search`` if unsupported)."""
         fn = self.main
         try:
-            value = self.expr(ast, Val(_ROOT, ANY, root=True), fn)
+            value = self.gen.expr(ast, Val(_ROOT, ANY, root=True), fn)
             fn.emit(f"result = {value.code}")
         except Unsupported:
             del fn.lines[:]
@@ -225,7 +202,7 @@ class _BatchCodegen(Codegen):
         lines += start
         if guard_all:
             lines.append("try:")
-        head = [*"\n".join(self.defs).splitlines(), "def _jp_batch(ctx):"]
+        head = [*"\n".join(self.gen.defs).splitlines(), "def _jp_batch(ctx):"]
         offset = len(head) + len(lines) + 1  # the line number of body[0]
         if guard_all:
             body = [*body, "    except Exception as exc:",
@@ -234,7 +211,8 @@ class _BatchCodegen(Codegen):
                             f"    return {result}", ""])
         spans = [(offset + first, offset + end, tag) for first, end, tag in self.spans]
         namespace: dict[str, Any] = {
-            **RUNTIME, **self.globals, "_truthy": truthy, "_root_json": self.shape.to_json,
+            **self.library.helpers, **self.gen.globals,
+            "_truthy": truthy, "_root_json": self.root.to_json,
             "_ConditionFailed": ConditionFailed, "_which": _which_of(spans),
         }
         exec(compile(source, "<jmespath batch>", "exec"), namespace)
@@ -263,8 +241,15 @@ def _attribute(name: str) -> bool:
     return name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("__")
 
 
+_BUILTINS = Library()
+
+
 def compile_matcher(
-    conditions: Sequence[Condition], shape: RootType, *, collect_errors: bool = False
+    conditions: Sequence[Condition],
+    root: RootType,
+    library: Library = _BUILTINS,
+    *,
+    collect_errors: bool = False,
 ) -> Callable[[Any], Any]:
     """One function of the root object evaluating ``conditions`` in order.
 
@@ -275,7 +260,7 @@ def compile_matcher(
     ``Unsupported`` when a condition without a fallback cannot be compiled, or what ``compile``
     raises (``SyntaxError``, ``RecursionError`` ...) for a program too big for CPython.
     """
-    gen = _BatchCodegen(shape)
+    gen = _Batch(root, library)
     if not collect_errors:
         gen.main.depth = 2  # inside the one `try:` around every condition
     for condition in conditions:
@@ -285,14 +270,16 @@ def compile_matcher(
     return gen.function(["hits = []"], "hits", guard_all=True)
 
 
-def compile_value(ast: Node, shape: RootType, search: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def compile_value(
+    ast: Node, root: RootType, search: Callable[[Any], Any], library: Library = _BUILTINS
+) -> Callable[[Any], Any]:
     """One function of the root object returning the value of ``ast``.
 
     ``search`` evaluates ``ast`` on the JSON view (a ``CompiledExpression.search``): it runs
     instead when the code generator cannot handle ``ast``, or when a record field of the root is
     not of its declared class, so the value is always exact.
     """
-    gen = _BatchCodegen(shape, on_mismatch="return _search(_root_json(ctx))")
-    gen.globals["_search"] = search
+    gen = _Batch(root, library, on_mismatch="return _search(_root_json(ctx))")
+    gen.gen.globals["_search"] = search
     gen.value(ast)
     return gen.function([], "result")

@@ -1,20 +1,20 @@
 """The corrected reference interpreter: the fallback for what the compiler does not handle.
 
-``jmespath``'s ``TreeInterpreter`` with the policy functions, whose comparisons and functions
-(``contains``, ``to_number``, ``max_by``/``min_by``, ``merge``) are those of ``semantics.py``:
-an expression the compiler cannot handle evaluates here and gives exactly what generated code
-would. ``FUNCTION_TABLE`` is the table of every function a policy expression may call.
+``jmespath``'s ``TreeInterpreter`` with the caller's functions (``library.py``), whose
+comparisons and functions (``contains``, ``to_number``, ``max_by``/``min_by``, ``merge``) are
+those of ``semantics.py``: an expression the compiler cannot handle evaluates here and gives
+exactly what generated code would. ``Reference.function_table`` is the table of every function
+an expression may call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from jmespath.functions import signature
+from jmespath.functions import Functions, signature
 from jmespath.visitor import Options, TreeInterpreter
 
-from the_loop.hooks.policy.functions import PolicyFunctions
 from the_loop.hooks.policy.jmes.semantics import (
     ORDERING_OPS,
     contains,
@@ -25,14 +25,13 @@ from the_loop.hooks.policy.jmes.semantics import (
     to_number,
 )
 
-__all__ = ["FUNCTION_TABLE", "interpreter"]
+__all__ = ["Reference"]
 
-_STRING: Any = {"types": ["string"]}
 _ANY_TYPE: Any = {"types": []}
 
 
-class _SpecFunctions(PolicyFunctions):
-    """Built-ins + policy functions, with the package's divergences from the spec corrected."""
+class _SpecFunctions(Functions):
+    """The built-ins, with the package's divergences from the specification corrected."""
 
     @signature({"types": ["array", "string"]}, _ANY_TYPE)
     def _func_contains(self, subject: Any, search: Any) -> bool:
@@ -76,15 +75,22 @@ class _SpecInterpreter(TreeInterpreter):
         return None
 
 
-_FUNCTIONS = _SpecFunctions()
-FUNCTION_TABLE: dict[str, Any] = _SpecFunctions.FUNCTION_TABLE
-_INTERPRETER = _SpecInterpreter(Options(custom_functions=_FUNCTIONS))
+class Reference:
+    """The corrected reference interpreter with the built-ins and ``methods``: the caller's
+    functions as ``Functions`` methods (``_func_<name>``, with a ``signature``)."""
 
+    def __init__(self, methods: Mapping[str, Callable[..., Any]]) -> None:
+        # Functions' metaclass builds FUNCTION_TABLE from the `_func_` methods when called.
+        registry: Any = type(Functions)
+        cls = registry("_LibraryFunctions", (_SpecFunctions,), dict(methods))
+        self.function_table: dict[str, Any] = cls.FUNCTION_TABLE
+        self._interpreter = _SpecInterpreter(Options(custom_functions=cls()))
 
-def interpreter(ast: Any) -> Callable[[Any], Any]:
-    """An evaluator of the parsed ``ast`` on the corrected reference interpreter."""
+    def evaluator(self, ast: Any) -> Callable[[Any], Any]:
+        """An evaluator of the parsed ``ast``."""
+        visit = self._interpreter.visit
 
-    def interpret(data: Any) -> Any:
-        return _INTERPRETER.visit(ast, data)
+        def interpret(data: Any) -> Any:
+            return visit(ast, data)
 
-    return interpret
+        return interpret

@@ -1,10 +1,10 @@
-"""The names generated code runs with: JMESPath's built-in functions with the reference's checks.
+"""The run-time helpers: the names generated code calls, with the reference's checks.
 
-``RUNTIME`` is the globals every generated function starts from: the semantics of
-``semantics.py`` under short names (``_eq``, ``_getf`` ...), one ``_f_<name>`` per built-in
-function (type-checked exactly like ``jmespath.functions``: same errors, same messages) and one
-``_pf_<name>`` per policy function (its ``@signature`` checks in front of its implementation).
-Fast paths in the helpers skip the generic type check when the argument plainly passes it.
+``HELPERS`` is the globals every generated function starts from: the semantics of
+``semantics.py`` under short names (``_eq``, ``_getf`` ...) and one ``_f_<name>`` per built-in
+function (type-checked exactly like ``jmespath.functions``: same errors, same messages); a
+``Library`` adds one ``_pf_<name>`` per function of the caller's. Fast paths in the helpers skip
+the generic type check when the argument plainly passes it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from the_loop.hooks.policy.functions import POLICY_FUNCTION_SPECS, FunctionSpec
 from the_loop.hooks.policy.jmes.semantics import (
     all_num,
     all_str,
@@ -36,8 +35,7 @@ from the_loop.hooks.policy.jmes.semantics import (
     to_number,
 )
 
-__all__ = ["RUNTIME"]
-
+__all__ = ["HELPERS"]
 
 
 def _f_abs(x: Any) -> Any:
@@ -199,22 +197,7 @@ def _f_type(x: Any) -> str | None:
     return None
 
 
-def _checked(spec: FunctionSpec) -> Callable[..., Any]:
-    """A policy function with the reference's argument type checks in front of it."""
-    checks = [(i, types) for i, types in enumerate(spec.arg_types) if types]
-    impl = spec.impl
-    name = spec.name
-
-    def call(*args: Any) -> Any:
-        for i, types in checks:
-            check_type(args[i], types, name)
-        return impl(*args)
-
-    call.__name__ = f"_pf_{name}"
-    return call
-
-
-RUNTIME: dict[str, Any] = {
+HELPERS: dict[str, Any] = {
     "_eq": eq,
     "_ne": ne,
     "_lt": lt,
@@ -231,6 +214,5 @@ RUNTIME: dict[str, Any] = {
     "_to_number": to_number,
     "_f_to_number": to_number,
 }
-RUNTIME.update({name: value for name, value in list(globals().items()) if name.startswith("_f_")})
-RUNTIME.update({f"_pf_{name}": _checked(spec) for name, spec in POLICY_FUNCTION_SPECS.items()})
+HELPERS.update({name: value for name, value in list(globals().items()) if name.startswith("_f_")})
 
