@@ -288,3 +288,12 @@ def test_rule3_a_real_ctrl_c_during_poll_once_still_stops_it(ld: LoopDir) -> Non
     assert done.stderr.strip().splitlines()[-1] == "the-loop: interrupted"
     assert not ld.events("hooks.failed") and not ld.events("step.failed")
     assert ld.launches() == []
+
+
+def test_rule6_a_huge_wrong_typed_decision_is_quoted_only_in_part() -> None:
+    c, log = _chain(lambda ctx: Decisions({"proceed": "no" * 1_000_000}))
+    assert c.run(WorkItemStart()).proceed is True
+    error = log.of("hooks.failed")[0]["error"]
+    assert error.startswith("decision 'proceed' must be bool (got 'nonono")
+    assert "(2000000 characters) that is str); nothing from this hook was applied" in error
+    assert len(error) < 300

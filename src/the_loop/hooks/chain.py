@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from the_loop.errors import clip as _clip
+from the_loop.errors import quote
 from the_loop.events import EventLog
 from the_loop.hooks.executor import (
     Decisions,
@@ -389,7 +390,7 @@ def _wrong_answer(cls: type[Context], answer: object) -> str:
 
 def _type_error(name: str, want: type, value: object) -> str:
     return (
-        f"decision {name!r} must be {want.__name__} (got {value!r} that is "
+        f"decision {name!r} must be {want.__name__} (got {quote(value)} that is "
         f"{type(value).__name__}); nothing from this hook was applied"
     )
 
