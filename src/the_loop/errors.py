@@ -26,7 +26,7 @@ Internal exceptions, each caught where it is named and never seen by a user:
     functions.InvalidValueError (JMESPathError) → HookError at run time; ExpressionError at load
     point_rules.RuntimeFailure                  → HookError (policy/executor.py)
     jmes.batch.ConditionFailed                  → HookError naming the rule (policy/fast.py)
-    jmes.values.Unsupported                     → that expression falls back to the reference
+    jmes.ir.Unsupported                         → that expression falls back to the reference
     compat.DecisionTypeError (a TypeError)      → raised into a hook written for the other
                                                   the-loop's API; the chain records it
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from the_loop.hooks.chain import Chain, Outcome
 from the_loop.hooks.points import Context, context_to_json
+from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.exprtext import show
 from the_loop.hooks.policy.jmes import root_paths
-from the_loop.hooks.policy.jmes.reference import interpreter
 from the_loop.hooks.policy.jmes.semantics import truthy
 from the_loop.hooks.policy.point_rules import RuntimeFailure, point_rules
 from the_loop.hooks.policy.rules import Policy
@@ -154,6 +154,6 @@ def false_parts(node: Mapping[str, Any], data: Any) -> list[FalsePart]:
 
 def _eval(node: Mapping[str, Any], data: Any) -> Any:
     try:
-        return interpreter(node)(data)
+        return COMPILER.library.reference.evaluator(node)(data)
     except Exception:  # the whole condition evaluated, so a part fails only inside `||`
         return None
