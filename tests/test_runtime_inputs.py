@@ -77,8 +77,7 @@ def test_r2_7_gate_request_is_the_graphs_text_and_hook_change_is_ignored(ld: Loo
     ld.write("hooks/reword.py", REWORD_HOOK)
     ld.write_config("hooks:\n  - {name: reword, path: hooks/reword.py}\n")
     ref = running(ld)
-    assert ld.complete(ref) == \
-        "advanced to review"
+    assert ld.complete(ref) == f"write done; the loop moves {ref} on"
 
     assert ld.comments(ref)[-1] == \
         "GRAPH-REQUEST: review the draft, reply /approve or /reject."
@@ -164,13 +163,15 @@ def test_issue11_rule1_a_broken_declaration_lets_no_one_shot_command_act(
     said = ld.cli("reply", ref, "Admins first", "--actor", "mallory")
     assert "the poller delivers it" in said.stdout
     assert ld.cli("graph", "complete", "--work-item", ref).stdout.strip() == \
-        "advanced to review"
+        f"write done; the loop moves {ref} on"
     assert ld.events("hooks.load_failed") == [] and len(ld.points()) == fired
     assert not any(c.startswith("**Question") for c in ld.comments(ref))
     refused = ld.cli("poll", "--once", ok=False)
     assert refused.returncode == 1 and "refusing to start" in refused.stderr
     assert len(ld.launches()) == launches
-    assert ld.work(ref)["node"] == "review" and ld.work(ref)["state"] == "running"
+    assert (ld.work(ref)["node"], ld.work(ref)["state"]) == ("write", "waiting")
+    assert [r["kind"] for r in ld.query("SELECT kind FROM steps WHERE state='pending'")] == [
+        "question", "done"]
 
     ld.config.write_text(good)  # fixed: the poller takes it all in, in order
     ld.poll()

@@ -106,7 +106,7 @@ def test_issue11_rule1_graph_complete_leaves_the_launch_to_the_daemon(ld: LoopDi
     good = ld.config.read_text()
     ld.config.write_text(good + "  - {name: broken, path: hooks/nowhere.py}\n")
     assert ld.cli("graph", "complete", "--work-item", ref).stdout.strip() == \
-        "advanced to polish"
+        f"draft done; the loop moves {ref} on"
     assert len(ld.query("SELECT * FROM sessions")) == 1
     ld.config.write_text(good)
     ld.poll()
@@ -175,8 +175,8 @@ def test_issue11_rule2_an_agent_cannot_name_another_actor_nor_answer_a_gate(
         sid = ld.query("SELECT id FROM sessions")[0]["id"]
         assert json.loads(step["payload"])["actor"] == f"agent:{sid}"
         assert step["outcome"] == "ignored"
-        assert ld.comments(ref)[-1] == (f"`/approve` from agent:{sid} ignored: an agent cannot "
-                                        "answer a gate.")
+        assert (f"`/approve` from agent:{sid} ignored: an agent cannot answer a gate."
+                in ld.comments(ref))
         authors = {c["author"] for c in ld.item(ref)["comments"]}
         assert "alice" not in authors
         assert ld.reply(ref, "/approve", actor="alice") == f"{ref}: approved"

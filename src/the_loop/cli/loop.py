@@ -188,11 +188,13 @@ def cmd_poll(args: argparse.Namespace) -> int:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     """Queue the question; the daemon runs waiting_for_input and posts the final text."""
+    from the_loop.runtime.identity import agent_session
+
     loop = one_shot(args, "ask")
     try:
         ref = loop.tracker.resolve(_work_item(args))
         loop.ask(ref, args.text, summary=args.summary,
-                 session_id=os.environ.get("THE_LOOP_SESSION", ""))
+                 session_id=agent_session(loop.db, loop.settings.state_dir / "sessions"))
     finally:
         loop.close()
     print(f"asked: the loop posts your question on {ref}; answers resume this work")
@@ -200,13 +202,16 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_graph_complete(args: argparse.Namespace) -> int:
-    from the_loop.runtime.identity import acting_as
+    """Queue the node's completion; the daemon follows the `done` edge of its graph."""
+    from the_loop.runtime.identity import acting_as, agent_session
 
     loop = one_shot(args, "graph")
     try:
+        ref = loop.tracker.resolve(_work_item(args))
+        sid = agent_session(loop.db, loop.settings.state_dir / "sessions")
         actor = acting_as(loop.db, loop.settings.state_dir, None, "agent")
-        node = loop.graph_complete(_work_item(args), summary=args.summary, actor=actor)
+        node = loop.graph_complete(ref, summary=args.summary, actor=actor, session_id=sid)
     finally:
         loop.close()
-    print(f"advanced to {node}")
+    print(f"{node} done; the loop moves {ref} on")
     return 0

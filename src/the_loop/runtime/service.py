@@ -211,15 +211,10 @@ class Loop:
         """An agent's question, queued for the daemon, which fires waiting_for_input and
         posts the final text (a one-shot command runs no hook). Returns the step's key."""
         ref = self.tracker.resolve(ref)
+        w = self._agent_turn(ref, session_id)
         self._claimed(ref)
         try:
-            w = self._active(ref)
-            node = self.graph.node(w["node"]) if w["node"] else self.graph.node(
-                self.graph.start)
-            if node.actor != "agent" or w["state"] == "gate":
-                raise LoopError(f"{ref} is at {node.name}, a human gate, waiting for a "
-                                "person's /approve or /reject; an agent asks only at an agent "
-                                "node")
+            w = self._agent_turn(ref, session_id)
             sid = session_id or str(w["session_id"])
             with self.db.transaction() as conn:
                 n = conn.execute("SELECT COUNT(*) AS n FROM steps WHERE ref=? AND "
@@ -227,35 +222,48 @@ class Loop:
                 key = f"question:{ref}:{w['arm_seq']}:{int(n) + 1}"
                 self.store.add_step(conn, key, ref, "question", {
                     "question": question, "summary": summary, "session_id": sid,
-                    "node": node.name})
+                    "node": str(w["node"])})
                 self.store.set_work(ref, conn, state="waiting")
             return key
         finally:
             self.store.release(ref)
 
-    def graph_complete(self, ref: str, *, summary: str = "", actor: str = "agent") -> str:
-        """The agent finished its node: advance along `done` (the daemon enters the next
-        node and launches its session). Returns the new node."""
+    def graph_complete(self, ref: str, *, summary: str = "", actor: str = "agent",
+                       session_id: str = "") -> str:
+        """The agent finished its node: queued for the daemon, which follows the `done`
+        edge of its own graph. Returns the node that finished."""
         ref = self.tracker.resolve(ref)
+        self._agent_turn(ref, session_id)
         self._claimed(ref)
         try:
-            w = self._active(ref)
-            node = self.graph.node(w["node"])
-            if node.actor != "agent" or w["state"] == "gate":
-                raise LoopError(f"{ref} is at {node.name}, a human gate; only a person's "
-                                "/approve moves it on")
-            if summary:
-                self.say(ref, f"**{node.name} complete.** {summary}")
-            return self.advance(ref, "done", actor=actor)
+            w = self._agent_turn(ref, session_id)
+            self.store.queue(f"done:{ref}:{w['arm_seq']}:{w['epoch']}", ref, "done", {
+                "node": str(w["node"]), "epoch": int(w["epoch"]), "actor": actor,
+                "summary": summary})
+            return str(w["node"])
         finally:
             self.store.release(ref)
 
-    def _active(self, ref: str) -> dict[str, Any]:
+    def _agent_turn(self, ref: str, session_id: str) -> dict[str, Any]:
+        """The item, when it is at an agent node and (from inside a session) that session
+        is the item's current one; a LoopError saying why not, otherwise."""
         w = self.work(ref)
-        if w is None or w["state"] not in ACTIVE:
+        if w is not None and w["state"] == "gate":
+            raise LoopError(f"{ref} is at {w['node']}, a human gate, waiting for a person's "
+                            "/approve or /reject; an agent asks or completes only at an agent "
+                            "node")
+        if w is None or w["state"] not in ("running", "waiting") or not w["node"]:
             state = w["state"] if w else "not armed"
-            raise LoopError(f"{ref} is not an active work item ({state}); arm it with "
-                            f"`the-loop start {ref}`")
+            raise LoopError(f"{ref} is not at an agent node ({state}); an agent asks or "
+                            "completes only while its node runs")
+        node = self.graph.nodes.get(str(w["node"]))
+        if node is None or node.actor != "agent":
+            raise LoopError(f"{ref} is at {w['node']}, a human gate, waiting for a person's "
+                            "/approve or /reject; an agent asks or completes only at an agent "
+                            "node")
+        if session_id and session_id != w["session_id"]:
+            raise LoopError(f"session {session_id} is not {ref}'s current session; an agent "
+                            "acts only on its own work item")
         return w
 
     # ------------------------------------------------------------------ graph

@@ -261,7 +261,7 @@ def question(loop: Loop, step: Step) -> None:
     if "waiting_for_input" not in step.decisions and (w is None or w["state"] not in ACTIVE):
         loop.store.finish(step, "stale")
         return
-    node = loop.graph.node(p["node"])
+    node = loop.graph.node(str(w["node"] if w else p["node"]))
     d = loop.decide(step, lambda: WaitingForInput(
         **loop.base(ref), kind="question", session_id=p["session_id"], node=node.name,
         phase=node.phase, question=p["question"], summary=p["summary"]))
@@ -272,6 +272,22 @@ def question(loop: Loop, step: Step) -> None:
     failpoint("question")
     loop.store.finish(step, "posted", str(d["question"]))
     loop.log.emit("question.posted", work_item=ref, session_id=p["session_id"])
+
+
+# ---------------------------------------------------------------------------- done
+def node_done(loop: Loop, step: Step) -> None:
+    """An agent's `graph complete`: the node it finished, moved on along this daemon's own
+    graph (the one-shot that asked names only the node and the moment)."""
+    ref, p = step.ref, step.payload
+    w = loop.work(ref)
+    node = loop.graph.nodes.get(str(p["node"]))
+    if (w is None or w["state"] not in ("running", "waiting") or w["node"] != p["node"]
+            or int(w["epoch"]) != int(p["epoch"]) or node is None or node.actor != "agent"):
+        loop.store.finish(step, "stale", "the item moved on before the daemon took it in")
+        return
+    if p["summary"]:
+        loop.post_once(ref, step.key, f"**{node.name} complete.** {p['summary']}")
+    loop.advance(ref, "done", actor=str(p["actor"]), step=step)
 
 
 # ---------------------------------------------------------------------------- input
@@ -412,6 +428,6 @@ def complete(loop: Loop, step: Step) -> None:
 
 
 RUN: dict[str, Callable[[Loop, Step], None]] = {
-    "start": start, "enter": enter, "launch": launch, "question": question,
+    "start": start, "enter": enter, "launch": launch, "question": question, "done": node_done,
     "input": take_input, "phase": phase, "complete": complete,
 }
