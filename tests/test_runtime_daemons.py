@@ -239,9 +239,11 @@ def test_events_follow_prints_new_events_as_they_come(ld: LoopDir) -> None:
     assert proc.returncode == 130 and "interrupted" in err
 
 
-@pytest.mark.parametrize("length", ["-1", "abc", "99999999999", "9" * 5000])
-def test_serve_answers_a_bad_content_length_at_once(ld: LoopDir, length: str) -> None:
+@pytest.mark.parametrize("length", ["-1", "abc", "99999999999", "9" * 5000, "²"])
+def test_serve_answers_a_bad_content_length_at_once(ld: LoopDir, length: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A negative or non-numeric Content-Length is a 400, not a read until the timeout."""
+    monkeypatch.setenv("LOOP_TOKEN", TOKEN)
     import socket
     import threading
 
@@ -250,13 +252,13 @@ def test_serve_answers_a_bad_content_length_at_once(ld: LoopDir, length: str) ->
     from the_loop.runtime.service import Loop
 
     loop = Loop(read_config(ld.config), strict_hooks=True, source="serve")
-    server = ControlServer(loop, "127.0.0.1", 0, "")
+    server = ControlServer(loop, "127.0.0.1", 0, "LOOP_TOKEN")
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         with socket.create_connection(server.server_address[:2], timeout=10) as sock:
             sock.sendall(f"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: {length}"
-                         "\r\n\r\n".encode())
+                         f"\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
             head = sock.recv(200).decode()
         assert head.startswith(("HTTP/1.1 400 ", "HTTP/1.1 413 ")), head
     finally:

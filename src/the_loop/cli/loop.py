@@ -93,7 +93,21 @@ def daemon(args: argparse.Namespace, source: str) -> Loop:
     except HooksConfigError as exc:
         loop.db.close()
         raise LoopError(f"refusing to start: {exc}") from None
+    _not_dumpable()
     return loop
+
+
+def _not_dumpable() -> None:
+    """A daemon holds every token in its environment: make /proc/<pid>/environ (and
+    ptrace) unavailable to other processes of the same user, such as a harness. (Root can
+    still read it: run harnesses as another user, see docs/security.md.)"""
+    import contextlib
+    import ctypes
+
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
 
 
 def cmd_start(args: argparse.Namespace) -> int:

@@ -29,6 +29,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     loop = daemon(args, "serve")
     token_env = args.token_env or loop.settings.serve_token_env
+    if token_env:  # a token named on the command line is a secret like any other
+        loop.settings.secret_names = loop.settings.secret_names | {token_env}
     if not token_env and not loop.settings.serve_tokens:
         loop.db.close()
         raise UsageError("refusing to start: the control plane authenticates every caller "

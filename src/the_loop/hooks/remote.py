@@ -172,7 +172,7 @@ class RemoteExecutor:
                 f"the answer from {self.where} is not JSON (it starts with "
                 f"{quote(text[:60].decode('utf-8', 'replace'))})"
             ) from None
-        return _read_answer(self.where, point, req_id, doc)
+        return _read_answer(self.where, point, req_id, _redact_doc(doc, token))
 
     # ------------------------------------------------------------------------- transport
 
@@ -371,6 +371,20 @@ def _json_type(value: Any) -> str:
 
 def _redact(text: str, token: str) -> str:
     return text.replace(token, "[redacted]") if token else text
+
+
+def _redact_doc(doc: Any, token: str) -> Any:
+    """A decoded answer with the token removed from every string: JSON can spell a token
+    in many escaped forms, its decoded text in one."""
+    if not token:
+        return doc
+    if isinstance(doc, str):
+        return doc.replace(token, "[redacted]")
+    if isinstance(doc, dict):
+        return {_redact_doc(k, token): _redact_doc(v, token) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_redact_doc(v, token) for v in doc]
+    return doc
 
 
 def _redact_bytes(body: bytes, token: str) -> bytes:

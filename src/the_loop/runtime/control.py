@@ -59,6 +59,7 @@ class ControlServer(ThreadingHTTPServer):
             loop = self._pool.get_nowait()
         except queue.Empty:
             loop = Loop(self.config, strict_hooks=True, source="serve")
+            loop.settings.secret_names = self.loop.settings.secret_names
             with self._made:
                 self._all.append(loop)
         try:
@@ -143,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _body(self) -> dict[str, Any] | None:
         """The JSON object a POST carries, or None after answering why it is not one."""
         raw_length = self.headers.get("Content-Length") or "0"
-        if not raw_length.isdigit() or len(raw_length) > 12:
+        if not (raw_length.isascii() and raw_length.isdigit()) or len(raw_length) > 12:
             self._send(400, {"error": f"bad Content-Length {raw_length[:20]!r}: expected a "
                                       "byte count"})
             self.close_connection = True
@@ -156,8 +157,11 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         try:
             data = json.loads(raw or b"{}")
-        except (ValueError, RecursionError) as exc:
-            why = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        except RecursionError:
+            self._send(400, {"error": "body is not JSON: nested too deeply"})
+            return None
+        except ValueError as exc:
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:120]
             self._send(400, {"error": f"body is not JSON: {why}"})
             return None
         if not isinstance(data, dict):
@@ -167,12 +171,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self._path()
+        who = self.server.who(self.headers.get("Authorization", ""))
+        if who is None:  # before the body is read: a stranger gets nothing parsed
+            self._send(401, {"error": "missing or wrong bearer token"})
+            self.close_connection = True
+            return
         data = self._body()
         if data is None:
-            return
-        who = self.server.who(self.headers.get("Authorization", ""))
-        if who is None:
-            self._send(401, {"error": "missing or wrong bearer token"})
             return
         with self.server.borrow() as loop:
             try:

@@ -48,7 +48,7 @@ def launch(
     argv: tuple[str, ...] | list[str], *, prompt: str, cwd: Path, config_path: Path | None,
     work_item: str, session_id: str, log_dir: Path, env: dict[str, str],
 ) -> tuple[Launched, subprocess.Popen[bytes]]:
-    """Start the process; the prompt goes to stdin, which is then closed.
+    """Start the process with the prompt as its stdin (a file, removed once it is open).
 
     The session holds an exclusive lock on `<log_dir>/<id>.lock` for as long as it (or a
     child that kept the descriptor) runs: `session_alive` asks the lock, never a bare pid.
@@ -56,17 +56,26 @@ def launch(
     """
     log_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
     log_path = log_dir / f"{session_id}.log"
+    # The prompt is a file the harness reads as stdin: a loop killed right after the
+    # launch cannot leave a harness running on half a prompt.
+    prompt_path = log_dir / f"{session_id}.prompt"
+    fd = os.open(prompt_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, prompt.encode("utf-8"))
+    finally:
+        os.close(fd)
     lock_fd = os.open(log_dir / f"{session_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     env = dict(env)
     env[ENV_VAR] = str(config_path or "")
     env["THE_LOOP_WORK_ITEM"] = work_item
     env["THE_LOOP_SESSION"] = session_id
     log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    stdin_fd = os.open(prompt_path, os.O_RDONLY)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
         try:
             proc = subprocess.Popen(
-                list(argv), stdin=subprocess.PIPE, stdout=log_fd, stderr=subprocess.STDOUT,
+                list(argv), stdin=stdin_fd, stdout=log_fd, stderr=subprocess.STDOUT,
                 cwd=str(cwd), env=env, start_new_session=True, pass_fds=(lock_fd,),
             )
         except OSError as exc:
@@ -76,14 +85,9 @@ def launch(
             ) from None
         os.write(lock_fd, str(proc.pid).encode())
     finally:
-        os.close(log_fd)
-        os.close(lock_fd)  # the session's copy keeps the lock
-    assert proc.stdin is not None
-    try:
-        proc.stdin.write(prompt.encode("utf-8"))
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass  # the harness did not read its prompt; its exit is recorded when reaped
+        for f in (stdin_fd, log_fd, lock_fd):  # the session's copy keeps the lock
+            os.close(f)
+        prompt_path.unlink(missing_ok=True)
     return Launched(session_id, proc.pid, log_path), proc
 
 
@@ -104,6 +108,28 @@ def session_alive(log_dir: Path, session_id: str, pid: int) -> bool:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # reap our own child
     return False
+
+
+def lock_pid(log_dir: Path, session_id: str) -> int:
+    """The pid the launcher wrote into a session's lock file (0 when it did not)."""
+    try:
+        text = (log_dir / f"{session_id}.lock").read_text(errors="replace").strip()
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() and len(text) < 10 else 0
+
+
+def lock_holders(log_dir: Path, session_id: str) -> list[int]:
+    """Every process that holds a session's lock open (a harness's children included)."""
+    target = str(log_dir / f"{session_id}.lock")
+    holders: list[int] = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if any(os.readlink(fd) == target for fd in (proc / "fd").iterdir()):
+                holders.append(int(proc.name))
+        except OSError:
+            continue
+    return [pid for pid in holders if pid != os.getpid()]
 
 
 def process_start_time(pid: int) -> str:

@@ -173,7 +173,8 @@ class Loop:
     def post_once(self, ref: str, key: str, body: str) -> bool:
         """Post a marked loop comment unless one with this marker exists; True if posted."""
         mark = marker(key)
-        if any(mark in c.body for c in self.tracker.get(ref).comments):
+        if any(mark in c.body for c in self.tracker.get(ref).comments
+               if c.author == LOOP_AUTHOR):  # a marker someone else wrote suppresses nothing
             return False
         self.tracker.comment(ref, f"{self.redact(body)}\n\n{mark}", author=LOOP_AUTHOR)
         return True
@@ -308,8 +309,8 @@ class Loop:
         return self.settings.state_dir / "sessions"
 
     def end_session(self, sid: str, *, grace: float = 0.0) -> None:
-        """Stop a session (its process group), waiting up to `grace` s for it to end on its
-        own first; returns when its lock is free (at most ~10 s)."""
+        """Stop a session — its process group and every process still holding its lock —
+        waiting up to `grace` s for it to end on its own first."""
         row = self.store.session(sid)
         if row is None or not self.session_alive(sid):
             return
@@ -323,6 +324,9 @@ class Loop:
             if pid > 0:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, sig)
+            for holder in harness_mod.lock_holders(self.sessions_dir, sid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(holder, sig)
             until = time.monotonic() + wait
             while time.monotonic() < until and self.session_alive(sid):
                 proc = self.procs.get(sid)

@@ -174,7 +174,7 @@ def launch(loop: Loop, step: Step) -> None:
         return
     sid = session_id_for(step.key)
     if loop.store.session(sid) is None:
-        pid = _start(loop, step, sid, str(d["prompt"]), path)
+        pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
         if pid < 0:
             return
         loop.store.register_session(sid, step.key, ref=ref, endpoint=target.ref, harness=h.name,
@@ -219,9 +219,11 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
     """Launch the harness for a step (or find the one a crashed process launched);
     returns its pid, or -1 when it could not start."""
     sessions = loop.sessions_dir
-    if harness_mod.session_alive(sessions, sid, 0):  # launched, then the process died
-        text = (sessions / f"{sid}.lock").read_text(errors="replace").strip()
-        return int(text) if text.isdigit() else 0
+    pid = harness_mod.lock_pid(sessions, sid)
+    if pid or harness_mod.session_alive(sessions, sid, 0):
+        # A process that died after launching this session: it ran (or runs) with its
+        # whole prompt; it is registered, not launched twice.
+        return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0)
     w = loop.work(step.ref) or {}
     previous = str(w.get("session_id") or "")
     if previous and previous != sid:

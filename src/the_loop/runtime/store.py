@@ -144,14 +144,14 @@ class Store:
             conn.execute("UPDATE work SET claim='' WHERE ref=? AND claim=?", (ref, self.me))
 
     # ------------------------------------------------------------------ steps
-    @staticmethod
-    def add_step(conn: sqlite3.Connection, key: str, ref: str, kind: str,
+    def add_step(self, conn: sqlite3.Connection, key: str, ref: str, kind: str,
                  payload: dict[str, Any]) -> None:
         """Queue a step (inside the caller's transaction); a key already queued is kept."""
         now = time.time()
         conn.execute(
             "INSERT OR IGNORE INTO steps(key, ref, kind, payload, created, updated) "
-            "VALUES (?,?,?,?,?,?)", (key, ref, kind, json.dumps(payload), now, now))
+            "VALUES (?,?,?,?,?,?)",
+            (key, ref, kind, self.redact(json.dumps(payload)), now, now))
 
     def queue(self, key: str, ref: str, kind: str, payload: dict[str, Any]) -> None:
         with self.db.transaction() as conn:
