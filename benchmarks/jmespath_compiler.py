@@ -39,17 +39,17 @@ from the_loop.hooks.policy.jmes.emitter import CODE_CACHE
 
 SUITE = Path(__file__).resolve().parent.parent / "tests" / "data" / "jmespath-compliance"
 
+# A session_spawn context as the catalog types it (every condition below is a valid rule).
 CONTEXT: dict[str, Any] = {
-    "event": "before_merge",
     "work_item": {
         "kind": "pull-request",
         "repository": "acme/app",
         "ref": "release/2024.06",
-        "draft": False,
-        "size": 120,
-        "author": {"login": "dependabot[bot]"},
-        "files": ["src/app.py", "README.md", "docs/guide.md"],
+        "number": 120,
     },
+    "actor": "dependabot[bot]",
+    "respawn": False,
+    "command": ["python3", "README.md", "docs/guide.md"],
     "labels": ["bug", "area/api", "needs-review"],
 }
 
@@ -73,13 +73,13 @@ POLICY: list[tuple[str, Callable[[Any], Any]]] = [
     ),
     ("length(labels) > `3`", lambda d: len(d["labels"]) > 3),
     (
-        "event == 'before_merge' && work_item.draft == `false`",
-        lambda d: d["event"] == "before_merge" and d["work_item"]["draft"] is False,
+        "work_item.kind == 'pull-request' && respawn == `false`",
+        lambda d: d["work_item"]["kind"] == "pull-request" and d["respawn"] is False,
     ),
     (
-        "work_item.author.login == 'dependabot[bot]' || starts_with(work_item.ref, 'renovate/')",
+        "actor == 'dependabot[bot]' || starts_with(work_item.ref, 'renovate/')",
         lambda d: (
-            d["work_item"]["author"]["login"] == "dependabot[bot]"
+            d["actor"] == "dependabot[bot]"
             or d["work_item"]["ref"].startswith("renovate/")
         ),
     ),
@@ -88,12 +88,12 @@ POLICY: list[tuple[str, Callable[[Any], Any]]] = [
         lambda d: len([x for x in d["labels"] if x.startswith("area/")]) > 0,
     ),
     (
-        "work_item.size > `500` || contains(labels, 'large')",
-        lambda d: d["work_item"]["size"] > 500 or "large" in d["labels"],
+        "work_item.number > `500` || contains(labels, 'large')",
+        lambda d: d["work_item"]["number"] > 500 or "large" in d["labels"],
     ),
     (
-        "work_item.files[?ends_with(@, '.md')]",
-        lambda d: [f for f in d["work_item"]["files"] if f.endswith(".md")],
+        "command[?ends_with(@, '.md')]",
+        lambda d: [f for f in d["command"] if f.endswith(".md")],
     ),
 ]
 

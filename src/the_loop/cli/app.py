@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from the_loop import __version__
-from the_loop.cli import demo, events, hooks, init, items, loop, policy, replay, serve
+from the_loop.cli import completion, demo, events, hooks, init, items, loop, policy, replay, serve
+from the_loop.cli.helptext import decorate
 from the_loop.errors import LoopError
 from the_loop.hooks.chain import exception_line
 from the_loop.hooks.interrupt import install as install_interrupt
@@ -32,6 +33,7 @@ COMMANDS: tuple[Register, ...] = (
     serve.register,        # serve (the control plane)
     events.register,       # events
     demo.register,         # demo
+    completion.register,   # completion bash|zsh|fish
 )
 
 #: The subcommands of `the-loop policy`; each `register(ps)` adds its parser to `ps`.
@@ -69,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     for register in POLICY_SUBCOMMANDS:
         register(policy.subcommands(sub))
     _config_everywhere(parser)
+    for each in (parser, *_subparsers(parser)):
+        decorate(each)  # defaults and an example in every --help
     return parser
 
 
@@ -93,6 +97,10 @@ def _config_everywhere(parser: argparse.ArgumentParser) -> None:
 def run(argv: Sequence[str] | None = None) -> int:
     install_interrupt()  # a real Ctrl-C is told apart from a hook's own KeyboardInterrupt
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # a <Tab> in a shell that sourced `the-loop completion`
+        import argcomplete
+
+        argcomplete.autocomplete(parser)  # prints the candidates and exits
     args = parser.parse_args(list(argv) if argv is not None else None)
     func = getattr(args, "func", None)
     if func is None:

@@ -1,0 +1,74 @@
+"""Every command's --help shows its defaults and one example; `the-loop completion` prints a
+script generated from the parser, and the parser answers the shell (issue 15, item 9)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from the_loop.cli.app import _subparsers, build_parser
+from the_loop.cli.helptext import EXAMPLES, command_of
+
+PARSERS = [build_parser(), *_subparsers(build_parser())]
+
+
+@pytest.mark.parametrize("parser", PARSERS, ids=lambda p: command_of(p) or "the-loop")
+def test_every_command_help_ends_with_an_example_of_itself(
+    parser: argparse.ArgumentParser,
+) -> None:
+    text = parser.format_help()
+    example = EXAMPLES[command_of(parser)]
+    assert text.rstrip().endswith(f"example:\n  {example}")
+    assert example.split("|")[-1].strip().startswith("the-loop " + command_of(parser).split(
+        " ")[0]) or command_of(parser) in ("", "graph")
+
+
+@pytest.mark.parametrize("parser", PARSERS, ids=lambda p: command_of(p) or "the-loop")
+def test_every_option_with_a_default_says_it_in_help(parser: argparse.ArgumentParser) -> None:
+    text = " ".join(parser.format_help().split())
+    for action in parser._actions:
+        default = action.default
+        if not action.option_strings or default in (None, False, "", [], argparse.SUPPRESS):
+            continue
+        if isinstance(action, argparse._HelpAction | argparse._VersionAction):
+            continue
+        assert "default" in (action.help or "").lower(), (command_of(parser), action.dest)
+        if "%(default)" in (action.help or ""):
+            assert f"(default: {default})" in text, (command_of(parser), action.dest)
+
+
+def test_poll_help_shows_its_interval_default() -> None:
+    done = subprocess.run([sys.executable, "-m", "the_loop", "poll", "--help"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert "--interval S" in done.stdout and "(default: 5.0)" in done.stdout
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_prints_a_script_for_each_shell(shell: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "the_loop", "completion", shell],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "the-loop" in done.stdout and "_ARGCOMPLETE" in done.stdout
+
+
+@pytest.mark.parametrize(("line", "want"), [
+    ("the-loop hooks r", ["run"]),
+    ("the-loop policy test --m", ["--min-coverage"]),
+    ("the-loop comp", ["completion"]),
+    ("the-loop completion f", ["fish"]),
+])
+def test_the_shell_gets_candidates_from_the_parser(
+    tmp_path: Path, line: str, want: list[str]
+) -> None:
+    out = tmp_path / "candidates"
+    env = {**os.environ, "_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+           "_ARGCOMPLETE_IFS": "\n", "_ARGCOMPLETE_STDOUT_FILENAME": str(out)}
+    done = subprocess.run([sys.executable, "-m", "the_loop"], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [c.strip() for c in out.read_text("utf-8").split("\n")] == want
