@@ -1,4 +1,5 @@
-"""Copy the example rule files in policies/ into the package, where `the-loop demo` finds them.
+"""Copy the example rule files in policies/ (and their tests/) into the package, where
+`the-loop demo` finds them.
 
 The top-level policies/ folder is what an operator reads and copies; an installed
 the-loop has no checkout, so the demo ships a copy. tests/test_demo_policies.py fails
@@ -22,13 +23,14 @@ def rule_files(folder: Path) -> dict[str, str]:
 
 
 def main() -> int:
-    TARGET.mkdir(parents=True, exist_ok=True)
-    for old in TARGET.iterdir():
-        if old.suffix in (".yaml", ".yml"):
-            old.unlink()
-    for name in rule_files(SOURCE):
-        shutil.copyfile(SOURCE / name, TARGET / name)
-    print(f"copied {len(rule_files(TARGET))} rule files into {TARGET.relative_to(ROOT)}")
+    for source, target in ((SOURCE, TARGET), (SOURCE / "tests", TARGET / "tests")):
+        target.mkdir(parents=True, exist_ok=True)
+        for old in target.iterdir():
+            if old.suffix in (".yaml", ".yml"):
+                old.unlink()
+        for name in rule_files(source):
+            shutil.copyfile(source / name, target / name)
+        print(f"copied {len(rule_files(target))} files into {target.relative_to(ROOT)}")
     return 0
 
 

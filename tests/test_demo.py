@@ -16,12 +16,14 @@ from the_loop.hooks.points import POINTS
 TOKEN = "demo-token-that-must-not-leak"
 
 
-def the_loop(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+def the_loop(
+    *args: str, home: Path, cwd: Path | None = None, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("THE_LOOP_")}
     env.update(HOME=str(home), PYTHONPYCACHEPREFIX=str(PYCACHE), THE_LOOP_DEMO_TOKEN=TOKEN)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    return subprocess.run([sys.executable, "-m", "the_loop", *args], cwd=home, env=env,
-                          text=True, capture_output=True, timeout=120, check=False)
+    return subprocess.run([sys.executable, "-m", "the_loop", *args], cwd=cwd or home, env=env,
+                          input=stdin, text=True, capture_output=True, timeout=120, check=False)
 
 
 def test_demo_closes_its_work_item_prints_each_point_and_leaves_a_readable_log(
@@ -64,6 +66,20 @@ def test_demo_closes_its_work_item_prints_each_point_and_leaves_a_readable_log(
 
     log = (folder / ".the-loop" / "events.jsonl").read_text()
     assert TOKEN not in log and TOKEN not in config.read_text()
+
+    # The folder is a starting point afterwards: from inside it, with no flags (issue 15).
+    check = the_loop("policy", "check", home=tmp_path, cwd=folder)
+    assert check.returncode == 0 and check.stdout.startswith(f"{folder / 'policies'}: 9 rule")
+    tested = the_loop("policy", "test", "--min-coverage", "100", home=tmp_path, cwd=folder)
+    assert tested.returncode == 0, tested.stdout
+    assert the_loop("events", "--event", "item.*", home=tmp_path, cwd=folder).stdout
+    dry = the_loop("hooks", "run", "session_spawn", "--context", "-", "--json", home=tmp_path,
+                   cwd=folder, stdin='{"prompt": "go"}')
+    assert dry.returncode == 0, dry.stderr
+    trace = {s["hook"]: s for s in json.loads(dry.stdout)["trace"]}
+    # The demo's remote hook stopped with the demo: that hook's failure, nothing more.
+    assert trace["compliance"]["status"] == "failed"
+    assert trace["house-rules"]["status"] == "changed"
 
 
 def test_demo_never_reuses_a_folder_that_has_files(tmp_path: Path) -> None:
