@@ -13,7 +13,8 @@ import yaml
 from the_loop.hooks.points import POINTS, SPECS, WORK_ITEM_FIELDS
 from the_loop.hooks.policy import load_policy
 from the_loop.hooks.policy.checks import check_fields
-from the_loop.hooks.policy.jmes import compile_expression, root_paths
+from the_loop.hooks.policy.expressions import compile_expression
+from the_loop.hooks.policy.jmes import root_paths
 from the_loop.hooks.policy.typecheck import type_problems
 
 ROOT = Path(__file__).resolve().parents[1]
