@@ -15,8 +15,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from runtime_helpers import HARNESSES, LoopDir
-from the_loop.runtime.harness import session_alive
+from runtime_helpers import HARNESSES, LoopDir, alive
 
 #: Records its launch, then holds the session (and its lock) until it is killed.
 HOLD_HARNESS = '''\
@@ -67,17 +66,19 @@ def hold(ld: LoopDir, extra: str = "", *, seconds: float = 120.0, policy: bool =
 
 
 def live_sessions(ld: LoopDir) -> Counter[str]:
-    """Work item → how many of its sessions hold their lock now (a session launched but not
-    yet registered counts, under the work item its harness record names)."""
+    """Work item → how many of its sessions run now (a session launched but not yet
+    registered counts, under the work item its harness record names). Read from each
+    session's lock file (its pid) and /proc, without touching the lock: a sampler that took
+    the lock would make a dead session look alive to the loop."""
     sessions = ld.state / "sessions"
     owner = {r["id"]: r["ref"] for r in ld.query("SELECT id, ref FROM sessions")}
     owner.update({r["session"]: r["work_item"] for r in ld.launches()
                   if r["session"] not in owner})
     live: Counter[str] = Counter()
     for lock in sessions.glob("*.lock") if sessions.exists() else []:
-        sid = lock.stem
-        if session_alive(sessions, sid, 0):
-            live[owner.get(sid, "?")] += 1
+        text = lock.read_text(errors="replace").strip()
+        if text.isdigit() and alive(int(text)):
+            live[owner.get(lock.stem, "?")] += 1
     return live
 
 
