@@ -74,6 +74,51 @@ def test_two_pollers_on_one_state_folder_start_each_item_once_and_deliver_each_c
         assert live_sessions(ld) == Counter(dict.fromkeys(refs, 1))
 
 
+def test_twenty_concurrent_replies_queue_behind_one_session_at_a_time(tmp_path: Path) -> None:
+    """20 `reply` processes at once at a running agent node, then two pollers: each reply is
+    delivered once, to a session that is not ended before it starts; never two at once."""
+    with LoopDir(tmp_path) as ld:
+        hold(ld, policy=False)
+        ref = ld.add()
+        ld.start(ref)
+        ld.cli("poll", "--once")
+        assert live_sessions(ld)[ref] == 1
+        texts = [f"Change number {i}." for i in range(20)]
+        finish([ld.popen("reply", ref, text, "--actor", "bob") for text in texts])
+
+        samples: list[int] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                try:
+                    samples.append(live_sessions(ld)[ref])
+                except ValueError:  # a harness record half written: look again
+                    continue
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            errs = finish([ld.popen("poll", "--once"), ld.popen("poll", "--once")])
+            settle(ld)
+        finally:
+            stop.set()
+            sampler.join(timeout=30)
+        assert samples and max(samples) == 1, Counter(samples)
+        assert live_sessions(ld)[ref] == 1
+        assert all("Traceback" not in e for e in errs), errs
+        assert broken(ld, {ref: "running"}) == []
+        assert sorted(r["text"] for r in ld.seen("input_received")) == sorted(texts)
+        assert ld.query("SELECT outcome, COUNT(*) AS n FROM steps WHERE kind='input' "
+                        "GROUP BY outcome") == [{"outcome": "resumed", "n": 20}]
+        # All twenty were taken in before the resumed launch ran: it carries every one of
+        # them (a launch per reply would end each session before it read its input).
+        first, resumed = ld.launches()
+        assert all(text in resumed["prompt"] for text in texts)
+        assert not any(text in first["prompt"] for text in texts)
+        assert len(ld.query("SELECT id FROM sessions")) == 2
+
+
 def test_a_full_disk_under_the_event_log_costs_lines_not_work(tmp_path: Path) -> None:
     """events.jsonl on /dev/full (every write ENOSPC): the poller daemon cycles on, says so
     on stderr once, and the database records the work; `poll --once` too."""

@@ -367,10 +367,15 @@ def _act(loop: Loop, step: Step, w: dict[str, object], node: object, control: st
         item = loop.tracker.get(ref, comments=False)
         prompt = render(RESUME_PROMPT, ref=ref, title=item.title, node=node.name,
                         actor=actor, text=final, phase=node.phase)
+        endpoint = str(step.payload["endpoint"])
         with loop.db.transaction() as conn:
-            loop.store.add_step(conn, f"launch:{step.key}", ref, "launch", {
-                "node": node.name, "prompt": prompt, "respawn": True, "actor": actor,
-                "endpoint": str(step.payload["endpoint"])})
+            # A launch queued and not started yet (an earlier input, the node's own) takes
+            # this input too: one session gets both, none is ended before it reads its own.
+            if not loop.store.extend_queued_launch(
+                    conn, ref, node.name, endpoint, f"\n\nInput from @{actor}:\n\n{final}"):
+                loop.store.add_step(conn, f"launch:{step.key}", ref, "launch", {
+                    "node": node.name, "prompt": prompt, "respawn": True, "actor": actor,
+                    "endpoint": endpoint})
             loop.store.finish(step, "resumed", conn=conn)
         return "resumed"
     loop.store.finish(step, "recorded")

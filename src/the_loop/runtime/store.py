@@ -157,6 +157,24 @@ class Store:
         with self.db.transaction() as conn:
             self.add_step(conn, key, ref, kind, payload)
 
+    @staticmethod
+    def extend_queued_launch(conn: sqlite3.Connection, ref: str, node: str, endpoint: str,
+                             text: str) -> str:
+        """Append `text` to the prompt of `ref`'s launch at `node` that is queued and not yet
+        decided (inside the caller's transaction); its key, or '' when there is none. A
+        second launch would end that session before it read its input."""
+        for row in conn.execute("SELECT key, payload, decisions FROM steps WHERE ref=? AND "
+                                "kind='launch' AND state='pending' ORDER BY seq", (ref,)):
+            payload = json.loads(row["payload"])
+            if (json.loads(row["decisions"]) or payload["node"] != node
+                    or payload["endpoint"] != endpoint):
+                continue
+            payload["prompt"] += text
+            conn.execute("UPDATE steps SET payload=? WHERE key=?",
+                         (json.dumps(payload), row["key"]))
+            return str(row["key"])
+        return ""
+
     def next_step(self, ref: str) -> Step | None:
         row = self.db.conn.execute(
             "SELECT * FROM steps WHERE state='pending' AND ref=? ORDER BY seq LIMIT 1",
