@@ -16,6 +16,7 @@ from collections import Counter
 from typing import Any
 
 from runtime_helpers import HARNESSES, LoopDir, alive
+from the_loop.runtime.harness import session_alive
 
 #: Records its launch, then holds the session (and its lock) until it is killed.
 HOLD_HARNESS = '''\
@@ -65,11 +66,12 @@ def hold(ld: LoopDir, extra: str = "", *, seconds: float = 120.0, policy: bool =
     ld.config.write_text(text.replace(HARNESSES["sleep"], command), encoding="utf-8")
 
 
-def live_sessions(ld: LoopDir) -> Counter[str]:
+def live_sessions(ld: LoopDir, *, probe: bool = False) -> Counter[str]:
     """Work item → how many of its sessions run now (a session launched but not yet
     registered counts, under the work item its harness record names). Read from each
     session's lock file (its pid) and /proc, without touching the lock: a sampler that took
-    the lock would make a dead session look alive to the loop."""
+    the lock would make a dead session look alive to the loop. With `probe` (no loop process
+    running), the lock itself is asked, as the loop asks it."""
     sessions = ld.state / "sessions"
     owner = {r["id"]: r["ref"] for r in ld.query("SELECT id, ref FROM sessions")}
     owner.update({r["session"]: r["work_item"] for r in ld.launches()
@@ -77,7 +79,8 @@ def live_sessions(ld: LoopDir) -> Counter[str]:
     live: Counter[str] = Counter()
     for lock in sessions.glob("*.lock") if sessions.exists() else []:
         text = lock.read_text(errors="replace").strip()
-        if text.isdigit() and alive(int(text)):
+        if (session_alive(sessions, lock.stem, 0) if probe
+                else text.isdigit() and alive(int(text))):
             live[owner.get(lock.stem, "?")] += 1
     return live
 
@@ -163,7 +166,7 @@ def broken(ld: LoopDir, expected: dict[str, str], *, kills: int = 0) -> list[str
             got = [r for r in ld.launches() if text and text in r["prompt"]]
             if len(got) != 1:
                 out.append(f"resumed input {s['key']} reached {len(got)} sessions")
-    live = live_sessions(ld)
+    live = live_sessions(ld, probe=True)
     if any(n > 1 for n in live.values()):
         out.append(f"two live sessions of one item: {dict(live)}")
     return out
