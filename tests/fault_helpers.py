@@ -90,7 +90,8 @@ def broken(ld: LoopDir, expected: dict[str, str], *, kills: int = 0) -> list[str
     walk must have reached. `kills`: how many times a process was killed at a random moment
     (each may have fired one point whose decision it never recorded: asked again, allowed)."""
     out: list[str] = []
-    steps = ld.query("SELECT * FROM steps ORDER BY seq")
+    steps = [s for s in ld.query("SELECT * FROM steps ORDER BY seq") if s["ref"] in expected]
+    contexts = [r for r in ld.seen() if r["work_item"]["ref"] in expected]
     for ref, state in expected.items():
         got = ld.work(ref).get("state")
         if got != state:
@@ -98,13 +99,14 @@ def broken(ld: LoopDir, expected: dict[str, str], *, kills: int = 0) -> list[str
     pending = [s["key"] for s in steps if s["state"] != "done"]
     if pending:
         out.append(f"item stuck: steps still pending: {pending}")
-    claims = [r["ref"] for r in ld.query("SELECT ref FROM work WHERE claim != ''")]
+    claims = [r["ref"] for r in ld.query("SELECT ref FROM work WHERE claim != ''")
+              if r["ref"] in expected]
     if claims:
         out.append(f"claim left behind on {claims}")
 
     # No hook asked twice for a recorded step: each point fired once per step recording it.
     recorded = Counter(p for s in steps for p in json.loads(s["decisions"]))
-    seen = Counter(r["point"] for r in ld.seen())
+    seen = Counter(r["point"] for r in contexts)
     extra = seen - recorded
     missing = recorded - seen
     if missing:
@@ -112,7 +114,8 @@ def broken(ld: LoopDir, expected: dict[str, str], *, kills: int = 0) -> list[str
     if sum(extra.values()) > kills:
         out.append(f"hook asked twice for a recorded step: {dict(extra)} more firings than "
                    f"recorded decisions ({kills} random kill(s) allowed)")
-    starts = Counter(r["work_item"]["ref"] for r in ld.seen("work_item_start"))
+    starts = Counter(r["work_item"]["ref"] for r in contexts
+                     if r["point"] == "work_item_start")
     armings = Counter(s["ref"] for s in steps if s["kind"] == "start")
     if any(starts[ref] > armings[ref] + kills for ref in starts):
         out.append(f"work_item_start asked more than once per arming: {dict(starts)}")
@@ -120,7 +123,8 @@ def broken(ld: LoopDir, expected: dict[str, str], *, kills: int = 0) -> list[str
     # Every input delivered exactly once: each person's comment on an armed item has one
     # input step, done, whose input_received fired once (by its text).
     inputs = {(s["payload_ref"], s["comment"]): s for s in _inputs(steps)}
-    texts = Counter(r["text"] for r in ld.seen("input_received"))
+    texts = Counter((r["work_item"]["ref"], r["text"]) for r in contexts
+                    if r["point"] == "input_received")
     loop_comments: list[str] = []
     bodies: dict[int, str] = {}
     for ref in expected:
@@ -136,8 +140,9 @@ def broken(ld: LoopDir, expected: dict[str, str], *, kills: int = 0) -> list[str
             elif step["state"] != "done":
                 out.append(f"input not delivered: {step['key']} is {step['state']}")
             elif "input_received" in json.loads(step["decisions"]) and \
-                    texts[c["body"]] > 1 + kills:
-                out.append(f"input delivered {texts[c['body']]} times: {c['body']!r}")
+                    texts[ref, c["body"]] > 1 + kills:
+                out.append(f"input delivered {texts[ref, c['body']]} times on {ref}: "
+                           f"{c['body']!r}")
 
     # Every marked loop comment (refusals, gate requests, announcements) posted once.
     marks = Counter(m for body in loop_comments for m in MARK_RE.findall(body))
@@ -150,7 +155,8 @@ def broken(ld: LoopDir, expected: dict[str, str], *, kills: int = 0) -> list[str
 
     # No duplicate session: one row per launch step, one harness launch per session id,
     # a resumed input's text in exactly one launch, at most one live session per item.
-    per_step = Counter(r["step"] for r in ld.query("SELECT step FROM sessions"))
+    per_step = Counter(r["step"] for r in ld.query("SELECT step, ref FROM sessions")
+                       if r["ref"] in expected)
     if any(n > 1 for n in per_step.values()):
         out.append(f"two sessions for one launch step: {dict(per_step)}")
     launched = Counter(r["session"] for r in ld.launches())
@@ -163,7 +169,8 @@ def broken(ld: LoopDir, expected: dict[str, str], *, kills: int = 0) -> list[str
     for s in _inputs(steps):
         if s["outcome"] == "resumed":
             text = bodies.get(s["comment"], "")
-            got = [r for r in ld.launches() if text and text in r["prompt"]]
+            got = [r for r in ld.launches()
+                   if r["work_item"] == s["ref"] and text and text in r["prompt"]]
             if len(got) != 1:
                 out.append(f"resumed input {s['key']} reached {len(got)} sessions")
     live = live_sessions(ld, probe=True)
