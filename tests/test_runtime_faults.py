@@ -1,10 +1,10 @@
 """Fault injection (issue 12.6): for every named failpoint, the process dies there
 (`os._exit(86)`), the poller is restarted, and nothing is lost, doubled or stuck.
 
-Each case walks one work item — arm → start → launch → ask → answer → graph complete →
-gate → /approve → done — through the real CLI; the command that passes the failpoint runs
-with `THE_LOOP_FAILPOINT` set and must exit 86; `poll --once` then runs (without it) until
-the item has no pending step, and the walk goes on. At the end the invariants of
+Each case walks one work item — arm → start → launch → ask → answer → graph complete (the
+daemon advances) → gate → /approve → done — through the real CLI; the command that passes
+the failpoint runs with `THE_LOOP_FAILPOINT` set and must exit 86; `poll --once` then runs
+(without it) until the item has no pending step, and the walk goes on. At the end the invariants of
 `fault_helpers.broken` are checked: every input delivered exactly once, every refusal (and
 every marked comment) posted once, no item stuck, no hook asked twice for a recorded step,
 one session per launch step and never two live sessions of one item.
@@ -23,9 +23,10 @@ from runtime_helpers import LoopDir
 #: The walk: an agent node (launch, question, answer → resumed session), graph complete,
 #: the gate, /approve, done. A one-shot write runs in this process unless it is the
 #: command that must crash; a poll always runs as its own process.
-PLAIN = ("start", "poll", "ask", "answer", "poll", "complete", "approve", "poll")
+PLAIN = ("start", "poll", "ask", "answer", "poll", "complete", "poll", "approve", "poll")
 #: The same, with input a `policy:` rule refuses (mallory's) just before the question.
-MALLORY = ("start", "poll", "mallory", "ask", "answer", "poll", "complete", "approve", "poll")
+MALLORY = ("start", "poll", "mallory", "ask", "answer", "poll", "complete", "poll", "approve",
+           "poll")
 #: An item whose start the policy refuses.
 FROZEN = ("start", "poll")
 
@@ -34,15 +35,17 @@ CASES = [
     ("arm", PLAIN, 0),
     ("claim", PLAIN, 1),
     ("workspace", PLAIN, 1),
+    ("launch", PLAIN, 1),
+    ("launch", PLAIN, 4),
     ("spawn", PLAIN, 1),
     ("register", PLAIN, 1),
     ("announce", PLAIN, 1),
     ("question", PLAIN, 4),
     ("input", PLAIN, 4),
     ("input", MALLORY, 5),
-    ("advance", PLAIN, 5),
-    ("advance", PLAIN, 7),
-    ("complete", PLAIN, 7),
+    ("advance", PLAIN, 6),
+    ("advance", PLAIN, 8),
+    ("complete", PLAIN, 8),
     ("after-refusal-comment", FROZEN, 1),
 ]
 
@@ -50,7 +53,7 @@ CASES = [
 def case_id(case: tuple[str, tuple[str, ...], int]) -> str:
     point, walk, at = case
     variant = {PLAIN: "", MALLORY: "-refused-input", FROZEN: "-refused-start"}[walk]
-    return f"{point}@{walk[at]}{variant}"
+    return f"{point}@{walk[at]}-{at}{variant}"
 
 
 def settle(ld: LoopDir, ref: str) -> int:
@@ -128,3 +131,4 @@ def test_a_crash_at_each_failpoint_loses_doubles_and_sticks_nothing(
         assert len({m["id"] for m in closed}) == 1
         assert json.loads(steps[f"start:{ref}:1"]["decisions"])["work_item_start"][
             "refused"] is False
+

@@ -83,6 +83,8 @@ def launch(
                 f"cannot launch {argv[0]!r}: {exc.strerror or exc} (check `harnesses:` "
                 "→ command in cli-config.yaml)"
             ) from None
+        if os.environ.get("THE_LOOP_FAILPOINT") == "launch":  # crash-safety tests only
+            os._exit(86)
         os.write(lock_fd, str(proc.pid).encode())
     finally:
         for f in (stdin_fd, log_fd, lock_fd):  # the session's copy keeps the lock
