@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
     add_json(pr)
     pr.set_defaults(func=cmd_run)
 
-    ps = hs.add_parser("schema", help="the JSON Schema of the hooks section of cli-config.yaml")
+    ps = hs.add_parser("schema", help="the JSON Schema of cli-config.yaml (hooks, runtime keys)")
     ps.set_defaults(func=cmd_schema)
 
     register_serve(hs)
@@ -178,7 +178,7 @@ def _explained(chain: Any, outcome: Any) -> dict[str, Any]:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from the_loop.hooks.schema import hooks_schema
+    from the_loop.config_schema import config_schema
 
-    print_json(hooks_schema())
+    print_json(config_schema())
     return 0

@@ -1,6 +1,6 @@
 """The phase graph: agent nodes and human gates joined by outcome edges, built in or from YAML.
 
-YAML format (validated at load; every error names the node or edge):
+YAML format (described once in `GRAPH`, checked at load; every error names the node or edge):
 
     start: requirements
     nodes:
@@ -24,6 +24,18 @@ from typing import Any
 import yaml
 
 from the_loop import yamlsafe
+from the_loop.configspec import (
+    Bool,
+    Enum,
+    Field,
+    Invalid,
+    ListOf,
+    Mapping,
+    Problem,
+    Str,
+    did_you_mean,
+    dotted,
+)
 from the_loop.errors import ConfigError
 
 PHASES = ("requirements", "design", "testing-plan", "tasks")
@@ -96,66 +108,113 @@ def load_graph(spec: str) -> Graph:
     return parse_graph(data, str(path))
 
 
-def parse_graph(data: Any, where: str) -> Graph:
-    def fail(msg: str) -> ConfigError:
-        return ConfigError(f"graph {where}: {msg}")
+# ------------------------------------------------------------------ named checks
 
-    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
-        raise fail("expected a mapping with start, nodes (a list) and edges (a list)")
-    extra = sorted(set(data) - {"start", "nodes", "edges"})
-    if extra:
-        raise fail(f"unknown key(s) {', '.join(map(str, extra))}; allowed: start, nodes, edges")
-    nodes: dict[str, Node] = {}
-    for i, raw in enumerate(data["nodes"]):
-        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-            raise fail(f"nodes[{i}]: expected a mapping with a name, got {raw!r}")
-        name = raw["name"]
-        bad = sorted(set(raw) - {"name", "phase", "actor", "terminal", "prompt", "request"})
-        if bad:
-            raise fail(f"node {name!r}: unknown key(s) {', '.join(map(str, bad))}; allowed: "
-                       "name, phase, actor, terminal, prompt, request")
-        if name in nodes:
-            raise fail(f"node {name!r}: defined twice")
-        terminal = raw.get("terminal", False)
-        if type(terminal) is not bool:
-            raise fail(f"node {name!r} → terminal: expected true or false, got {terminal!r}")
-        actor = raw.get("actor", "none" if terminal else "agent")
-        if actor not in ("agent", "human", "none"):
-            raise fail(f"node {name!r} → actor: expected agent or human, got {actor!r}")
-        if actor == "none" and not terminal:
-            raise fail(f"node {name!r} → actor: a node that is not terminal needs agent or "
-                       "human")
-        phase = raw.get("phase", name)
-        for key in ("phase", "prompt", "request"):
-            if key in raw and not isinstance(raw[key], str):
-                raise fail(f"node {name!r} → {key}: expected a string, got {raw[key]!r}")
-        nodes[name] = Node(name, str(phase), str(actor), terminal, str(raw.get("prompt", "")),
-                           str(raw.get("request", "")))
-    edges: dict[tuple[str, str], str] = {}
-    for i, raw in enumerate(data.get("edges") or []):
-        if not isinstance(raw, dict) or set(raw) != {"from", "outcome", "to"}:
-            raise fail(f"edges[{i}]: expected {{from, outcome, to}}, got {raw!r}")
-        src, outcome, dst = raw["from"], raw["outcome"], raw["to"]
+
+def _unique_nodes(data: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    seen: set[str] = set()
+    for i, node in enumerate(data["nodes"]):
+        if node["name"] in seen:
+            raise Problem("defined twice", "nodes", i)
+        seen.add(node["name"])
+    return data
+
+
+def _actors(data: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    """A node's actor defaults to agent (none when terminal); only a terminal node has none."""
+    for i, node in enumerate(data["nodes"]):
+        node.setdefault("actor", "none" if node["terminal"] else "agent")
+        node.setdefault("phase", node["name"])
+        if node["actor"] == "none" and not node["terminal"]:
+            raise Problem("a node that is not terminal needs agent or human", "nodes", i, "actor")
+    return data
+
+
+def _edges_join_nodes(data: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    nodes = {n["name"]: n for n in data["nodes"]}
+    seen: set[tuple[str, str]] = set()
+    for edge in data["edges"]:
+        src, outcome, dst = edge["from"], edge["outcome"], edge["to"]
         label = f"edge {src} --{outcome}--> {dst}"
         for end in (src, dst):
             if end not in nodes:
-                raise fail(f"{label}: no node named {end!r}; nodes: {', '.join(nodes)}")
-        if nodes[src].terminal:
-            raise fail(f"{label}: a terminal node has no outgoing edges")
-        if (src, outcome) in edges:
-            raise fail(f"{label}: node {src!r} already has an edge for outcome {outcome!r}")
-        edges[(src, outcome)] = dst
-    start = data.get("start", next(iter(nodes), ""))
-    if start not in nodes:
-        raise fail(f"start: no node named {start!r}; nodes: {', '.join(nodes)}")
-    for node in nodes.values():
-        outs = [o for (n, o) in edges if n == node.name]
-        if node.terminal:
-            continue
-        if node.actor == "agent" and "done" not in outs:
-            raise fail(f"node {node.name!r}: an agent node needs an edge with outcome done")
-        if node.actor == "human" and "approved" not in outs:
-            raise fail(f"node {node.name!r}: a human gate needs an edge with outcome approved")
-    if not any(n.terminal for n in nodes.values()):
-        raise fail("no terminal node; mark the last node `terminal: true`")
-    return Graph(start, nodes, edges)
+                raise Problem(f"{label}: no node named {end!r}"
+                              + did_you_mean(end, list(nodes)) + f"; nodes: {', '.join(nodes)}")
+        if nodes[src]["terminal"]:
+            raise Problem(f"{label}: a terminal node has no outgoing edges")
+        if (src, outcome) in seen:
+            raise Problem(f"{label}: node {src!r} already has an edge for outcome {outcome!r}")
+        seen.add((src, outcome))
+    return data
+
+
+def _reachable_ends(data: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    """A start node exists; every agent node can finish and every gate can approve; an end."""
+    names = [n["name"] for n in data["nodes"]]
+    data.setdefault("start", names[0] if names else "")
+    if data["start"] not in names:
+        raise Problem(f"no node named {data['start']!r}" + did_you_mean(data["start"], names)
+                      + f"; nodes: {', '.join(names)}", "start")
+    for i, node in enumerate(data["nodes"]):
+        outs = {e["outcome"] for e in data["edges"] if e["from"] == node["name"]}
+        if node["actor"] == "agent" and not node["terminal"] and "done" not in outs:
+            raise Problem("an agent node needs an edge with outcome done", "nodes", i)
+        if node["actor"] == "human" and not node["terminal"] and "approved" not in outs:
+            raise Problem("a human gate needs an edge with outcome approved", "nodes", i)
+    if not any(n["terminal"] for n in data["nodes"]):
+        raise Problem("no terminal node; mark the last node `terminal: true`")
+    return data
+
+
+# ------------------------------------------------------------------ the description
+
+_TEXT = Str()
+NODE = Mapping(expected="a mapping with a name", fields={
+    "name": Field(Str(expected="a node name"), required="every node needs a name"),
+    "phase": Field(_TEXT),
+    "actor": Field(Enum(values=("agent", "human", "none"), expected="agent or human")),
+    "terminal": Field(Bool(), default=False),
+    "prompt": Field(_TEXT, default=""),
+    "request": Field(_TEXT, default=""),
+})
+EDGE = Mapping(expected="{from, outcome, to}", fields={
+    key: Field(Str(), required="an edge is {from, outcome, to}")
+    for key in ("from", "outcome", "to")
+})
+#: A YAML phase graph (`graph:` in cli-config.yaml names the file).
+GRAPH = Mapping(
+    expected="a mapping with start, nodes (a list) and edges (a list)",
+    then=(_unique_nodes, _actors, _edges_join_nodes, _reachable_ends), fields={
+        "start": Field(Str(expected="the name of a node")),
+        "nodes": Field(ListOf(item=NODE, expected="a list of nodes"),
+                       required="a graph lists its nodes"),
+        "edges": Field(ListOf(item=EDGE, nullable=True, expected="a list of edges"),
+                       default=list),
+    })
+
+
+def parse_graph(data: Any, where: str) -> Graph:
+    """Check `data` against `GRAPH`; raises `ConfigError` naming the node or edge."""
+    try:
+        checked = GRAPH.check(data)
+    except Invalid as exc:
+        label = _label(data, exc.path)
+        raise ConfigError(f"graph {where}: {label}{': ' if label else ''}{exc.message}") from None
+    nodes = {n["name"]: Node(n["name"], n["phase"], n["actor"], n["terminal"], n["prompt"],
+                             n["request"]) for n in checked["nodes"]}
+    edges = {(e["from"], e["outcome"]): e["to"] for e in checked["edges"]}
+    return Graph(checked["start"], nodes, edges)
+
+
+def _label(data: Any, path: tuple[str | int, ...]) -> str:
+    """`node 'x' → actor` for ("nodes", 3, "actor"); `edges[2] → to`; `start`."""
+    if len(path) >= 2 and path[0] == "nodes" and isinstance(path[1], int):
+        raw = data["nodes"][path[1]]
+        name = raw.get("name") if isinstance(raw, dict) else None
+        head = f"node {name!r}" if isinstance(name, str) else f"nodes[{path[1]}]"
+    elif len(path) >= 2 and path[0] == "edges":
+        head = f"edges[{path[1]}]"
+    else:
+        return dotted(path)
+    rest = dotted(path[2:])
+    return f"{head} → {rest}" if rest else head
