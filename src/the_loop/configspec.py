@@ -451,13 +451,19 @@ class KindOf(Spec):
         return {"oneOf": [v.json_schema() for v in self.variants.values()]}
 
 
+#: A name an operator gives a thing (a hook, a rule, a harness): one spelling everywhere.
+NAME = Str(pattern=NAME_PATTERN, expected=(
+    f"a name matching {NAME_PATTERN} (lower-case letters, digits and dashes, starting with a "
+    "letter)"))
+
+
 def const(value: str) -> Enum:
     """A key whose only allowed value is `value` (a `KindOf` variant's tag)."""
     return Enum(values=(value,))
 
 
 __all__ = [
-    "ENV_PATTERN", "IDENTIFIER_PATTERN", "MISSING", "NAME_PATTERN", "NON_EMPTY_PATTERN",
+    "ENV_PATTERN", "IDENTIFIER_PATTERN", "MISSING", "NAME", "NAME_PATTERN", "NON_EMPTY_PATTERN",
     "Any_", "Bool", "Check", "DictOf", "Enum", "Field", "Invalid", "KindOf", "ListOf",
     "Mapping", "Number", "Path", "Problem", "Spec", "Str", "Tagged", "const", "did_you_mean",
     "dotted", "got", "matches",

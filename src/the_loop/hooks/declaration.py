@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from the_loop.configspec import (
     ENV_PATTERN,
     IDENTIFIER_PATTERN,
+    NAME,
     NAME_PATTERN,
     NON_EMPTY_PATTERN,
     Any_,
     Bool,
     DictOf,
-    Enum,
     Field,
     Invalid,
     ListOf,
@@ -34,7 +34,7 @@ from the_loop.configspec import (
     got,
 )
 from the_loop.errors import HooksConfigError, quote
-from the_loop.hooks.points import POINTS, unknown_point_message
+from the_loop.hooks.points import POINTS, point_list
 from the_loop.util import TOKEN_URL_PATTERN, url_problem
 from the_loop.util import is_loopback as is_loopback  # re-exported: cli/serve.py imports it here
 
@@ -90,10 +90,6 @@ class HookEntry:
 # ------------------------------------------------------------------ named checks
 
 
-def _catalog_order(points: list[str], _ctx: object) -> tuple[str, ...]:
-    return tuple(p for p in POINTS if p in points)
-
-
 def _allowed_header(name: str, _ctx: object) -> str:
     why = FORBIDDEN_HEADERS.get(name.lower())
     if why:
@@ -136,14 +132,8 @@ def _any_case(word: str) -> str:
 
 # ------------------------------------------------------------------ the description
 
-_POINTS = ListOf(
-    item=Enum(values=tuple(POINTS), message=unknown_point_message,
-              description="a lifecycle point (the-loop hooks points)"),
-    single=True, min_items=1, unique=True, indexed=False, then=(_catalog_order,),
-    expected="a point or a non-empty list of points",
-    hint=f". Valid points: {', '.join(POINTS)}; leave `on` out to run at every point the "
-         "executor handles",
-)
+_POINTS = point_list(hint=f". Valid points: {', '.join(POINTS)}; leave `on` out to run at "
+                          "every point the executor handles")
 _FILE = Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string")
 _WITH = DictOf(
     key=Str(pattern=IDENTIFIER_PATTERN, expected="a keyword argument name",
@@ -164,9 +154,8 @@ _HEADERS = DictOf(
 HOOK_ENTRY = Tagged(
     expected=f"a mapping with name and one of {', '.join(KINDS)}", then=(_endpoint,),
     fields={
-        "name": Field(Str(pattern=NAME_PATTERN, description="unique name", expected=(
-            f"a name matching {NAME_PATTERN} (lower-case letters, digits and dashes, starting "
-            "with a letter)")), required=f"every entry needs a name matching {NAME_PATTERN}"),
+        "name": Field(replace(NAME, description="unique name"),
+                      required=f"every entry needs a name matching {NAME_PATTERN}"),
         "on": Field(_POINTS),
         "required": Field(Bool(), default=False),
         "enabled": Field(Bool(), default=True),

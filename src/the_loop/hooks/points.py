@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from the_loop.configspec import Enum, ListOf
 from the_loop.errors import quote
 from the_loop.hooks.compat import ContextMethods, WorkItemMethods
 from the_loop.util import closest as closest  # re-exported: the policy modules import it here
@@ -427,3 +428,18 @@ def check_value(fs: FieldSpec, value: Any, *, where: str) -> Any:
             f"{where} must be {t} (got {value!r} that is {type(value).__name__})"
         )
     return value
+
+
+def point_list(hint: str = "") -> ListOf:
+    """The description of an `on:` value: a point, or a non-empty list of distinct points,
+    returned in catalog order."""
+    return ListOf(
+        item=Enum(values=tuple(POINTS), message=unknown_point_message,
+                  description="a lifecycle point (the-loop hooks points)"),
+        single=True, min_items=1, unique=True, indexed=False, then=(_catalog_order,),
+        expected="a point or a non-empty list of points", hint=hint,
+    )
+
+
+def _catalog_order(points: list[str], _ctx: object) -> tuple[str, ...]:
+    return tuple(p for p in POINTS if p in points)

@@ -15,7 +15,7 @@ from typing import Any
 from the_loop.config import Config
 from the_loop.configspec import (
     ENV_PATTERN,
-    NAME_PATTERN,
+    NAME,
     NON_EMPTY_PATTERN,
     DictOf,
     Enum,
@@ -136,9 +136,7 @@ def _no_secret_in_harness_env(data: dict[str, Any], secrets: set[str]) -> dict[s
 
 ENV_NAME = Str(pattern=ENV_PATTERN, expected="an environment variable name")
 HARNESS = Mapping(expected="a mapping with name and command", fields={
-    "name": Field(Str(pattern=NAME_PATTERN, expected="a name like demo or claude (lower-case "
-                      "letters, digits and dashes, starting with a letter)"),
-                  required="every harness needs a name"),
+    "name": Field(NAME, required="every harness needs a name"),
     "command": Field(ListOf(item=Str(), min_items=1, split=True,
                             expected="an argv list like [python3, -m, the_loop.demo.agent]"),
                      required="every harness needs a command (an argv list)"),

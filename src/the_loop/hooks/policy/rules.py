@@ -17,24 +17,34 @@ from typing import Any
 import yaml
 
 from the_loop import yamlsafe
-from the_loop.errors import ExpressionError, clip, quote
+from the_loop.configspec import (
+    NAME,
+    NON_EMPTY_PATTERN,
+    Any_,
+    DictOf,
+    Enum,
+    Field,
+    Mapping,
+    Problem,
+    Str,
+    got,
+)
+from the_loop.errors import ExpressionError, quote
 from the_loop.errors import PolicyError as PolicyError
 from the_loop.hooks.points import (
     DECISION,
     POINTS,
     SPECS,
     closest,
-    unknown_point_message,
+    point_list,
 )
 from the_loop.hooks.policy.checks import check_fields, describe_compile_error
 from the_loop.hooks.policy.expressions import compile_policy_expression
 from the_loop.hooks.policy.jmes import CompiledExpression, root_paths
 from the_loop.hooks.policy.typecheck import type_messages
 
-RULE_KEYS = ("name", "on", "when", "description", "mode", "set")
 FILE_KEYS = ("rules",)
 MODES = ("enforce", "audit")
-NAME_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 TEMPLATE_RE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 #: policy-only conveniences: key → (the decision it composes into, prefix or suffix).
 AFFIXES: dict[str, tuple[str, str]] = {
@@ -180,8 +190,26 @@ def read_policy(folder: Path, *, reference: bool = False, lazy: bool = False) ->
     return Policy(folder, files, checker.rules, reference)
 
 
-def _got(value: object) -> str:
-    return f"{quote(value)} ({type(value).__name__})"
+def _some_decision(values: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    if not values:
+        raise Problem("empty; a rule sets at least one decision")
+    return values
+
+
+#: One rule of a rule file; what its expressions read and set is checked per point after.
+RULE = Mapping(expected="a mapping with name, on and set", fields={
+    "name": Field(NAME, required="every rule needs a name unique in the folder"),
+    "on": Field(point_list(), required=f"name the point or points the rule applies at: "
+                                       f"{', '.join(POINTS)}"),
+    "when": Field(Str(pattern=NON_EMPTY_PATTERN,
+                      expected="a JMESPath expression as a string (quote it)")),
+    "description": Field(Str(), default=""),
+    "mode": Field(Enum(values=MODES), default="enforce"),
+    "set": Field(DictOf(key=Str(expected="a decision name"), value=Any_(),
+                        expected="a mapping of decision to value", then=(_some_decision,)),
+                 required="a rule sets at least one decision (e.g. proceed: false with a "
+                          "reason)"),
+})
 
 
 class _Checker:
@@ -205,12 +233,12 @@ class _Checker:
             self.errors.append(f"{where}: not valid YAML {yamlsafe.describe_error(exc)}")
             return
         if not isinstance(data, dict) or "rules" not in data:
-            got = "an empty file" if data is None else (
+            said = "an empty file" if data is None else (
                 f"keys {', '.join(map(str, data))}" if isinstance(data, dict)
-                else _got(data)
+                else got(data)
             )
             self.errors.append(
-                f"{where}: expected a mapping with a `rules:` list, got {got}. "
+                f"{where}: expected a mapping with a `rules:` list, got {said}. "
                 "Write `rules:` followed by `- name: …` items"
             )
             return
@@ -222,7 +250,7 @@ class _Checker:
         rules = data["rules"]
         if not isinstance(rules, list) or not rules:
             self.errors.append(
-                f"{where} → rules: expected a non-empty list of rules, got {_got(rules)}"
+                f"{where} → rules: expected a non-empty list of rules, got {got(rules)}"
             )
             return
         for index, raw in enumerate(rules):
@@ -233,95 +261,42 @@ class _Checker:
     # ------------------------------------------------------------------ one rule
 
     def _rule(self, where: str, index: int, raw: Any) -> Rule | None:
-        label = f"rule #{index + 1}"
-        if not isinstance(raw, dict):
-            self.errors.append(
-                f"{where}: {label}: expected a mapping with name, on and set, got {_got(raw)}"
-            )
-            return None
-        name = raw.get("name")
-        if isinstance(name, str) and name:
-            label = f"rule {quote(name)}"
+        name = raw.get("name") if isinstance(raw, dict) else None
+        label = f"rule {quote(name)}" if isinstance(name, str) and name else f"rule #{index + 1}"
         before = len(self.errors)
 
         def fail(key: str, message: str) -> None:
-            self.errors.append(f"{where}: {label} → {key}: {message}")
+            self.errors.append(f"{where}: {label}{f' → {key}' if key else ''}: {message}")
 
-        for key in raw:
-            if key not in RULE_KEYS:
-                hint = closest(str(key), RULE_KEYS)
-                fail(clip(str(key)), "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
-                     + f". Allowed keys: {', '.join(RULE_KEYS)}")
-        if name is None:
-            fail("name", "missing; every rule needs a name unique in the folder")
-        elif not isinstance(name, str) or not NAME_RE.match(name):
-            fail("name", f"expected lower-case letters, digits and dashes starting with a "
-                         f"letter, got {_got(name)}")
-        elif name in self.seen:
-            fail("name", f"duplicate: a rule named {name!r} is already in {self.seen[name]}; "
-                         "rule names must be unique across the folder")
-        else:
-            self.seen[name] = where
-        points = self._points(raw.get("on"), fail)
-        mode = raw.get("mode", "enforce")
-        if mode not in MODES:
-            fail("mode", f"expected enforce or audit, got {_got(mode)}")
-        description = raw.get("description", "")
-        if not isinstance(description, str):
-            fail("description", f"expected a string, got {_got(description)}")
-        rule = Rule(
-            name=name if isinstance(name, str) else "", file=where, points=points,
-            mode=mode if mode in MODES else "enforce",
-            description=description if isinstance(description, str) else "",
-        )
-        when = raw.get("when")
-        if "when" in raw:
-            if not isinstance(when, str) or not when.strip():
-                fail("when", f"expected a JMESPath expression as a string (quote it), "
-                             f"got {_got(when)}")
+        checked, problems = RULE.collect(raw)
+        for problem in problems:
+            fail(problem.where, problem.message)
+        if not isinstance(raw, dict):
+            return None
+        if "name" in checked:
+            if checked["name"] in self.seen:
+                fail("name", f"duplicate: a rule named {name!r} is already in "
+                             f"{self.seen[checked['name']]}; rule names must be unique across "
+                             "the folder")
             else:
-                rule.when_text = when
-                compiled = self._expression(when, points, fail, "when")
-                if compiled is not None:
-                    rule.when = compiled
-        self._set(rule, raw, fail)
+                self.seen[checked["name"]] = where
+        points: tuple[str, ...] = checked.get("on", ())
+        rule = Rule(name=checked.get("name", ""), file=where, points=points,
+                    mode=checked.get("mode", "enforce"),
+                    description=checked.get("description", ""))
+        if "when" in checked:
+            rule.when_text = checked["when"]
+            compiled = self._expression(checked["when"], points, fail, "when")
+            if compiled is not None:
+                rule.when = compiled
+        if "set" in checked:
+            self._set(rule, checked["set"], fail)
         return rule if len(self.errors) == before else None
 
-    def _points(self, raw: Any, fail: Any) -> tuple[str, ...]:
-        if raw is None:
-            fail("on", f"missing; name the point or points the rule applies at: "
-                       f"{', '.join(POINTS)}")
-            return ()
-        values = [raw] if isinstance(raw, str) else raw
-        if not isinstance(values, list) or not values:
-            fail("on", f"expected a point or a non-empty list of points, got {_got(raw)}")
-            return ()
-        out: list[str] = []
-        for value in values:
-            if not isinstance(value, str) or value not in POINTS:
-                fail("on", unknown_point_message(value))
-            elif value in out:
-                fail("on", f"{value!r} is listed twice")
-            else:
-                out.append(value)
-        return tuple(p for p in POINTS if p in out)
-
-    def _set(self, rule: Rule, raw: dict[Any, Any], fail: Any) -> None:
-        values = raw.get("set")
-        if values is None:
-            fail("set", "missing; a rule sets at least one decision (e.g. proceed: false "
-                        "with a reason)")
-            return
-        if not isinstance(values, dict):
-            fail("set", f"expected a mapping of decision to value, got {_got(values)}")
-            return
-        if not values:
-            fail("set", "empty; a rule sets at least one decision")
-            return
+    def _set(self, rule: Rule, values: dict[str, Any], fail: Any) -> None:
         rule.set_raw = dict(values)
         per_point: dict[str, dict[str, Value]] = {p: {} for p in rule.points}
-        for key, value in values.items():
-            k = str(key)
+        for k, value in values.items():
             bad_points = [p for p in rule.points if k not in settable(p)]
             if bad_points:
                 fail(f"set.{k}", self._not_settable(k, bad_points))
@@ -334,10 +309,10 @@ class _Checker:
                 continue
             if want == "bool" and type(value) is not bool:
                 fix = "false" if k == "proceed" else "true or false"
-                fail(f"set.{k}", f"expected {fix} (bool), got {_got(value)}")
+                fail(f"set.{k}", f"expected {fix} (bool), got {got(value)}")
                 continue
             if want == "str" and not isinstance(value, str):
-                fail(f"set.{k}", f"expected a string (quote it), got {_got(value)}")
+                fail(f"set.{k}", f"expected a string (quote it), got {got(value)}")
                 continue
             if isinstance(value, str):
                 templates = self._template(value, rule.points, fail, f"set.{k}")

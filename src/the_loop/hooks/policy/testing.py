@@ -17,6 +17,17 @@ from typing import Any
 import yaml
 
 from the_loop import yamlsafe
+from the_loop.configspec import (
+    NON_EMPTY_PATTERN,
+    Any_,
+    DictOf,
+    Enum,
+    Field,
+    ListOf,
+    Mapping,
+    Problem,
+    Str,
+)
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain, Link
 from the_loop.hooks.points import (
@@ -34,7 +45,6 @@ from the_loop.hooks.policy.explain import RuleTrace
 from the_loop.hooks.policy.explain import explain as explain_rules
 from the_loop.hooks.policy.rules import Policy, read_policy, rule_files
 
-CASE_KEYS = ("name", "description", "point", "facts", "expect", "rules", "audit")
 HOOK = "policy"
 
 
@@ -220,56 +230,61 @@ def _read_cases(path: Path, policy: Policy, errors: list[str]) -> list[_Case]:
     return out
 
 
+def _a_decision(expect: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    if not expect:
+        raise Problem("expected a non-empty mapping of decision to its final value, got {}")
+    return expect
+
+
+_RULE_NAMES = ListOf(item=Str(expected="a rule name"), nullable=True,
+                     expected="a list of rule names")
+#: One case of a test file; what its facts, decisions and rule names mean at its point is
+#: checked after, against the catalog and the folder's rules.
+CASE = Mapping(expected="a mapping with name, point, facts, expect", fields={
+    "name": Field(Str(pattern=NON_EMPTY_PATTERN, expected="a case name"),
+                  required="every case needs a name"),
+    "description": Field(Str(), default=""),
+    "point": Field(Enum(values=tuple(POINTS), message=unknown_point_message),
+                   required=f"valid points: {', '.join(POINTS)}"),
+    "facts": Field(DictOf(key=Str(expected="a field name"), value=Any_(), nullable=True,
+                          expected="a mapping of the context's fields"), default=dict),
+    "expect": Field(DictOf(key=Str(expected="a decision name"), value=Any_(),
+                           expected="a non-empty mapping of decision to its final value",
+                           then=(_a_decision,)), nullable=True),
+    "rules": Field(_RULE_NAMES),
+    "audit": Field(_RULE_NAMES),
+})
+
+
 def _read_case(
     where: str, index: int, raw: Any, policy: Policy, errors: list[str]
 ) -> _Case | None:
-    label = f"case #{index + 1}"
-    if not isinstance(raw, dict):
-        errors.append(f"{where}: {label}: expected a mapping with name, point, facts, expect")
-        return None
-    name = raw.get("name")
-    if isinstance(name, str) and name:
-        label = f"case {name!r}"
+    name = raw.get("name") if isinstance(raw, dict) else None
+    label = f"case {name!r}" if isinstance(name, str) and name else f"case #{index + 1}"
     before = len(errors)
 
     def fail(key: str, message: str) -> None:
-        errors.append(f"{where}: {label} → {key}: {message}")
+        errors.append(f"{where}: {label}{f' → {key}' if key else ''}: {message}")
 
-    for key in raw:
-        if key not in CASE_KEYS:
-            hint = closest(str(key), CASE_KEYS)
-            fail(str(key), "unknown key" + (f" (did you mean {hint!r}?)" if hint else "")
-                 + f". Allowed keys: {', '.join(CASE_KEYS)}")
-    if not isinstance(name, str) or not name:
-        fail("name", "missing; every case needs a name")
-    point = raw.get("point")
-    if point not in POINTS:
-        fail("point", unknown_point_message(point) if point is not None else
-             f"missing; valid points: {', '.join(POINTS)}")
+    checked, problems = CASE.collect(raw)
+    for problem in problems:
+        fail(problem.where, problem.message)
+    point = checked.get("point")
+    if point is None:
         return None
-    facts = raw.get("facts") or {}
-    if not isinstance(facts, dict):
-        fail("facts", f"expected a mapping of the context's fields, got {facts!r}")
-    else:
-        try:
-            context_from_json(point, facts)
-        except ValueError as exc:
-            fail("facts", str(exc))
-    expect = raw.get("expect")
-    checked: dict[str, Any] = {}
-    if expect is not None:
-        if not isinstance(expect, dict) or not expect:
-            fail("expect", "expected a non-empty mapping of decision to its final value")
-        else:
-            checked = _check_expect(point, expect, fail)
-    rules = _rule_list(raw, "rules", point, policy, fail)
-    audit = _rule_list(raw, "audit", point, policy, fail)
-    if expect is None and rules is None and audit is None:
+    try:
+        context_from_json(point, checked["facts"])
+    except ValueError as exc:
+        fail("facts", str(exc))
+    expect = _check_expect(point, checked["expect"], fail) if "expect" in checked else {}
+    rules = _rule_list(checked.get("rules"), "rules", point, policy, fail)
+    audit = _rule_list(checked.get("audit"), "audit", point, policy, fail)
+    if not {"expect", "rules", "audit"} & set(checked):
         fail("expect", "missing; a case must expect decisions (and/or rules, audit), or it "
                        "could never fail")
     if len(errors) != before:
         return None
-    return _Case(where, str(name), point, dict(facts), checked, rules, audit)
+    return _Case(where, checked["name"], point, checked["facts"], expect, rules, audit)
 
 
 def _check_expect(point: str, expect: dict[Any, Any], fail: Any) -> dict[str, Any]:
@@ -292,15 +307,9 @@ def _check_expect(point: str, expect: dict[Any, Any], fail: Any) -> dict[str, An
 
 
 def _rule_list(
-    raw: dict[Any, Any], key: str, point: str, policy: Policy, fail: Any
+    value: list[str] | None, key: str, point: str, policy: Policy, fail: Any
 ) -> list[str] | None:
-    if key not in raw:
-        return None
-    value = raw[key]
     if value is None:
-        value = []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        fail(key, f"expected a list of rule names, got {value!r}")
         return None
     known = {r.name: r for r in policy.rules}
     for name in value:
