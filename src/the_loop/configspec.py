@@ -414,10 +414,11 @@ class Tagged(Mapping):
         own = self.variants[tag]
         for key in value:
             if key not in self.fields and key not in own and key not in self.variants:
-                besides = ", ".join(k for k in own if k != tag) or "none"
+                own_keys = ", ".join(k for k in own if k != tag) or "none"
+                common = f" besides {', '.join(self.fields)}" if self.fields else ""
                 return {}, [Invalid((*path, str(key)), (
-                    f"not allowed on a {tag} {self.noun} (keys for a {tag} {self.noun} besides "
-                    f"{', '.join(self.fields)}: {besides})"))]
+                    f"not allowed on a {tag} {self.noun} (keys for a {tag} {self.noun}{common}: "
+                    f"{own_keys})"))]
         out, problems = Mapping(fields={**self.fields, **own}).collect(value, path, ctx)
         out["kind"] = tag
         if then and not problems:
