@@ -39,7 +39,8 @@ from the_loop.util import TOKEN_URL_PATTERN, url_problem
 from the_loop.util import is_loopback as is_loopback  # re-exported: cli/serve.py imports it here
 
 ENV_RE = re.compile(ENV_PATTERN)  # for `hooks serve --token-env`
-MODULE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+_IDENTIFIER = IDENTIFIER_PATTERN[1:-1]
+MODULE_PATTERN = rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*$"
 HEADER_PATTERN = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
 KINDS = ("module", "path", "url", "policy")
 #: Headers the client owns, or that would carry a secret in the operator's file.
@@ -134,7 +135,13 @@ def _any_case(word: str) -> str:
 
 _POINTS = point_list(hint=f". Valid points: {', '.join(POINTS)}; leave `on` out to run at "
                           "every point the executor handles")
-_FILE = Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string")
+#: `module:` and `executor:` (also checked for `hooks serve --module/--executor`).
+MODULE_NAME = Str(
+    pattern=MODULE_PATTERN, expected="a dotted module name like acme.hooks",
+    hint=" (for a file, use path:)", shown=lambda v: quote(v) if isinstance(v, str) else got(v),
+    description="an installed dotted module defining a LifecycleHooks subclass")
+CLASS_NAME = Str(pattern=IDENTIFIER_PATTERN, expected="a class name in the module",
+                 description="the class to use when the module defines several")
 _WITH = DictOf(
     key=Str(pattern=IDENTIFIER_PATTERN, expected="a keyword argument name",
             mismatch=lambda k: f"{k!r} is not a valid keyword argument name"),
@@ -161,21 +168,13 @@ HOOK_ENTRY = Tagged(
         "enabled": Field(Bool(), default=True),
     },
     variants={
-        "module": {"module": Field(Str(
-            pattern=MODULE_PATTERN, expected="a dotted module name like acme.hooks",
-            hint=" (for a file, use path:)", shown=lambda v: quote(v) if isinstance(v, str)
-            else got(v), description="an installed dotted module defining a LifecycleHooks "
-                                     "subclass")),
-                   "executor": Field(Str(pattern=IDENTIFIER_PATTERN,
-                                         expected="a class name in the module",
-                                         description="the class to use when the module "
-                                                     "defines several"), default=""),
+        "module": {"module": Field(MODULE_NAME),
+                   "executor": Field(CLASS_NAME, default=""),
                    "with": Field(_WITH, default=dict)},
         "path": {"path": Field(Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string",
                                    description="a .py file: absolute, ~/…, or relative to this "
                                                "file's folder")),
-                 "executor": Field(Str(pattern=IDENTIFIER_PATTERN,
-                                       expected="a class name in the module"), default=""),
+                 "executor": Field(CLASS_NAME, default=""),
                  "with": Field(_WITH, default=dict)},
         "url": {"url": Field(Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string",
                                  schema={"pattern": TOKEN_URL_PATTERN},

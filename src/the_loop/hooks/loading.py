@@ -15,10 +15,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from the_loop.configspec import Invalid
 from the_loop.errors import ConfigError, HooksConfigError, LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain, Link, exception_line
-from the_loop.hooks.declaration import HookEntry, parse_hooks
+from the_loop.hooks.declaration import CLASS_NAME, MODULE_NAME, HookEntry, parse_hooks
 from the_loop.hooks.executor import Executor, LifecycleHooks, default_points
 from the_loop.hooks.interrupt import install as install_interrupt
 from the_loop.hooks.interrupt import reraise_if_real
@@ -197,12 +198,13 @@ def load_executor(
             raise HooksConfigError(f"{names['path']}: no file at {file}", key="path",
                                    detail=f"no file at {file}")
         resolved = str(file)
-    elif not all(part.isidentifier() for part in target.split(".")):
-        detail = f"expected a dotted module name like acme.hooks, got {target!r}"
-        raise HooksConfigError(f"{names['module']}: {detail}", key="module", detail=detail)
-    if executor and not executor.isidentifier():
-        detail = f"expected a class name, got {executor!r}"
-        raise HooksConfigError(f"{names['executor']}: {detail}", key="executor", detail=detail)
+    for key, value, spec in (("module", None if path else target, MODULE_NAME),
+                             ("executor", executor or None, CLASS_NAME)):
+        try:
+            _ = value is None or spec.check(value)
+        except Invalid as exc:
+            raise HooksConfigError(f"{names[key]}: {exc.message}", key=key,
+                                   detail=exc.message) from None
     entry = HookEntry(index=0, name="served", kind=kind, target=target, resolved=resolved,
                       executor=executor, with_=dict(with_ or {}))
     try:

@@ -163,7 +163,7 @@ SERVE = Mapping(
             key=Str(pattern=LOGIN_PATTERN, expected="a login"), value=ENV_NAME,
             expected="a mapping of login to the NAME of the variable holding that person's "
                      "token, e.g. {alice: ALICE_TOKEN}"), default=dict),
-        "tokenEnv": Field(Str(pattern="^([A-Za-z_][A-Za-z0-9_]*)?$",
+        "tokenEnv": Field(Str(pattern=f"^({ENV_PATTERN[1:-1]})?$",
                               expected="an environment variable name (the operator's token)"),
                           default=""),
     })
