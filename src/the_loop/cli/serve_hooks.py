@@ -164,8 +164,9 @@ def _run(server: HookServer) -> None:
 
     if in_main:
         previous = signal.signal(signal.SIGTERM, on_term)
-    server.serve_in_thread()
     try:
+        # Inside the try: a Ctrl-C the moment the first call is answered still stops cleanly.
+        server.serve_in_thread()
         while not stop.wait(0.25):
             pass
     except KeyboardInterrupt:
