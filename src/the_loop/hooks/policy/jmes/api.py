@@ -215,10 +215,7 @@ class Compiler:
         for an ordering comparison of a ``str``/``bool`` field. Reading a field of an
         ``"object"`` field stays guarded, so a broken promise there gives ``null``.
 
-        The returned expression is optimistic (see ``Emitter``): it reads fields without
-        checking that the value is an object, and on the first value that is not, redoes that
-        evaluation with guarded code and keeps using the guarded code (``search`` is replaced)
-        from then on.
+        The returned expression is optimistic (see ``Emitter`` and ``_build``).
         """
         for field, declared in (field_types or {}).items():
             if declared not in FIELD_TYPES:
