@@ -2,7 +2,7 @@
 `the-loop demo` finds them.
 
 The top-level policies/ folder is what an operator reads and copies; an installed
-the-loop has no checkout, so the demo ships a copy. tests/test_demo_policies.py fails
+the-loop has no checkout, so the demo ships a copy. tests/policy/test_demo_policies.py fails
 when the two differ; run `python scripts/sync_demo_policies.py` to mend it.
 """
 

@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+# The shared helpers (runtime_helpers, serving_helpers, fault_helpers, any_loop_data) live
+# here, beside this file; the tests live in folders that mirror the package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 if TYPE_CHECKING:
     from runtime_helpers import LoopDir
 

@@ -1,6 +1,6 @@
 """The chain: runs executors at one point in declaration order and reads back typed decisions.
 
-Rules, each tested by name in tests/test_chain.py:
+Rules, each tested by name in tests/hooks/test_chain.py:
 - `None` passes through; a context of the same type (or a `Decisions` patch) replaces the
   decisions; each executor sees the decisions of the ones before it.
 - Each executor gets its own copy (lists included), so an edit followed by a failure leaves

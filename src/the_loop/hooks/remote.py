@@ -1,6 +1,6 @@
 """The JSON-RPC 2.0 client executor for `url:` entries: one bounded POST per invocation.
 
-Contract, each rule tested in tests/test_remote_client.py:
+Contract, each rule tested in tests/hooks/test_remote_client.py:
 - One POST per call, body `{"jsonrpc":"2.0","method":<point>,"params":<context>,"id":<int>}`,
   sent with a single write.
 - `timeoutSeconds` bounds the whole call — name resolution, connect, TLS, send and every

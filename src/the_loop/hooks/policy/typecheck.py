@@ -6,7 +6,7 @@ string) or only null (`work_item.number > '5'`: `<` compares numbers only), a fu
 a value it always rejects (`starts_with(labels, 'x')`), and a `when` that is always true or
 always false. Anything the types do not decide is accepted: the checker only speaks when
 every value the catalog allows gives the same wrong outcome, so a well-typed rule is never
-rejected (`tests/test_policy_types.py` generates them to prove it).
+rejected (`tests/policy/test_policy_types.py` generates them to prove it).
 """
 
 from __future__ import annotations

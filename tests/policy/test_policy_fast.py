@@ -24,7 +24,7 @@ from the_loop.hooks.chain import Chain, Link
 from the_loop.hooks.points import POINTS, SPECS, WORK_ITEM_FIELDS, Context, WorkItem
 from the_loop.hooks.policy import PolicyExecutor, load_policy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ITEM = WorkItem(ref="local:acme/app#1", tracker="local", owner="acme", repo="app",
                 repository="acme/app", number=1, kind="issue")
 

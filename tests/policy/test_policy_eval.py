@@ -24,7 +24,7 @@ from the_loop.hooks.policy import PolicyExecutor, load_policy
 ITEM = WorkItem(ref="local:acme/app#1", tracker="local", owner="acme", repo="app",
                 repository="acme/app", number=1, kind="issue")
 PR = WorkItem(ref="local:acme/app#2", repository="acme/app", number=2, kind="pull-request")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(folder: Path, name: str, rules: str) -> None:

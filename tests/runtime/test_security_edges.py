@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_runtime_daemons import Client
 
 from runtime_helpers import LoopDir, closed_port, readline, until
-from test_runtime_daemons import Client
 
 ONLY_ALICE_APPROVES = """
 rules:

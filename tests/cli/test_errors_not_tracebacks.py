@@ -19,7 +19,7 @@ from the_loop.errors import ExpressionError, LoopError
 from the_loop.hooks.policy import expressions
 from the_loop.hooks.policy.expressions import compile_policy_expression
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "the_loop"
+SRC = Path(__file__).resolve().parents[2] / "src" / "the_loop"
 
 
 def _one_line(stderr: str) -> str:

@@ -646,7 +646,7 @@ def test_the_chain_benchmark_runs_and_prints_its_table() -> None:
     on the numbers)."""
     import subprocess
 
-    script = Path(__file__).resolve().parent.parent / "benchmarks" / "chain.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "chain.py"
     result = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
                             text=True, check=False, timeout=120)
     assert result.returncode == 0, result.stderr

@@ -49,7 +49,7 @@ from the_loop.hooks.policy.jmes.batch import (
 )
 from the_loop.hooks.policy.jmes.semantics import truthy
 
-SUITE = Path(__file__).parent / "data" / "jmespath-compliance"
+SUITE = Path(__file__).parents[1] / "data" / "jmespath-compliance"
 
 # --------------------------------------------------------------------------------------------
 # JMESPath equality of results (1 == 1.0, but a boolean never equals a number).

@@ -270,7 +270,7 @@ def test_their_401_fails_the_hook_with_the_status(
 def test_the_shipped_policies_answer_their_requests(tmp_path: Path) -> None:
     """The issue's done-when: their calls to `hooks serve --policy policies/` get our
     refusals and prompts (the shipped rules that need labels never match: they send none)."""
-    policies = Path(__file__).parents[1] / "policies"
+    policies = Path(__file__).parents[2] / "policies"
     served = Served(["hooks", "serve", "--policy", str(policies), "--port", "0"], tmp_path)
     try:
         start = upstream_request("work_item_start")
