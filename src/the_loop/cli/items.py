@@ -72,24 +72,22 @@ def tracker_of(
     return LocalTracker(db, settings.repository), db
 
 
-def _person(args: argparse.Namespace, tracker: LocalTracker, named: str | None,
+def _person(tracker: LocalTracker, named: str | None,
             flag: str, default: str = "someone") -> str:
     """Whom the operator acts for; inside an agent session, always the agent."""
     from the_loop.runtime.identity import acting_as
-    from the_loop.runtime.settings import settings_of
 
-    state_dir = settings_of(config_of(args)).state_dir
+    state_dir = tracker.db.path.parent  # loop.db lives in stateDir
     return acting_as(tracker.db, state_dir, named, default, flag)
 
 
-def _person_only(args: argparse.Namespace, tracker: LocalTracker, what: str) -> None:
+def _person_only(tracker: LocalTracker, what: str) -> None:
     """Labels and closing are a person's: refused inside an agent session (labels are facts
     policies read; closing an item ends it without review)."""
     from the_loop.errors import UsageError
     from the_loop.runtime.identity import agent_session
-    from the_loop.runtime.settings import settings_of
 
-    sid = agent_session(tracker.db, settings_of(config_of(args)).state_dir / "sessions")
+    sid = agent_session(tracker.db, tracker.db.path.parent / "sessions")
     if sid:
         raise UsageError(f"this command runs inside agent session {sid}: an agent cannot "
                          f"{what}; ask a person (`the-loop ask`)")
@@ -98,9 +96,9 @@ def _person_only(args: argparse.Namespace, tracker: LocalTracker, what: str) -> 
 def cmd_add(args: argparse.Namespace) -> int:
     tracker, db = tracker_of(args)
     try:
-        author = _person(args, tracker, args.author or None, "--author", default="")
+        author = _person(tracker, args.author or None, "--author", default="")
         if args.label:
-            _person_only(args, tracker, "label work items")
+            _person_only(tracker, "label work items")
         print(tracker.add(args.title, body=args.body, kind=args.kind, parent=args.parent,
                           labels=args.label, author=author))
     finally:
@@ -149,7 +147,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_comment(args: argparse.Namespace) -> int:
     tracker, db = tracker_of(args)
     try:
-        author = _person(args, tracker, args.author, "--author")
+        author = _person(tracker, args.author, "--author")
         cid = tracker.comment(args.ref, args.text, author=author)
     finally:
         db.close()
@@ -160,7 +158,7 @@ def cmd_comment(args: argparse.Namespace) -> int:
 def cmd_label(args: argparse.Namespace) -> int:
     tracker, db = tracker_of(args)
     try:
-        _person_only(args, tracker, "label work items")
+        _person_only(tracker, "label work items")
         tracker.label(args.ref, args.label, remove=args.remove)
     finally:
         db.close()
@@ -170,8 +168,8 @@ def cmd_label(args: argparse.Namespace) -> int:
 def cmd_close(args: argparse.Namespace) -> int:
     tracker, db = tracker_of(args)
     try:
-        _person_only(args, tracker, "close work items")
-        closed = tracker.close(args.ref, actor=_person(args, tracker, args.actor, "--actor"))
+        _person_only(tracker, "close work items")
+        closed = tracker.close(args.ref, actor=_person(tracker, args.actor, "--actor"))
     finally:
         db.close()
     print(f"{tracker.resolve(args.ref)} {'closed' if closed else 'was already closed'}")

@@ -130,6 +130,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 def cmd_reply(args: argparse.Namespace) -> int:
     """Write the input on the work item; the daemon holding the hooks delivers it."""
     from the_loop.runtime.identity import acting_as
+    from the_loop.runtime.poller import input_target
     from the_loop.runtime.store import ACTIVE
 
     loop = one_shot(args, "reply")
@@ -137,8 +138,7 @@ def cmd_reply(args: argparse.Namespace) -> int:
         ref = loop.tracker.resolve(args.ref)
         actor = acting_as(loop.db, loop.settings.state_dir, args.actor, _operator())
         cid = loop.tracker.comment(ref, args.text, author=actor)
-        parent = loop.tracker.get(ref, comments=False).parent
-        target = parent if parent and loop.work(ref) is None else ref
+        target, _ = input_target(loop, ref)
         if (loop.work(target) or {}).get("state") not in ACTIVE:
             print(f"{ref}: comment {cid} posted as {actor}; {target} is not an active work "
                   "item, so nothing acts on it")

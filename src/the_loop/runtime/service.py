@@ -334,9 +334,6 @@ class Loop:
                     proc.poll()
                 time.sleep(0.05)
 
-    def terminate(self, session_id: str) -> None:
-        self.end_session(session_id)
-
     def close(self, *, wait: float = 0.0) -> None:
         """Close the database; with `wait`, first let this process's sessions finish."""
         for proc in self.procs.values():

@@ -10,6 +10,7 @@ hooks again. A *claim* on a work item is the right to run its steps: one process
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -48,8 +49,13 @@ class Step:
 def owner_id() -> str:
     """This thread as a claim owner: host, pid and the process's start time (a pid alone
     is reused; the pair is not), and the thread."""
-    pid = os.getpid()
-    return f"{socket.gethostname()}/{pid}/{process_start_time(pid)}#{threading.get_ident()}"
+    return f"{_process_id(os.getpid())}#{threading.get_ident()}"
+
+
+@functools.lru_cache(maxsize=4)
+def _process_id(pid: int) -> str:
+    """host/pid/start time, read once per process (keyed by pid: a fork gets its own)."""
+    return f"{socket.gethostname()}/{pid}/{process_start_time(pid)}"
 
 
 def owner_alive(owner: str) -> bool:
