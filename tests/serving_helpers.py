@@ -9,10 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -44,6 +46,20 @@ class Served:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.communicate(timeout=10)
+
+
+@contextlib.contextmanager
+def handler_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """A stdlib HTTP server on a loopback port, in a thread, for the block; yields the port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def free_port() -> int:

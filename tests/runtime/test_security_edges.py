@@ -10,9 +10,8 @@ import os
 import signal
 import sqlite3
 import stat
-import threading
 from contextlib import closing
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from test_runtime_daemons import Client
 
 from runtime_helpers import LoopDir, closed_port, readline, until
+from serving_helpers import handler_server
 
 ONLY_ALICE_APPROVES = """
 rules:
@@ -302,20 +302,13 @@ def test_issue11_rule4_a_token_a_hook_echoes_is_redacted_before_anything_is_stor
     loop.db and the event log carry [redacted], never the token."""
     token = "echoed-secret-token-1234"
     _Echo.mode = mode
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with handler_server(_Echo) as port:
         ld.write_config("hooks:\n  - {name: echo, url: 'http://127.0.0.1:"
-                        f"{server.server_address[1]}/', tokenEnv: ECHO_TOKEN, required: true, "
+                        f"{port}/', tokenEnv: ECHO_TOKEN, required: true, "
                         "on: [work_item_start]}\n")
         ref = ld.add()
         ld.start(ref)
         ld.poll(env={"ECHO_TOKEN": token})
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
     [comment] = ld.comments(ref)
     assert "refused by hook `echo`" in comment and "[redacted]" in comment
     assert token not in _everything_stored(ld)
@@ -486,20 +479,13 @@ def test_review_a_token_spelled_in_json_escapes_reaches_neither_agent_nor_db(
     token = "escaped-secret-token-99"
     namespace: dict[str, Any] = {}
     exec(ESCAPED_ECHO, namespace)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), namespace["Echo"])
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with handler_server(namespace["Echo"]) as port:
         ld.write_config("hooks:\n  - {name: echo, url: 'http://127.0.0.1:"
-                        f"{server.server_address[1]}/', tokenEnv: ECHO_TOKEN, "
+                        f"{port}/', tokenEnv: ECHO_TOKEN, "
                         "on: [session_spawn]}\n")
         ref = ld.add()
         ld.start(ref)
         ld.poll(env={"ECHO_TOKEN": token})
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
     [launch] = ld.launches()
     assert launch["prompt"].startswith("LEAK[[redacted]] Write")
     assert token not in _everything_stored(ld)
