@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 from collections.abc import Callable
@@ -294,10 +295,12 @@ def test_hooks_run_exits_0_whatever_the_hooks_did(
     assert [(s["hook"], s["status"]) for s in data["trace"]] == [
         ("prefix", "changed"), ("compliance", "failed"),
     ]
-    assert data["trace"][1]["error"] == "ConnectionError: compliance is down"
+    # The failure names the hook's file and line (absolute: the working directory is elsewhere).
+    site = f" (at {os.path.realpath(prefix_config.parent / 'hooks' / 'broken.py')}:5)"
+    assert data["trace"][1]["error"] == "ConnectionError: compliance is down" + site
     assert data["context"]["proceed"] is False
     assert data["context"]["reason"] == (
-        "required hook 'compliance' failed: ConnectionError: compliance is down"
+        "required hook 'compliance' failed: ConnectionError: compliance is down" + site
     )
 
 

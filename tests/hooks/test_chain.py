@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hook_helpers import at
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain, Link, Outcome
 from the_loop.hooks.executor import Decisions, HookError, LifecycleHooks
@@ -302,15 +303,18 @@ def test_r6_1_raising_executor_is_recorded_and_skipped(exc: BaseException, messa
     assert out.prompt == "second ran"
     failed = log.of("hooks.failed")
     assert [(r["point"], r["hook"], r["error"]) for r in failed] == [
-        ("session_spawn", "h1", message)
+        ("session_spawn", "h1", message + at(boom))  # … (at tests/hooks/test_chain.py:LINE)
     ]
 
 
 def test_r6_1_sys_exit_inside_a_hook_does_not_exit() -> None:
-    c, log = chain(lambda ctx: sys.exit("bye"))
+    def leave(ctx: Any) -> None:
+        sys.exit("bye")
+
+    c, log = chain(leave)
     out = c.run(spawn())
     assert out.prompt == "Fix the bug."
-    assert log.of("hooks.failed")[0]["error"] == "the hook called sys.exit('bye')"
+    assert log.of("hooks.failed")[0]["error"] == "the hook called sys.exit('bye')" + at(leave)
 
 
 @pytest.mark.parametrize(
@@ -467,7 +471,7 @@ def test_r6_2_an_exception_whose_message_raises_is_still_recorded() -> None:
     c, log = chain(boom)
     assert c.run(spawn()).prompt == "Fix the bug."
     assert log.of("hooks.failed")[0]["error"] == (
-        "Unprintable: (its message could not be printed)"
+        "Unprintable: (its message could not be printed)" + at(boom)
     )
 
 
@@ -504,7 +508,7 @@ def test_r6_3_required_failure_at_a_proceed_point_refuses_naming_hook_and_error(
     o = c.invoke(cls(work_item=ITEM))
     assert o.context.proceed is False
     assert o.context.reason == (
-        "required hook 'h1' failed: ConnectionError: compliance service unreachable"
+        "required hook 'h1' failed: ConnectionError: compliance service unreachable" + at(down)
     )
     assert o.refused and o.refused_by == "h1"
     assert [e for e, _ in events(log)] == ["hooks.failed", "hooks.refused"]

@@ -260,7 +260,8 @@ BAD_MODULES = [
      "'nothing_of_that_name'"),
     ("raise RuntimeError('boom at import')\n", "path",
      "cannot import 'hooks/bad.py': RuntimeError: boom at import"),
-    ("import sys\nsys.exit(4)\n", "path", "cannot import 'hooks/bad.py': SystemExit: 4"),
+    ("import sys\nsys.exit(4)\n", "path",
+     "cannot import 'hooks/bad.py': the hook called sys.exit(4) (at "),
     ("def broken(:\n", "path", "cannot import 'hooks/bad.py': SyntaxError: "),
     ("X = 1\n", "path", "'hooks/bad.py' defines no LifecycleHooks subclass; subclass "
      "the_loop.sdk.hooks.LifecycleHooks"),
@@ -273,7 +274,7 @@ BAD_MODULES = [
      "", "constructing A(**with) failed: ValueError: no db"),
     ("from the_loop.hooks.executor import LifecycleHooks\n"
      "class A(LifecycleHooks):\n    def __init__(self):\n        raise SystemExit(1)\n",
-     "", "constructing A(**with) failed: SystemExit: 1"),
+     "", "constructing A(**with) failed: the hook called sys.exit(1) (at "),
 ]
 
 
@@ -570,7 +571,7 @@ def test_abuse_6_a_daemon_refuses_to_start_on_a_declaration_that_fails(
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == (
         "refusing to start: hooks[0] ('gate') → path: cannot import 'hooks/gate.py': "
-        "ImportError: gate needs a licence server\n"
+        "ImportError: gate needs a licence server (at hooks/gate.py:1)\n"
     )
 
 

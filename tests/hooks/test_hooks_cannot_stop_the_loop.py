@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from hook_helpers import at, line_of
 from runtime_helpers import LoopDir, until
 from the_loop.events import EventLog
 from the_loop.hooks.chain import MAX_ERROR, Chain, Link
@@ -88,7 +89,8 @@ def test_rule3_any_base_exception_a_hook_raises_is_its_failure(
     c, log = _chain(boom, lambda ctx: Decisions({"prompt": "second ran"}))
     out = c.run(SessionSpawn(prompt="p"))
     assert out.prompt == "second ran"
-    assert [(r["hook"], r["error"]) for r in log.of("hooks.failed")] == [("h1", message)]
+    assert [(r["hook"], r["error"]) for r in log.of("hooks.failed")] == [
+        ("h1", message + at(boom))]
 
 
 @pytest.mark.parametrize(("exc", "message"), BASE_EXCEPTIONS)
@@ -100,7 +102,7 @@ def test_rule3_a_required_hook_raising_any_base_exception_refuses(
     c, log = _chain(boom, required=True)
     out = c.run(WorkItemStart())
     assert out.proceed is False
-    assert out.reason == f"required hook 'h1' failed: {message}"
+    assert out.reason == f"required hook 'h1' failed: {message}{at(boom)}"
     assert log.of("hooks.refused")[0]["hook"] == "h1"
 
 
@@ -130,8 +132,11 @@ def test_rule3_an_exception_with_a_huge_message_is_quoted_only_in_part() -> None
     c.run(SessionSpawn())
     error = log.of("hooks.failed")[0]["error"]
     assert error.startswith("ValueError: xxx")
-    assert len(error) < MAX_ERROR + 60
-    assert error.endswith(f"({5_000_000 + len('ValueError: ') - MAX_ERROR} more characters)")
+    # The message is cut; where it was raised comes after the cut, whole.
+    message, site = error[:-len(at(boom))], error[-len(at(boom)):]
+    assert site == at(boom)
+    assert len(message) < MAX_ERROR + 60
+    assert message.endswith(f"({5_000_000 + len('ValueError: ') - MAX_ERROR} more characters)")
 
 
 class _Raises(LifecycleHooks):
@@ -193,7 +198,8 @@ def test_rule3_a_keyboard_interrupt_the_hook_raises_itself_does_not_stop_the_com
     assert done.returncode == 0, done.stderr
     trace = json.loads(done.stdout)["trace"]
     assert [(s["hook"], s["status"], s["error"]) for s in trace] == [
-        ("ctrl-c", "failed", "KeyboardInterrupt: the hook's own")]
+        ("ctrl-c", "failed", "KeyboardInterrupt: the hook's own (at hook.py:"
+         f"{line_of(SELF_INTERRUPT, 'raise KeyboardInterrupt')})")]
 
 
 def test_rule3_a_real_ctrl_c_of_our_own_process_still_stops_the_command(
@@ -251,8 +257,11 @@ def test_rule3_a_poll_daemon_survives_hooks_raising_cancelled_error_and_base_exc
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     failed = [(r["work_item"], r["error"]) for r in ld.events("hooks.failed")]
-    assert failed == [(cancel, "CancelledError: a hook that uses asyncio"),
-                      (custom, "Custom: a BaseException of its own")]
+    assert failed == [
+        (cancel, "CancelledError: a hook that uses asyncio (at hooks/stopper.py:"
+                 f"{line_of(STOPPER, 'raise asyncio.CancelledError')})"),
+        (custom, "Custom: a BaseException of its own (at hooks/stopper.py:"
+                 f"{line_of(STOPPER, 'raise Custom')})")]
     assert [r["work_item"] for r in ld.events("hooks.refused")] == [cancel, custom]
     # Only the plain item's session ran (a respawn after the recording harness exits may add a
     # second launch of it).

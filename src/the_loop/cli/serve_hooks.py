@@ -144,6 +144,8 @@ def _what(args: argparse.Namespace, executor: AnyExecutor) -> str:
 def _per_call_log() -> OnCall:
     def record(call: CallRecord) -> None:
         line = f"the-loop: {call.point} {call.status} {call.ms:.2f} ms"
+        if call.raised_at:
+            line += f" (raised at {call.raised_at})"
         if call.ignored:
             line += f" (ignored: {', '.join(call.ignored)})"
         print(line, file=sys.stderr, flush=True)

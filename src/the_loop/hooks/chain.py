@@ -15,7 +15,8 @@ Rules, each tested by name in tests/hooks/test_chain.py:
 - The one exception that leaves the chain is a real Ctrl-C of our own process, told apart
   by `interrupt.is_real` (see `interrupt.py`: our SIGINT handler marks the object it raises;
   the daemons' handlers never raise at all).
-- An error message quotes at most `MAX_ERROR` characters of what the hook raised.
+- An error message quotes at most `MAX_ERROR` characters of what the hook raised, then the
+  file and line in the hook's own code it came from (`location.py`).
 - A failing `required` executor at a point with `proceed` refuses, naming the hook.
 - A refusal sticks: once `proceed` is false, a later executor cannot set it back to true.
 """
@@ -41,6 +42,7 @@ from the_loop.hooks.executor import (
 )
 from the_loop.hooks.interrupt import install as _install_interrupt
 from the_loop.hooks.interrupt import reraise_if_real
+from the_loop.hooks.location import raise_site
 from the_loop.hooks.points import POINTS, SPECS, Context, WorkItem
 
 C = TypeVar("C", bound=Context)
@@ -215,10 +217,10 @@ class Chain:
             try:
                 answer = fn(work)
             except HookError as exc:
-                answer, error = None, _describe(exc, plain=True)
+                answer, error = None, failure_line(exc, fn, plain=True)
             except BaseException as exc:  # anything a hook raises is its own failure (rule 3)
                 reraise_if_real(exc)
-                answer, error = None, _describe(exc)
+                answer, error = None, failure_line(exc, fn)
             else:
                 if answer is None and not trace:
                     continue
@@ -353,6 +355,27 @@ def clip(text: str, limit: int = MAX_ERROR) -> str:
     return _clip(text, limit)
 
 
+def failure_line(
+    exc: BaseException, fn: Callable[..., Any] | None = None, *, plain: bool = False
+) -> str:
+    """What a hook raised, then where in the hook's own code: `ValueError: x (at hooks/a.py:3)`.
+
+    The location comes after the (bounded) message, so a long message never cuts it off.
+    """
+    text = _describe(exc, plain=plain)
+    site = hook_raise_site(exc, fn)
+    return f"{text} (at {site})" if site else text
+
+
+def hook_raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
+    """`path:line` in the hook's own code where `exc` came from, or '' (never raises)."""
+    try:
+        return clip(raise_site(exc, fn))
+    except BaseException as inner:  # a hook's odd traceback must not break its failure
+        reraise_if_real(inner)
+        return ""
+
+
 def _describe(exc: BaseException, *, plain: bool = False) -> str:
     """`Type: message` (just the message when `plain`), at most `MAX_ERROR` characters."""
     if isinstance(exc, SystemExit):
@@ -441,4 +464,4 @@ def _read_patch(
 
 
 __all__ = ["MAX_ERROR", "Chain", "Link", "Outcome", "Step", "WorkItem", "clip", "copy_context",
-           "exception_line"]
+           "exception_line", "failure_line", "hook_raise_site"]

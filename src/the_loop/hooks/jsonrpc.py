@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from the_loop import __version__
-from the_loop.hooks.chain import copy_context, describe_exception, read_answer
+from the_loop.hooks.chain import copy_context, describe_exception, hook_raise_site, read_answer
 from the_loop.hooks.dialect import read_params
 from the_loop.hooks.executor import (
     Executor,
@@ -67,12 +67,15 @@ _CLASS_POINTS: dict[type, tuple[str, ...]] = {}
 
 @dataclass(frozen=True)
 class CallRecord:
-    """What a host may log about one call: the point, how it ended, its time, keys ignored."""
+    """What a host may log about one call: the point, how it ended, its time, keys ignored,
+    and, when the hook raised, the file and line it raised at (for the host's log only: a
+    caller is told what was raised, never where in the server's files)."""
 
     point: str
     status: str  # "ok" or "error <code>"
     ms: float
     ignored: tuple[str, ...] = ()
+    raised_at: str = ""
 
 
 OnCall = Callable[[CallRecord], None]
@@ -190,18 +193,20 @@ def _one(executor: AnyExecutor, req: Any, on_call: OnCall | None) -> dict[str, A
                       f"invalid request: method must be a string, got {_json_type(method)}")
     started = time.perf_counter()
     ignored: list[str] = []
-    answer = _call(executor, method, req.get("params", {}), rid, ignored)
+    raised_at: list[str] = []
+    answer = _call(executor, method, req.get("params", {}), rid, ignored, raised_at)
     if on_call is not None and method in POINTS:
         error = answer.get("error")
         on_call(CallRecord(
             method, f"error {error['code']}" if error else "ok",
-            (time.perf_counter() - started) * 1000.0, _listed(ignored),
+            (time.perf_counter() - started) * 1000.0, _listed(ignored), "".join(raised_at),
         ))
     return answer if "id" in req else None
 
 
 def _call(
-    executor: AnyExecutor, point: str, params: Any, rid: Any, ignored: list[str]
+    executor: AnyExecutor, point: str, params: Any, rid: Any, ignored: list[str],
+    raised_at: list[str],
 ) -> dict[str, Any]:
     if point not in POINTS:
         return _error(rid, METHOD_NOT_FOUND, f"method not found: {unknown_point_message(point)}")
@@ -216,12 +221,15 @@ def _call(
     if point not in served_points(executor):
         return _result(rid, None)
     name = type(executor).__name__
+    handler = handler_for(executor, point)
     try:
-        answer = handler_for(executor, point)(copy_context(ctx))
+        answer = handler(copy_context(ctx))
     except HookError as exc:
+        raised_at.append(hook_raise_site(exc, handler))
         return _error(rid, HOOK_RAISED, f"hook {name} failed at {point}: {exc}")
     except BaseException as exc:  # anything the hook raises is its failure (issue 11 rule 3)
         reraise_if_real(exc)
+        raised_at.append(hook_raise_site(exc, handler))
         return _error(rid, HOOK_RAISED, f"hook {name} raised at {point}: {describe_exception(exc)}")
     # Read the answer back exactly as the chain does: decisions only, typed, never coerced.
     changes, _dropped, error = read_answer(ctx, answer)

@@ -18,7 +18,7 @@ from typing import Any
 from the_loop.configspec import Invalid
 from the_loop.errors import ConfigError, HooksConfigError, LoopError
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link, exception_line
+from the_loop.hooks.chain import Chain, Link, failure_line
 from the_loop.hooks.declaration import CLASS_NAME, MODULE_NAME, HookEntry, parse_hooks
 from the_loop.hooks.executor import Executor, LifecycleHooks, default_points
 from the_loop.hooks.interrupt import install as install_interrupt
@@ -99,7 +99,7 @@ def construct(
     except BaseException as exc:  # whatever a hook's constructor raises fails its entry
         reraise_if_real(exc)
         raise _fail(entry, "with", f"constructing {cls.__name__}(**with) failed: "
-                                   f"{exception_line(exc)}", at_key=False) from None
+                                   f"{failure_line(exc, cls.__init__)}", at_key=False) from None
 
 
 def _import_installed(name: str) -> ModuleType:
@@ -145,7 +145,7 @@ def _import(entry: HookEntry) -> ModuleType:
     except BaseException as exc:  # whatever a hook module raises at import fails its entry
         reraise_if_real(exc)
         raise _fail(entry, key, f"cannot import {entry.target!r}: "
-                                f"{exception_line(exc)}") from None
+                                f"{failure_line(exc)}") from None
 
 
 def _pick_class(entry: HookEntry, module: ModuleType, names: dict[str, str]) -> Any:

@@ -1,0 +1,82 @@
+"""Where a hook's exception came from: the file and line a hook author opens to fix it.
+
+A hook's failure is reported as one line (`chain.exception_line`), never a traceback; this
+adds ` (at hooks/acme.py:12)` to it. The line chosen is the deepest frame of the traceback
+that belongs to the hook:
+
+1. in the folder of the code the chain called (the hook's own file, or its package), else
+2. anywhere outside the-loop, the standard library and installed packages, else
+3. nowhere: an exception raised by our own code or by a library with no hook frame in
+   between gets no location rather than a misleading one.
+
+The path is shown relative to the working directory when it lies under it (the way an
+editor or `grep -n` would be given it), else absolute. Only called on a failure, so it can
+afford to walk the traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: Our own package: frames here are the chain, the loader or an executor, never the hook.
+_OURS = str(Path(__file__).resolve().parent.parent) + os.sep
+#: The standard library and installed packages: a hook's call into them is blamed on the hook.
+_LIBRARIES = tuple(sorted({
+    os.path.realpath(p) + os.sep
+    for key in ("stdlib", "platstdlib", "purelib", "platlib")
+    if (p := sysconfig.get_paths().get(key))
+}))
+#: A traceback is walked at most this deep (a RecursionError's is about 1,000 frames).
+MAX_FRAMES = 5000
+
+
+def code_file(fn: Callable[..., Any] | None) -> str | None:
+    """The file `fn` (a function, bound method or callable object) was defined in."""
+    target: Any = getattr(fn, "__func__", fn)
+    code = getattr(target, "__code__", None)
+    if code is None and callable(target):  # a callable object: its class's __call__
+        code = getattr(type(target).__call__, "__code__", None)
+    name = getattr(code, "co_filename", None)
+    return name if isinstance(name, str) and not name.startswith("<") else None
+
+
+def raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
+    """`path:line` of the hook's frame that raised `exc` (see the module docstring), or ''."""
+    frames: list[tuple[str, int]] = []
+    tb = exc.__traceback__
+    for _ in range(MAX_FRAMES):
+        if tb is None:
+            break
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith("<"):  # <string>, <frozen …>: nothing to open
+            path = os.path.realpath(name)
+            if not path.startswith(_OURS):
+                frames.append((path, tb.tb_lineno))
+        inner = tb.tb_next
+        # An exception object raised a second time keeps its old traceback after the new
+        # frames; the old part is where a frame was not called by the one before it.
+        if inner is not None and inner.tb_frame.f_back not in (None, tb.tb_frame):
+            break
+        tb = inner
+    home_file = code_file(fn)
+    home = os.path.dirname(os.path.realpath(home_file)) + os.sep if home_file else None
+    picked = None
+    if home and not home.startswith(_OURS):
+        picked = next((f for f in reversed(frames) if f[0].startswith(home)), None)
+    if picked is None:
+        picked = next((f for f in reversed(frames) if not f[0].startswith(_LIBRARIES)), None)
+    if picked is None:
+        return ""
+    return f"{_shown(picked[0])}:{picked[1]}"
+
+
+def _shown(path: str) -> str:
+    try:
+        cwd = os.path.realpath(os.getcwd()) + os.sep
+    except OSError:  # the working directory was removed
+        return path
+    return path[len(cwd):] if path.startswith(cwd) else path

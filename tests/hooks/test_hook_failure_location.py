@@ -1,0 +1,175 @@
+"""A failing Python hook's error names its file and line (issue 15 item 8).
+
+The location is the line in the hook's own code, not in the-loop, the standard library or an
+installed package, and it is printed wherever the failure is: `hooks run` (text and JSON),
+the `hooks.failed` event, a required hook's refusal, a load error, and `hooks serve`'s own
+log line (never the JSON-RPC answer: a caller learns what was raised, not the server's files).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hook_helpers import line_of
+from serving_helpers import Served, post
+from the_loop.errors import HooksConfigError
+from the_loop.events import EventLog
+from the_loop.hooks.chain import Chain, Link
+from the_loop.hooks.loading import load_chain
+from the_loop.hooks.points import SessionSpawn
+from the_loop.hooks.remote import RemoteExecutor
+
+# A hook that fails in a helper function of its own, one that fails inside the standard library,
+# and one that raises the same exception object on every call.
+ACME = """\
+import json
+from the_loop.sdk.hooks import LifecycleHooks
+
+STALE = LookupError("no such ticket")
+
+
+def check_ticket(prompt):
+    if "TICKET-" not in prompt:
+        raise ValueError("the prompt names no ticket")
+
+
+class Acme(LifecycleHooks):
+    def session_spawn(self, ctx):
+        check_ticket(ctx.prompt)
+
+
+class Parse(LifecycleHooks):
+    def session_spawn(self, ctx):
+        data = json.loads(ctx.prompt)
+        return data
+
+
+class Cached(LifecycleHooks):
+    calls = 0
+
+    def session_spawn(self, ctx):
+        Cached.calls += 1
+        if Cached.calls == 1:
+            raise STALE  # first
+        raise STALE  # again
+"""
+CONFIG = """\
+loop: acme
+stateDir: state
+hooks:
+  - {name: acme, path: hooks/acme.py, executor: Acme}
+  - {name: parse, path: hooks/acme.py, executor: Parse}
+  - {name: cached, path: hooks/acme.py, executor: Cached}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "acme.py").write_text(ACME, encoding="utf-8")
+    (tmp_path / "cli-config.yaml").write_text(CONFIG, encoding="utf-8")
+    return tmp_path
+
+
+def _at(source: str, text: str, file: str) -> str:
+    return f" (at {file}:{line_of(source, text)})"
+
+
+def test_issue15_a_failing_python_hook_names_its_file_and_line_in_hooks_run(
+    project: Path, run_cli: Any
+) -> None:
+    """From the project folder: paths as the user would open them, lines where they raised."""
+    run = run_cli("hooks", "run", "session_spawn", "--context", "-", "--json",
+                  cwd=project, stdin='{"prompt": "fix the bug"}')
+    assert run.returncode == 0, run.stderr
+    errors = [step["error"] for step in json.loads(run.stdout)["trace"]]
+    util_line = _at(ACME, "raise ValueError", "hooks/acme.py")
+    assert errors[0] == "ValueError: the prompt names no ticket" + util_line
+    # Inside json: the line of the hook that called it, not json/decoder.py.
+    assert errors[1].startswith("JSONDecodeError: Expecting value")
+    assert errors[1].endswith(_at(ACME, "json.loads(ctx.prompt)", "hooks/acme.py"))
+    assert errors[2] == "LookupError: no such ticket" + _at(ACME, "raise STALE  # first",
+                                                              "hooks/acme.py")
+
+    # The text trace shows the same line the JSON does.
+    text = run_cli("hooks", "run", "session_spawn", "--context", "-", cwd=project,
+                   stdin='{"prompt": "fix the bug"}')
+    assert text.returncode == 0, text.stderr
+    assert f"ValueError: the prompt names no ticket{util_line}" in text.stdout
+
+
+def test_issue15_the_same_exception_object_raised_twice_names_the_second_raise(
+    project: Path
+) -> None:
+    """A cached exception keeps its old traceback; the line shown is where it was raised now."""
+    log = EventLog()
+    chain = load_chain(project / "cli-config.yaml", log=log)
+    errors = []
+    for _ in range(2):
+        outcome = chain.invoke(SessionSpawn(prompt="p"))
+        errors.append([s.error for s in outcome.steps if s.hook == "cached"])
+    path = str((project / "hooks" / "acme.py").resolve())
+    assert errors == [
+        ["LookupError: no such ticket" + _at(ACME, "raise STALE  # first", path)],
+        ["LookupError: no such ticket" + _at(ACME, "raise STALE  # again", path)],
+    ]
+
+
+def test_issue15_a_hook_class_whose_constructor_fails_names_the_line(tmp_path: Path) -> None:
+    source = textwrap.dedent("""\
+        from the_loop.sdk.hooks import LifecycleHooks
+
+        class Db(LifecycleHooks):
+            def __init__(self, dsn):
+                self.conn = connect(dsn)
+
+            def session_spawn(self, ctx):
+                return None
+    """)
+    (tmp_path / "db.py").write_text(source, encoding="utf-8")
+    config = tmp_path / "cli-config.yaml"
+    config.write_text("hooks:\n  - {name: db, path: db.py, with: {dsn: x}}\n", encoding="utf-8")
+    with pytest.raises(HooksConfigError) as info:
+        load_chain(config)
+    assert str(info.value) == (
+        "hooks[0] ('db'): constructing Db(**with) failed: NameError: name 'connect' is not "
+        f"defined (at {(tmp_path / 'db.py').resolve()}:{line_of(source, 'connect(dsn)')})"
+    )
+
+
+def test_issue15_a_failure_in_the_loops_own_code_names_no_hook_line() -> None:
+    """A remote hook that cannot be reached fails in our client: no file of the hook to name."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    remote = RemoteExecutor(name="gone", url=f"http://127.0.0.1:{port}/", timeout=2)
+    log = EventLog()
+    chain = Chain([Link("gone", remote, frozenset({"session_spawn"}))], log=log)
+    [step] = chain.invoke(SessionSpawn(prompt="p")).steps
+    assert step.status == "failed" and step.error
+    assert "(at " not in step.error
+
+
+def test_issue15_hooks_serve_logs_where_a_served_hook_raised_but_never_tells_the_caller(
+    project: Path
+) -> None:
+    served = Served(["hooks", "serve", "--path", "hooks/acme.py", "--executor", "Acme",
+                     "--port", "0"], project)
+    try:
+        status, body = post(served.url, {"jsonrpc": "2.0", "method": "session_spawn",
+                                          "params": {"prompt": "p"}, "id": 1})
+    finally:
+        code, err = served.stop()
+    assert code == 0, err
+    assert status == 200
+    assert body["error"]["message"] == (
+        "hook Acme raised at session_spawn: ValueError: the prompt names no ticket")
+    [line] = [x for x in err.splitlines() if x.startswith("the-loop: session_spawn ")]
+    assert line.endswith(" ms (raised at hooks/acme.py:"
+                         f"{line_of(ACME, 'raise ValueError')})"), line
