@@ -173,3 +173,16 @@ def test_issue15_hooks_serve_logs_where_a_served_hook_raised_but_never_tells_the
     [line] = [x for x in err.splitlines() if x.startswith("the-loop: session_spawn ")]
     assert line.endswith(" ms (raised at hooks/acme.py:"
                          f"{line_of(ACME, 'raise ValueError')})"), line
+
+
+def test_issue15_a_hook_file_name_with_a_newline_cannot_split_a_log_line() -> None:
+    """The file name is the hook's choice (`compile`); the location stays on one line."""
+    source = ("from the_loop.sdk.hooks import LifecycleHooks\n"
+              "class Odd(LifecycleHooks):\n"
+              "    def session_spawn(self, ctx):\n"
+              "        raise ValueError('x')\n")
+    scope: dict[str, Any] = {}
+    exec(compile(source, "/tmp/a\nforged: line", "exec"), scope)
+    chain = Chain([Link("odd", scope["Odd"](), frozenset({"session_spawn"}))], log=EventLog())
+    [step] = chain.invoke(SessionSpawn(prompt="p")).steps
+    assert step.error == 'ValueError: x (at "/tmp/a\\nforged: line":4)'

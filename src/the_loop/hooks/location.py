@@ -16,6 +16,7 @@ afford to walk the traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import sysconfig
 from collections.abc import Callable
@@ -78,5 +79,8 @@ def _shown(path: str) -> str:
     try:
         cwd = os.path.realpath(os.getcwd()) + os.sep
     except OSError:  # the working directory was removed
-        return path
-    return path[len(cwd):] if path.startswith(cwd) else path
+        cwd = ""
+    if cwd and path.startswith(cwd):
+        path = path[len(cwd):]
+    # A file name is the hook's to choose (`compile(src, "x\ny", …)`): one line, always.
+    return path if path.isprintable() else json.dumps(path)
