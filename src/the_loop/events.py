@@ -167,6 +167,13 @@ class EventLog:
         self._file = (fd, (st.st_ino, st.st_dev))
         return fd
 
+    def open_now(self) -> None:
+        """Open the log file now (creating its folder); raises `OSError` when it cannot be
+        written, for a caller that would rather refuse to start than lose every event."""
+        with self._lock:
+            if self.path is not None:
+                self._fd()
+
     def close(self) -> None:
         """Close the log file (it reopens on the next event)."""
         with self._lock:

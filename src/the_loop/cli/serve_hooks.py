@@ -4,9 +4,12 @@ What is served is loaded exactly as the loop loads it (`hooks.hosted`, `hooks.lo
 a class as a `path:`/`module:` entry, a folder as a `policy:` entry (any error refuses to
 start, every error listed), `--declared` as the whole chain of the config in effect. The
 URL is printed on stdout, one flushed line, so a script can read it; everything else goes
-to stderr: one line per call (point, status, milliseconds, fields ignored) unless
-`--quiet`, and under `--quiet` each ignored field still once. A non-loopback host needs
-`--token-env` (exit 2); SIGTERM and Ctrl-C stop the server cleanly (exit 0).
+to stderr: one line per call (point, status, milliseconds, fields ignored, where a hook
+raised) and one per audit finding unless `--quiet`, and under `--quiet` each ignored field
+still once. `--events FILE` also appends the findings (`hooks.audit`, and for
+`--declared` the chain's `hooks.failed`, `hooks.refused`, …) to FILE as JSON lines. A
+non-loopback host needs `--token-env` (exit 2); SIGTERM and Ctrl-C stop the server cleanly
+(exit 0).
 """
 
 from __future__ import annotations
@@ -22,8 +25,14 @@ from typing import Any
 
 from the_loop.cli._common import config_of
 from the_loop.errors import LoopError, UsageError
+from the_loop.events import EventLog
 from the_loop.hooks.declaration import ENV_RE
-from the_loop.hooks.hosted import declared_executor, policy_executor
+from the_loop.hooks.hosted import (
+    ChainExecutor,
+    declared_executor,
+    policy_executor,
+    served_log,
+)
 from the_loop.hooks.jsonrpc import (
     AnyExecutor,
     CallRecord,
@@ -33,6 +42,7 @@ from the_loop.hooks.jsonrpc import (
 )
 from the_loop.hooks.loading import load_executor
 from the_loop.hooks.server import HookServer
+from the_loop.runtime.narrate import line_of
 from the_loop.util import is_loopback
 
 CLI_NAMES = {"path": "--path", "module": "--module", "executor": "--executor", "with": "--with"}
@@ -58,7 +68,12 @@ def register_serve(hooks_sub: Any) -> None:
                     help="default 8765; 0 picks a free port (the URL is printed)")
     pv.add_argument("--token-env", metavar="VAR", default="",
                     help="require Authorization: Bearer $VAR on every call")
-    pv.add_argument("--quiet", action="store_true", help="no line per call on stderr")
+    pv.add_argument("--events", metavar="FILE",
+                    help="append what the served policy or chain found (hooks.audit, "
+                         "hooks.failed, …) to FILE as JSON lines; default: stderr lines "
+                         "only (--declared: the config's event log)")
+    pv.add_argument("--quiet", action="store_true",
+                    help="no line per call or audit finding on stderr")
     pv.set_defaults(func=serve)
 
 
@@ -66,7 +81,12 @@ def serve(args: argparse.Namespace) -> int:
     """Run `the-loop hooks serve`; returns the exit code."""
     token_env: str = args.token_env or ""
     _check_listen(args.host, args.port, token_env)
-    executor = _executor(args)
+    # A declared chain records in its config's event log (as `poll` does) unless --events.
+    log = served_log(args.events, token_env) if args.events or not args.declared else None
+    executor = _executor(args, log)
+    shown = executor.chain.log if isinstance(executor, ChainExecutor) else log
+    if shown is not None and not args.quiet:
+        shown.on_emit = _finding_log
     on_call = first_sighting_log() if args.quiet else _per_call_log()
     try:
         server = HookServer(executor, host=args.host, port=args.port, token_env=token_env,
@@ -110,14 +130,14 @@ def _check_listen(host: str, port: int, token_env: str) -> None:
         raise UsageError(f"--port: expected 0..65535, got {port}")
 
 
-def _executor(args: argparse.Namespace) -> AnyExecutor:
+def _executor(args: argparse.Namespace, log: EventLog | None) -> AnyExecutor:
     if (args.policy or args.declared) and (args.executor or args.with_json not in ("", "{}")):
         raise UsageError("--executor and --with name and build a hook class: they go with "
                          "--path or --module, not with --policy or --declared")
     if args.policy:
-        return policy_executor(args.policy)
+        return policy_executor(args.policy, log=log)
     if args.declared:
-        return declared_executor(config_of(args))
+        return declared_executor(config_of(args), log=log)
     try:
         with_ = json.loads(args.with_json or "{}")
     except ValueError as exc:
@@ -139,6 +159,12 @@ def _what(args: argparse.Namespace, executor: AnyExecutor) -> str:
     if args.declared:
         return "the declared chain"
     return type(executor).__name__
+
+
+def _finding_log(record: dict[str, Any]) -> None:
+    """A served policy's audit finding (or a declared chain's failure) as one stderr line."""
+    if record["event"] in ("hooks.audit", "hooks.failed"):
+        print(f"the-loop: {line_of(record)}", file=sys.stderr, flush=True)
 
 
 def _per_call_log() -> OnCall:

@@ -8,6 +8,7 @@ is; the declared chain is built as `poll` builds it, with its order, sticky refu
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,8 +45,11 @@ class ChainExecutor:
         return handle
 
 
-def policy_executor(folder: str | Path, *, name: str = "policy") -> Executor:
-    """A policy folder, compiled and checked as a `policy:` entry is.
+def policy_executor(
+    folder: str | Path, *, name: str = "policy", log: EventLog | None = None
+) -> Executor:
+    """A policy folder, compiled and checked as a `policy:` entry is; its audit findings
+    (`hooks.audit`) go to `log` when given.
 
     Raises `LoopError` listing every error of the folder (a server with a broken policy
     never starts).
@@ -53,7 +57,27 @@ def policy_executor(folder: str | Path, *, name: str = "policy") -> Executor:
     path = Path(folder).expanduser().absolute()
     if not path.is_dir():
         raise LoopError(f"{folder}: no policy folder there (expected a folder of rule files)")
-    return load_policy(name, path)
+    executor = load_policy(name, path)
+    if log is not None:
+        executor.bind_log(log)
+    return executor
+
+
+def served_log(path: str | Path | None, token_env: str = "") -> EventLog:
+    """Where a hook server records what its policies and chain found (`hooks.audit`,
+    `hooks.failed`, …): JSON lines appended to `path` (in memory when None), the server's
+    own bearer token replaced wherever a caller's context carried it."""
+    def secrets() -> list[str]:
+        token = os.environ.get(token_env, "") if token_env else ""
+        return [token] if token else []
+
+    log = EventLog(path, source="hooks-serve", secrets=secrets)
+    try:
+        log.open_now()  # a server that would lose every finding refuses to start instead
+    except OSError as exc:
+        raise LoopError(f"{path}: cannot append events there ({exc.strerror or exc}); check "
+                        "the path and its folder's permissions") from None
+    return log
 
 
 def declared_executor(config: Config, *, log: EventLog | None = None) -> ChainExecutor:

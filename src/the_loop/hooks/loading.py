@@ -249,7 +249,8 @@ def chain_from_config(config: Any, *, log: EventLog | None = None) -> Chain:
     entries: list[HookEntry] = []
     try:
         entries = parse_hooks(config.hooks, config.folder)
-        log._secrets = lambda: secrets_of(entries)
+        given = log._secrets  # a caller's own secrets (a hook server's token) are kept
+        log._secrets = lambda: [*secrets_of(entries), *(given() if given else ())]
         chain = build_chain(entries, log=log)
     except HooksConfigError as exc:
         log.emit("hooks.load_failed", error=str(exc), config=str(config.path or ""))

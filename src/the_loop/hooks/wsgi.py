@@ -16,6 +16,8 @@ gunicorn loads what to serve from environment variables through `app_from_env()`
 - `THE_LOOP_HOOK_EXECUTOR`: the class, when the module defines several.
 - `THE_LOOP_HOOK_WITH`: constructor keyword arguments, a JSON object.
 - `THE_LOOP_HOOK_TOKEN_ENV`: the NAME of the variable holding the bearer token.
+- `THE_LOOP_HOOK_EVENTS`: a file to append the served policy's or chain's findings to
+  (`hooks.audit`, `hooks.failed`, …), one JSON line each; several workers may share it.
 
 Keys a caller sends that this catalog does not know are ignored; each is written once to
 stderr (gunicorn's error log) the first time it is seen at a point.
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError, LoopError
-from the_loop.hooks.hosted import declared_executor, policy_executor
+from the_loop.hooks.hosted import declared_executor, policy_executor, served_log
 from the_loop.hooks.jsonrpc import (
     AnyExecutor,
     OnCall,
@@ -96,15 +98,20 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> WSGIApplication:
         )
     source = given[0]
     value = env[f"{ENV_PREFIX}{source}"]
+    try:
+        log = served_log(env.get(f"{ENV_PREFIX}EVENTS", "") or None, token_env)
+    except LoopError as exc:
+        raise HooksConfigError(f"{ENV_PREFIX}EVENTS: {exc}") from None
     executor: AnyExecutor
     if source == "POLICY":
         try:
-            executor = policy_executor(value)
+            executor = policy_executor(value, log=log)
         except LoopError as exc:
             raise HooksConfigError(f"{ENV_PREFIX}POLICY: {exc}") from None
     elif source == "CONFIG":
         try:
-            executor = declared_executor(read_config(Path(value).expanduser().absolute()))
+            executor = declared_executor(read_config(Path(value).expanduser().absolute()),
+                                         log=log)
         except LoopError as exc:
             raise HooksConfigError(f"{ENV_PREFIX}CONFIG: {exc}") from None
     else:

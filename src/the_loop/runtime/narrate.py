@@ -40,6 +40,15 @@ def line_of(r: dict[str, Any]) -> str:
         return f"{ref}: {r.get('from_node')} → {r.get('to_node')} ({r.get('outcome')})"
     if e == "item.completed":
         return f"{ref}: completed ({r.get('source')})"
+    if e == "hooks.audit":
+        would = r.get("would") or {}
+        found = "; ".join(
+            f"{rule} would set {', '.join(sorted(would.get(rule) or {})) or 'nothing'}"
+            for rule in r.get("rules") or ())
+        errors = r.get("errors") or []
+        if errors:
+            found = "; ".join([*([found] if found else []), *map(str, errors)])
+        return f"{ref or '-'}: audit at {r.get('point')} (hook `{r.get('hook')}`): {found}"
     if e in ("step.failed", "poll.failed", "hooks.failed"):
         what = r.get("step") or r.get("hook") or "cycle"
         return f"{ref or '-'}: {e} {what}: {r.get('error')}"

@@ -60,7 +60,7 @@ class PolicyExecutor:
         }
 
     def bind_log(self, log: EventLog) -> None:
-        """RecordType audit events in `log` (the chain's event log)."""
+        """Record audit events in `log` (the chain's event log)."""
         self.log = log
 
     def points(self) -> tuple[str, ...]:
@@ -153,7 +153,7 @@ class PolicyExecutor:
         self, point: str, ctx: Context, audit: Iterable[PointRule], errors: list[str], root: Any,
         fast: bool,
     ) -> list[str]:
-        """RecordType what the matching audit rules would have decided (and their failures);
+        """Record what the matching audit rules would have decided (and their failures);
         returns the names of the audit rules that matched (the step's `audit` detail)."""
         audited: list[str] = []
         would: dict[str, dict[str, Any]] = {}
