@@ -9,7 +9,6 @@ log line (never the JSON-RPC answer: a caller learns what was raised, not the se
 from __future__ import annotations
 
 import json
-import socket
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from hook_helpers import line_of
+from runtime_helpers import closed_port
 from serving_helpers import Served, post
 from the_loop.errors import HooksConfigError
 from the_loop.events import EventLog
@@ -145,10 +145,7 @@ def test_issue15_a_hook_class_whose_constructor_fails_names_the_line(tmp_path: P
 
 def test_issue15_a_failure_in_the_loops_own_code_names_no_hook_line() -> None:
     """A remote hook that cannot be reached fails in our client: no file of the hook to name."""
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    remote = RemoteExecutor(name="gone", url=f"http://127.0.0.1:{port}/", timeout=2)
+    remote = RemoteExecutor(name="gone", url=f"http://127.0.0.1:{closed_port()}/", timeout=2)
     log = EventLog()
     chain = Chain([Link("gone", remote, frozenset({"session_spawn"}))], log=log)
     [step] = chain.invoke(SessionSpawn(prompt="p")).steps
