@@ -260,17 +260,7 @@ class Chain:
         """Read back one executor's answer (or failure) into the outcome; record events."""
         state = outcome.context
         ref = state.work_item.ref
-        changes: dict[str, Any] = {}
-        dropped: list[str] = []
-        detail: dict[str, Any] = {}
-        if not error and answer is not None:
-            changes, dropped, error = read_answer(state, answer)
-            if not error and isinstance(answer, Decisions):
-                try:
-                    detail = {str(k): v for k, v in answer.detail.items()}
-                except BaseException as exc:  # a hostile patch whose detail is not a mapping
-                    reraise_if_real(exc)
-                    error = f"its answer could not be read back: {describe_exception(exc)}"
+        changes, dropped, detail, error = _read_back(state, answer, error)
         if error:
             changes, dropped, detail = {}, [], {}
             self._record(
@@ -315,6 +305,25 @@ class Chain:
                 changed={} if error else dict(changes), dropped=sorted(set(dropped)),
                 error=error, ms=(time.perf_counter() - started) * 1000.0, detail=detail,
             ))
+
+
+def _read_back(
+    state: Context, answer: Any, error: str
+) -> tuple[dict[str, Any], list[str], dict[str, Any], str]:
+    """(changes, dropped, detail, error) of one executor's answer; nothing when it failed."""
+    changes: dict[str, Any] = {}
+    dropped: list[str] = []
+    detail: dict[str, Any] = {}
+    if error or answer is None:
+        return changes, dropped, detail, error
+    changes, dropped, error = read_answer(state, answer)
+    if not error and isinstance(answer, Decisions):
+        try:
+            detail = {str(k): v for k, v in answer.detail.items()}
+        except BaseException as exc:  # a hostile patch whose detail is not a mapping
+            reraise_if_real(exc)
+            error = f"its answer could not be read back: {describe_exception(exc)}"
+    return changes, dropped, detail, error
 
 
 def read_answer(state: Context, answer: Any) -> tuple[dict[str, Any], list[str], str]:

@@ -184,27 +184,7 @@ def read_response(conn: Conn, deadline: float, where: str) -> Answer:
         if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
             raise HookError(f"{bad} (status line {quote(status_line[:80])})")
         status = int(code)
-        headers: dict[str, str] = {}
-        size = len(status_line)
-        while True:
-            raw = r.line(MAX_HEAD, where)
-            size += len(raw)
-            if size > MAX_HEAD:
-                raise HookError(f"{bad} (headers over {MAX_HEAD} bytes)")
-            text = raw.decode("latin-1").rstrip("\r\n")
-            if not text:
-                break
-            name, colon, value = text.partition(":")
-            if not colon:
-                raise HookError(f"{bad} (header line {quote(text[:80])})")
-            key = name.strip().lower()
-            value = value.strip()
-            if key in headers and key != "content-length":
-                headers[key] += ", " + value
-            elif key in headers and headers[key] != value:
-                raise HookError(f"{bad} (conflicting Content-Length headers)")
-            else:
-                headers[key] = value
+        headers = _read_headers(r, where, bad, len(status_line))
         if status == 101:
             raise HookError(f"HTTP 101 from {where}: switching protocols is not part of a call")
         if status >= 200:
@@ -240,6 +220,32 @@ def read_response(conn: Conn, deadline: float, where: str) -> Answer:
     if r.buf:
         keep = False  # bytes nobody asked for: never reuse this connection
     return Answer(status, reason, body, keep)
+
+
+def _read_headers(r: Reader, where: str, bad: str, size: int) -> dict[str, str]:
+    """The header block up to its blank line, names lowercased, repeats joined with ", "
+    (Content-Length excepted: two that differ are an error); `size` counts the status line
+    against `MAX_HEAD`."""
+    headers: dict[str, str] = {}
+    while True:
+        raw = r.line(MAX_HEAD, where)
+        size += len(raw)
+        if size > MAX_HEAD:
+            raise HookError(f"{bad} (headers over {MAX_HEAD} bytes)")
+        text = raw.decode("latin-1").rstrip("\r\n")
+        if not text:
+            return headers
+        name, colon, value = text.partition(":")
+        if not colon:
+            raise HookError(f"{bad} (header line {quote(text[:80])})")
+        key = name.strip().lower()
+        value = value.strip()
+        if key in headers and key != "content-length":
+            headers[key] += ", " + value
+        elif key in headers and headers[key] != value:
+            raise HookError(f"{bad} (conflicting Content-Length headers)")
+        else:
+            headers[key] = value
 
 
 def _read_chunked(r: Reader, where: str, bad: str) -> bytes:
