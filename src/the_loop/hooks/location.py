@@ -48,13 +48,14 @@ def code_file(fn: Callable[..., Any] | None) -> str | None:
 def raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
     """`path:line` of the hook's frame that raised `exc` (see the module docstring), or ''."""
     frames: list[tuple[str, int]] = []
+    real: dict[str, str] = {}  # a deep recursion repeats one file a thousand times
     tb = exc.__traceback__
     for _ in range(MAX_FRAMES):
         if tb is None:
             break
         name = tb.tb_frame.f_code.co_filename
         if not name.startswith("<"):  # <string>, <frozen …>: nothing to open
-            path = os.path.realpath(name)
+            path = real.get(name) or real.setdefault(name, os.path.realpath(name))
             if not path.startswith(_OURS):
                 frames.append((path, tb.tb_lineno))
         inner = tb.tb_next
