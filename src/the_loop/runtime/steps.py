@@ -217,19 +217,27 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
 
 def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
     """Launch the harness for a step (or find the one a crashed process launched);
-    returns its pid, or -1 when it could not start."""
+    returns its pid (0: it ran, its pid is unknown), or -1 when it could not start."""
     sessions = loop.sessions_dir
     pid = harness_mod.lock_pid(sessions, sid)
-    if pid or harness_mod.session_alive(sessions, sid, 0):
-        # A process that died after launching this session: it ran (or runs) with its
-        # whole prompt; it is registered, not launched twice.
-        return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0)
     w = loop.work(step.ref) or {}
+    if pid or harness_mod.session_alive(sessions, sid, 0) or (
+            w.get("session_id") == sid and loop.store.completion_queued(
+                step.ref, str(step.payload["node"]), int(w.get("epoch") or 0))):
+        # A process that died after launching this session: it ran (or runs) with its
+        # whole prompt — or ran and reported its node complete before its pid was
+        # written — and is registered, not launched twice.
+        (sessions / f"{sid}.prompt").unlink(missing_ok=True)
+        return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0)
     previous = str(w.get("session_id") or "")
     if previous and previous != sid:
         prev = loop.store.session(previous) or {}
         # A session that finished its node is given a moment to exit on its own.
         loop.end_session(previous, grace=5.0 if prev.get("node") != w.get("node") else 0.0)
+    # The session is the item's current one before its process exists: an agent that runs
+    # `graph complete` at once, even if this process dies before registering it, is
+    # answering for its own item's node (the previous session has ended by now).
+    loop.set_work(step.ref, session_id=sid)
     h = loop.settings.harnesses[loop.settings.harness]
     env = harness_mod.harness_env(h.env, set(loop.settings.secret_names))
     env["THE_LOOP_NODE"] = str(step.payload["node"])

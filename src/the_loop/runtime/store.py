@@ -181,6 +181,15 @@ class Store:
             return str(row["key"])
         return ""
 
+    def completion_queued(self, ref: str, node: str, epoch: int) -> bool:
+        """Whether an agent's `graph complete` of `ref`'s `node` at `epoch` is queued."""
+        for row in self.db.conn.execute("SELECT payload FROM steps WHERE ref=? AND "
+                                        "kind='done' AND state='pending'", (ref,)):
+            payload = json.loads(row["payload"])
+            if payload.get("node") == node and int(payload.get("epoch", -1)) == epoch:
+                return True
+        return False
+
     def next_step(self, ref: str) -> Step | None:
         row = self.db.conn.execute(
             "SELECT * FROM steps WHERE state='pending' AND ref=? ORDER BY seq LIMIT 1",
