@@ -300,7 +300,7 @@ def test_hooks_run_exits_0_whatever_the_hooks_did(
     assert data["trace"][1]["error"] == "ConnectionError: compliance is down" + site
     assert data["context"]["proceed"] is False
     assert data["context"]["reason"] == (
-        "required hook 'compliance' failed: ConnectionError: compliance is down" + site
+        "required hook 'compliance' failed: ConnectionError: compliance is down"
     )
 
 

@@ -508,8 +508,10 @@ def test_r6_3_required_failure_at_a_proceed_point_refuses_naming_hook_and_error(
     o = c.invoke(cls(work_item=ITEM))
     assert o.context.proceed is False
     assert o.context.reason == (
-        "required hook 'h1' failed: ConnectionError: compliance service unreachable" + at(down)
-    )
+        "required hook 'h1' failed: ConnectionError: compliance service unreachable"
+    )  # the reason reaches the tracker: what was raised, not where (the event says where)
+    assert log.of("hooks.failed")[0]["error"] == (
+        "ConnectionError: compliance service unreachable" + at(down))
     assert o.refused and o.refused_by == "h1"
     assert [e for e, _ in events(log)] == ["hooks.failed", "hooks.refused"]
     refused = log.of("hooks.refused")[0]

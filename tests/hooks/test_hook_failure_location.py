@@ -183,3 +183,25 @@ def test_issue15_a_hook_file_name_with_a_newline_cannot_split_a_log_line() -> No
     chain = Chain([Link("odd", scope["Odd"](), frozenset({"session_spawn"}))], log=EventLog())
     [step] = chain.invoke(SessionSpawn(prompt="p")).steps
     assert step.error == 'ValueError: x (at "/tmp/a\\nforged: line":4)'
+
+
+def test_issue15_a_refusal_reason_says_what_was_raised_not_where(project: Path) -> None:
+    """`hooks serve --declared`: a required hook that raises refuses; the caller's reason has
+    no file of the server, the server's own stderr has the line."""
+    (project / "cli-config.yaml").write_text(
+        "loop: acme\nstateDir: state\nhooks:\n"
+        "  - {name: acme, path: hooks/acme.py, executor: Acme, required: true}\n",
+        encoding="utf-8")
+    served = Served(["hooks", "serve", "--declared", "--port", "0"], project,
+                    env={"THE_LOOP_CLI_CONFIG": str(project / "cli-config.yaml")})
+    try:
+        _, body = post(served.url, {"jsonrpc": "2.0", "method": "session_spawn",
+                                    "params": {"prompt": "p"}, "id": 1})
+    finally:
+        code, err = served.stop()
+    assert code == 0, err
+    assert body["result"]["proceed"] is False
+    assert body["result"]["reason"] == (
+        "required hook 'acme' failed: ValueError: the prompt names no ticket")
+    assert ("hooks.failed acme: ValueError: the prompt names no ticket (at hooks/acme.py:"
+            f"{line_of(ACME, 'raise ValueError')})") in err

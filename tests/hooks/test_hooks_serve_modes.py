@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +187,29 @@ def test_wsgi_policy_and_config_modes_name_the_variable(
     with pytest.raises(HooksConfigError) as info:
         app_from_env(env)
     assert expected in str(info.value)
+
+
+def test_serve_logs_a_line_for_every_request_even_one_naming_no_point(
+    tmp_path: Path, serve: Any
+) -> None:
+    """Not JSON, an unknown method (named safely: the caller chose it) and a refusal each
+    get their line; a caller cannot split a log line with a newline in the method."""
+    write_rules(tmp_path / "rules", PREFIX_RULES + "  - name: no\n    on: work_item_start\n"
+                                                  "    set: {proceed: false, reason: no}\n")
+    served = serve("--policy", "rules")
+    request = urllib.request.Request(served.url, data=b"{not json", method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with contextlib.suppress(urllib.error.HTTPError):
+        urllib.request.urlopen(request, timeout=10).close()
+    assert post(served.url, {**CALL, "method": "bogus\nthe-loop: forged"})[1]["error"][
+        "code"] == -32601
+    assert post(served.url, {**CALL, "method": "work_item_start", "params": {}})[1][
+        "result"]["proceed"] is False
+    _, err = served.stop()
+    lines = [line for line in err.splitlines() if line.endswith(" ms") or "ms (" in line]
+    assert [line.split(" ")[1:3] for line in lines] == [
+        ["(not", "JSON)"], ['"bogus\\nthe-loop:', 'forged"'], ["work_item_start", "ok"]]
+    assert lines[0].startswith("the-loop: (not JSON) error -32700 ")
+    assert " error -32601 " in lines[1]
+    assert lines[2].endswith(" ms (refused)")
+    assert not [line for line in err.splitlines() if line.startswith("the-loop: forged")]

@@ -170,6 +170,8 @@ def _finding_log(record: dict[str, Any]) -> None:
 def _per_call_log() -> OnCall:
     def record(call: CallRecord) -> None:
         line = f"the-loop: {call.point} {call.status} {call.ms:.2f} ms"
+        if call.refused:
+            line += " (refused)"
         if call.raised_at:
             line += f" (raised at {call.raised_at})"
         if call.ignored:

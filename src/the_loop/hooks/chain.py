@@ -217,17 +217,17 @@ class Chain:
             try:
                 answer = fn(work)
             except HookError as exc:
-                answer, error = None, failure_line(exc, fn, plain=True)
+                answer, error, site = None, _describe(exc, plain=True), hook_raise_site(exc, fn)
             except BaseException as exc:  # anything a hook raises is its own failure (rule 3)
                 reraise_if_real(exc)
-                answer, error = None, failure_line(exc, fn)
+                answer, error, site = None, _describe(exc), hook_raise_site(exc, fn)
             else:
                 if answer is None and not trace:
                     continue
-                error = ""
+                error = site = ""
             if outcome is None:
                 outcome = Outcome(shape.point, ctx, ctx)
-            self._settle(outcome, shape, name, required, answer, error, started, trace)
+            self._settle(outcome, shape, name, required, answer, (error, site), started, trace)
             src = outcome.context.__dict__
         if outcome is None:
             return None
@@ -253,18 +253,24 @@ class Chain:
         name: str,
         required: bool,
         answer: Any,
-        error: str,
+        failure: tuple[str, str],
         started: float,
         trace: bool,
     ) -> None:
-        """Read back one executor's answer (or failure) into the outcome; record events."""
+        """Read back one executor's answer (or failure) into the outcome; record events.
+
+        `failure` is what the executor raised and where in its code ('' and '' when it
+        answered). The event and the trace name the file and line; a refusal's reason, which
+        reaches the tracker and remote callers, names the hook and what it raised only.
+        """
         state = outcome.context
         ref = state.work_item.ref
-        changes, dropped, detail, error = _read_back(state, answer, error)
+        changes, dropped, detail, error = _read_back(state, answer, failure[0])
+        shown = f"{error} (at {failure[1]})" if error and failure[1] else error
         if error:
             changes, dropped, detail = {}, [], {}
             self._record(
-                "hooks.failed", point=shape.point, hook=name, error=error, work_item=ref,
+                "hooks.failed", point=shape.point, hook=name, error=shown, work_item=ref,
                 required=required,
             )
             if required and shape.proceed and state.__dict__["proceed"] is not False:
@@ -303,7 +309,7 @@ class Chain:
                 hook=name,
                 status="failed" if error else ("changed" if changes else "unchanged"),
                 changed={} if error else dict(changes), dropped=sorted(set(dropped)),
-                error=error, ms=(time.perf_counter() - started) * 1000.0, detail=detail,
+                error=shown, ms=(time.perf_counter() - started) * 1000.0, detail=detail,
             ))
 
 

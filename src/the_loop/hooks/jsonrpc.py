@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from the_loop import __version__
@@ -67,15 +67,22 @@ _CLASS_POINTS: dict[type, tuple[str, ...]] = {}
 
 @dataclass(frozen=True)
 class CallRecord:
-    """What a host may log about one call: the point, how it ended, its time, keys ignored,
-    and, when the hook raised, the file and line it raised at (for the host's log only: a
-    caller is told what was raised, never where in the server's files)."""
+    """What a host may log about one request: the point (or, for a request that named none,
+    the method as a log may show it, or `(not JSON)` / `(invalid request)`), how it ended,
+    its time, keys ignored, whether the answer refused (`proceed: false`), and, when the
+    hook raised, the file and line it raised at (for the host's log only: a caller is told
+    what was raised, never where in the server's files)."""
 
     point: str
     status: str  # "ok" or "error <code>"
     ms: float
     ignored: tuple[str, ...] = ()
     raised_at: str = ""
+    refused: bool = False
+
+    @property
+    def is_point(self) -> bool:
+        return self.point in POINTS
 
 
 OnCall = Callable[[CallRecord], None]
@@ -143,6 +150,7 @@ def health_body(executor: AnyExecutor) -> bytes:
 
 
 def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None) -> bytes:
+    started = time.perf_counter()
     try:
         text = body if isinstance(body, str) else bytes(body)
         doc = json.loads(text, parse_constant=_no_constant)
@@ -150,27 +158,63 @@ def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None) ->
         why = ("is not UTF-8" if isinstance(exc, UnicodeDecodeError) else
                "is nested too deep to read" if isinstance(exc, RecursionError) else
                "holds an integer too long to read" if "digits" in str(exc) else "is not JSON")
-        return _dumps(_error(None, PARSE_ERROR, f"parse error: the body {why}"))
+        answer = _error(None, PARSE_ERROR, f"parse error: the body {why}")
+        _report(on_call, _Seen("(not JSON)"), answer, started)
+        return _dumps(answer)
     if isinstance(doc, list):
-        if not doc:
-            return _dumps(_error(None, INVALID_REQUEST, "invalid request: an empty batch"))
-        if len(doc) > MAX_BATCH:
-            return _dumps(_error(
-                None, INVALID_REQUEST,
-                f"invalid request: a batch of {len(doc)} requests; at most {MAX_BATCH}",
-            ))
+        if not doc or len(doc) > MAX_BATCH:
+            answer = _error(None, INVALID_REQUEST, (
+                "invalid request: an empty batch" if not doc else
+                f"invalid request: a batch of {len(doc)} requests; at most {MAX_BATCH}"))
+            _report(on_call, _Seen(), answer, started)
+            return _dumps(answer)
         answers = [a for a in (_one(executor, item, on_call) for item in doc) if a is not None]
         return _dumps(answers) if answers else b""
-    answer = _one(executor, doc, on_call)
-    return b"" if answer is None else _dumps(answer)
+    single = _one(executor, doc, on_call)
+    return b"" if single is None else _dumps(single)
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+@dataclass
+class _Seen:
+    """What reading one request found out, for its `CallRecord`."""
+
+    point: str = "(invalid request)"
+    called: bool = False  # a method was read: a notification (no id) gets no answer
+    ignored: list[str] = field(default_factory=list)
+    raised_at: list[str] = field(default_factory=list)
+
+
+def _report(
+    on_call: OnCall | None, seen: _Seen, answer: dict[str, Any], started: float
+) -> None:
+    if on_call is None:
+        return
+    error = answer.get("error")
+    result = answer.get("result")
+    on_call(CallRecord(
+        seen.point, f"error {error['code']}" if error else "ok",
+        (time.perf_counter() - started) * 1000.0, _listed(seen.ignored),
+        "".join(seen.raised_at),
+        refused=isinstance(result, dict) and result.get("proceed") is False,
+    ))
+
+
 def _one(executor: AnyExecutor, req: Any, on_call: OnCall | None) -> dict[str, Any] | None:
-    """The answer to one request object, or None for a notification."""
+    """The answer to one request object (reported to `on_call`), or None for a notification."""
+    started = time.perf_counter()
+    seen = _Seen()
+    answer = _answer(executor, req, seen)
+    _report(on_call, seen, answer, started)
+    if not seen.called:  # a request that could not be read is always answered
+        return answer
+    return answer if "id" in req else None
+
+
+def _answer(executor: AnyExecutor, req: Any, seen: _Seen) -> dict[str, Any]:
     if not isinstance(req, dict):
         return _error(None, INVALID_REQUEST,
                       f"invalid request: expected an object, got {_json_type(req)}")
@@ -191,17 +235,9 @@ def _one(executor: AnyExecutor, req: Any, on_call: OnCall | None) -> dict[str, A
     if not isinstance(method, str):
         return _error(rid, INVALID_REQUEST,
                       f"invalid request: method must be a string, got {_json_type(method)}")
-    started = time.perf_counter()
-    ignored: list[str] = []
-    raised_at: list[str] = []
-    answer = _call(executor, method, req.get("params", {}), rid, ignored, raised_at)
-    if on_call is not None and method in POINTS:
-        error = answer.get("error")
-        on_call(CallRecord(
-            method, f"error {error['code']}" if error else "ok",
-            (time.perf_counter() - started) * 1000.0, _listed(ignored), "".join(raised_at),
-        ))
-    return answer if "id" in req else None
+    seen.point = method if method in POINTS else _listed([method])[0]
+    seen.called = True
+    return _call(executor, method, req.get("params", {}), rid, seen.ignored, seen.raised_at)
 
 
 def _call(
