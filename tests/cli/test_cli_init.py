@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +27,8 @@ def test_init_writes_every_file_and_says_what_to_run_next(tmp_path: Path, run_cl
 def test_right_after_init_the_author_commands_work_with_no_flags(
     tmp_path: Path, run_cli: Any
 ) -> None:
-    assert run_cli("init").returncode == 0
+    done = run_cli("init")
+    assert done.returncode == 0
     check = run_cli("policy", "check")
     assert check.returncode == 0, check.stderr
     assert check.stdout.startswith(f"{tmp_path / '.the-loop' / 'policies'}: 4 rule(s)")
@@ -33,12 +38,20 @@ def test_right_after_init_the_author_commands_work_with_no_flags(
     listed = run_cli("hooks")
     assert listed.returncode == 0 and "house-rules" in listed.stdout
     assert "hooks/example.py" in listed.stdout
-    dry = run_cli("hooks", "run", "work_item_start", "--context", "-", "--json",
-                  stdin='{"labels": ["do-not-automate"]}')
+    # The dry run init suggests, run as printed (with --json to read its answer).
+    [suggested] = [line.strip() for line in done.stdout.splitlines()
+                   if line.strip().startswith("echo ")]
+    env = {k: v for k, v in os.environ.items() if k != "THE_LOOP_CLI_CONFIG"}
+    env["HOME"] = str(tmp_path / "_home")
+    dry = subprocess.run(
+        ["bash", "-c", suggested.replace("| the-loop ", f"| {shlex.quote(sys.executable)} -m "
+                                                         "the_loop ") + " --json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert dry.returncode == 0, dry.stderr
     final = json.loads(dry.stdout)["context"]
     assert final["loop"] == "my-loop"  # from the config, not ""
-    assert final["proceed"] is False and final["reason"] == " is labelled do-not-automate"
+    assert final["proceed"] is False
+    assert final["reason"] == "local:acme/app#7 is labelled do-not-automate"
     asked = run_cli("hooks", "run", "waiting_for_input", "--context", "-", "--json",
                     stdin='{"kind": "question", "question": "Which database?"}')
     assert json.loads(asked.stdout)["context"]["question"] == "[my-loop] Which database?"

@@ -213,3 +213,22 @@ def test_serve_logs_a_line_for_every_request_even_one_naming_no_point(
     assert " error -32601 " in lines[1]
     assert lines[2].endswith(" ms (refused)")
     assert not [line for line in err.splitlines() if line.startswith("the-loop: forged")]
+
+
+def test_serve_a_relative_path_found_only_beside_the_config_says_which_to_pass(
+    tmp_path: Path
+) -> None:
+    """Right after `init`, `--policy policies` is not here but in .the-loop/: say so."""
+    write_rules(tmp_path / ".the-loop" / "policies")
+    (tmp_path / ".the-loop" / "cli-config.yaml").write_text(
+        "hooks:\n  - {name: house, policy: policies}\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "THE_LOOP_CLI_CONFIG"}
+    result = subprocess.run(
+        [sys.executable, "-m", "the_loop", "hooks", "serve", "--policy", "policies", "--port",
+         "0"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=30, check=False)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (
+        f"the-loop: --policy policies: nothing at {tmp_path / 'policies'}; paths on the command "
+        "line resolve against the working directory. Beside the config in effect it is "
+        ".the-loop/policies: pass --policy .the-loop/policies, or serve the whole declared "
+        "chain with --declared\n")

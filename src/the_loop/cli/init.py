@@ -55,10 +55,12 @@ def cmd_init(args: argparse.Namespace) -> int:
         (f"the-loop{flag} policy test --coverage --min-coverage 100",
          "run the cases in policies/tests; fail unless every rule is matched by one"),
         (f"the-loop{flag} hooks", "what is declared"),
-        (f"echo '{{\"labels\": [\"do-not-automate\"]}}' | the-loop{flag} hooks run "
-         "work_item_start --context - --explain", "a dry run, rule by rule"),
+        (f"echo '{{\"labels\": [\"do-not-automate\"], \"work_item\": {{\"ref\": "
+         f"\"local:acme/app#7\"}}}}' | the-loop{flag} hooks run work_item_start --context - "
+         "--explain", "a dry run, rule by rule"),
     ):
         print(f"  {command}\n      {what}")
-    print(f"then edit {folder / 'policies'}/*.yaml and add a case to policies/tests/ for each "
-          "rule (docs/policy-guide.md)")
+    print(f"then edit {folder / 'policies'}/*.yaml and add a case to "
+          f"{folder / 'policies' / 'tests'}/ for each rule (the policy guide, "
+          "docs/policy-guide.md in the-loop's repository, has every key and function)")
     return 0

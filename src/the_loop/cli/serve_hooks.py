@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -134,6 +135,8 @@ def _executor(args: argparse.Namespace, log: EventLog | None) -> AnyExecutor:
     if (args.policy or args.declared) and (args.executor or args.with_json not in ("", "{}")):
         raise UsageError("--executor and --with name and build a hook class: they go with "
                          "--path or --module, not with --policy or --declared")
+    for option, value in (("--path", args.path), ("--policy", args.policy)):
+        _exists_or_hint(args, option, value)
     if args.policy:
         return policy_executor(args.policy, log=log)
     if args.declared:
@@ -151,6 +154,28 @@ def _executor(args: argparse.Namespace, log: EventLog | None) -> AnyExecutor:
         )
     return load_executor(path=args.path, module=args.module, executor=args.executor or "",
                          with_=with_, names=CLI_NAMES)
+
+
+def _exists_or_hint(args: argparse.Namespace, option: str, value: str | None) -> None:
+    """A relative --path/--policy resolves against the working directory, as any path on a
+    command line does; when it is missing here but present beside the config in effect
+    (`init` writes ./.the-loop/), say so instead of a bare "no file"."""
+    if not value or Path(value).is_absolute() or Path(value).exists():
+        return
+    try:
+        config = config_of(args)
+    except LoopError:
+        return
+    if config.path is None:
+        return
+    there = config.folder / value
+    if there.exists():
+        shown = os.path.relpath(there)
+        raise LoopError(
+            f"{option} {value}: nothing at {Path(value).absolute()}; paths on the command line "
+            f"resolve against the working directory. Beside the config in effect it is "
+            f"{shown}: pass {option} {shown}, or serve the whole declared chain with --declared"
+        )
 
 
 def _what(args: argparse.Namespace, executor: AnyExecutor) -> str:
