@@ -158,8 +158,32 @@ def test_r5_1_hooks_exits_1_when_the_config_file_is_missing(
 def test_r5_1_hooks_with_no_config_anywhere_says_so(run_cli: Any, tmp_path: Path) -> None:
     result = run_cli("hooks")
     assert (result.returncode, result.stdout) == (
-        0, "no cli-config.yaml found (use --config PATH); no hooks declared\n",
+        0, "no cli-config.yaml found (pass --config PATH, or run `the-loop init` to write "
+           "./.the-loop/cli-config.yaml); no hooks declared\n",
     )
+
+
+def test_events_says_why_it_printed_nothing(run_cli: Any, tmp_path: Path) -> None:
+    """On stderr, so stdout stays the records: no config; an empty log; a filter."""
+    nothing = run_cli("events")
+    assert (nothing.returncode, nothing.stdout) == (0, "")
+    assert "no cli-config.yaml found, so no event log to read" in nothing.stderr
+    assert list(tmp_path.iterdir()) == [tmp_path / "_home"]  # a read command creates nothing
+    (tmp_path / "cli-config.yaml").write_text("loop: acme\nstateDir: state\n",
+                                              encoding="utf-8")
+    empty = run_cli("events", "--json")
+    assert (empty.returncode, empty.stdout) == (0, "")
+    assert empty.stderr == (f"the-loop: no events yet in {tmp_path / 'state' / 'events.jsonl'}: "
+                            "the loop writes them as it works (`the-loop poll`, `the-loop "
+                            "serve`); a dry run (`hooks run`) writes none\n")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "events.jsonl").write_text(
+        '{"ts": 1, "event": "loop.armed", "work_item": "local:acme/app#1"}\n', encoding="utf-8")
+    filtered = run_cli("events", "--event", "hooks.*")
+    assert (filtered.returncode, filtered.stdout) == (0, "")
+    assert "none of the 1 event(s) in" in filtered.stderr
+    shown = run_cli("events")
+    assert "loop.armed" in shown.stdout and shown.stderr == ""
 
 
 # ------------------------------------------------------------------ abuse case 1

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from the_loop.cli._common import add_json, config_of
@@ -36,7 +38,8 @@ def cmd_events(args: argparse.Namespace) -> int:
     from the_loop.events import EventTail
     from the_loop.runtime.settings import settings_of
 
-    path = settings_of(config_of(args)).events_path
+    config = config_of(args)
+    path = settings_of(config).events_path
     want_ref = args.work_item
 
     def keep(r: dict[str, Any]) -> bool:
@@ -49,11 +52,26 @@ def cmd_events(args: argparse.Namespace) -> int:
         return True
 
     tail = EventTail(path)
+    shown = read = 0
     while True:
         for r in tail.new():
+            read += 1
             if keep(r):
+                shown += 1
                 print(json.dumps(r, ensure_ascii=False) if args.json else line_of(r),
                       flush=True)
         if not args.follow:
+            if not shown:  # say why there is nothing, on stderr (stdout stays the records)
+                print(f"the-loop: {_why_nothing(config.path, path, read)}", file=sys.stderr)
             return 0
         time.sleep(0.5)
+
+
+def _why_nothing(config: Path | None, path: Path, read: int) -> str:
+    if read:
+        return f"none of the {read} event(s) in {path} match --event and --work-item"
+    if config is None:
+        return ("no cli-config.yaml found, so no event log to read: pass --config PATH, set "
+                "$THE_LOOP_CLI_CONFIG, or run `the-loop init`")
+    return (f"no events yet in {path}: the loop writes them as it works (`the-loop poll`, "
+            "`the-loop serve`); a dry run (`hooks run`) writes none")

@@ -54,7 +54,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         print_json({"config": str(config.path or ""), "hooks": [e.to_json() for e in entries]})
         return 0
     if config.path is None:
-        print("no cli-config.yaml found (use --config PATH); no hooks declared")
+        print("no cli-config.yaml found (pass --config PATH, or run `the-loop init` to write "
+              "./.the-loop/cli-config.yaml); no hooks declared")
         return 0
     if not entries:
         print(f"{config.path}: no hooks declared")
