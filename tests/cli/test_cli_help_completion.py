@@ -42,6 +42,17 @@ def test_every_option_with_a_default_says_it_in_help(parser: argparse.ArgumentPa
             assert f"(default: {default})" in text, (command_of(parser), action.dest)
 
 
+@pytest.mark.parametrize("parser", PARSERS, ids=lambda p: command_of(p) or "the-loop")
+def test_every_argument_says_what_it_is(parser: argparse.ArgumentParser) -> None:
+    """No bare `ref` or `--summary` in a help page: each argument has a sentence."""
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction | argparse._VersionAction
+                      | argparse._SubParsersAction):
+            continue
+        assert action.help and action.help != argparse.SUPPRESS, (
+            command_of(parser), action.option_strings or action.dest)
+
+
 def test_poll_help_shows_its_interval_default() -> None:
     done = subprocess.run([sys.executable, "-m", "the_loop", "poll", "--help"],
                           capture_output=True, text=True, timeout=60, check=False)
@@ -61,6 +72,10 @@ def test_completion_prints_a_script_for_each_shell(shell: str) -> None:
     ("the-loop policy test --m", ["--min-coverage"]),
     ("the-loop comp", ["completion"]),
     ("the-loop completion f", ["fish"]),
+    ("the-loop hooks run w", ["work_item_start", "waiting_for_input", "work_item_complete"]),
+    ("the-loop hooks run session_", ["session_spawn", "session_spawned"]),
+    ("the-loop hooks points --point ph", ["phase_changed"]),
+    ("the-loop policy replay --point input", ["input_received"]),
 ])
 def test_the_shell_gets_candidates_from_the_parser(
     tmp_path: Path, line: str, want: list[str]

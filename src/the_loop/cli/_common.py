@@ -15,6 +15,17 @@ def config_of(args: argparse.Namespace) -> Config:
     return read_config(find_config(getattr(args, "config", None)))
 
 
+def completes_points(action: argparse.Action) -> None:
+    """The shell completes `action` with the lifecycle points (argcomplete reads the
+    action's `completer`; choices= would replace our did-you-mean error with argparse's)."""
+    def point_names(**_: Any) -> tuple[str, ...]:
+        from the_loop.hooks.points import POINTS
+
+        return tuple(POINTS)
+
+    setattr(action, "completer", point_names)  # noqa: B010 - argparse.Action has no such slot
+
+
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")

@@ -19,7 +19,9 @@ def register(sub: Any) -> None:
     e = sub.add_parser("events", help="the event log, readable (--json for machines)")
     e.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
     e.add_argument("--event", default="*", metavar="GLOB", help="e.g. 'hooks.*'")
-    e.add_argument("--work-item", default="", metavar="REF")
+    e.add_argument("--work-item", default="", metavar="REF",
+                   help="only this work item's events: local:acme/app#1, or just 1 "
+                        "(default: all)")
     add_json(e)
     e.set_defaults(func=cmd_events)
 

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from the_loop.cli._common import add_json, config_of, print_json
+from the_loop.cli._common import add_json, completes_points, config_of, print_json
 from the_loop.cli.serve_hooks import register_serve
 from the_loop.errors import UsageError
 from the_loop.events import EventLog
@@ -29,12 +29,15 @@ def register(sub: Any) -> None:
 
     pp = hs.add_parser("points", help="the catalog of lifecycle points: facts and decisions")
     add_json(pp)
-    pp.add_argument("--point", metavar="P", help="one point only")
+    completes_points(pp.add_argument("--point", metavar="P", help="one point only"))
     pp.set_defaults(func=cmd_points)
 
     pr = hs.add_parser("run", help="run the declared chain at one point on given fields")
-    pr.add_argument("point", metavar="POINT")
-    pr.add_argument("--context", metavar="FILE|-", help="a JSON object of the point's fields")
+    completes_points(pr.add_argument("point", metavar="POINT",
+                                     help=f"the lifecycle point: {', '.join(POINTS)}"))
+    pr.add_argument("--context", metavar="FILE|-",
+                    help="a JSON object of the point's fields, from FILE or stdin (-); fields "
+                         "left out take their defaults (default: an empty object)")
     pr.add_argument("--explain", action="store_true",
                     help="per policy rule: matched, not matched (the false part of `when` and "
                     "the fields it read) or failed; audit rules with what they would set")

@@ -18,7 +18,8 @@ def register(sub: Any) -> None:
         "init", help="write a cli-config.yaml, example policies with tests, an example hook",
     )
     p.add_argument("dir", metavar="DIR", nargs="?", default=DEFAULT_DIR,
-                   help="the folder to write (created if missing)")
+                   help="the folder to write, created if missing (default: ./.the-loop/, "
+                        "where the config lookup finds it)")
     p.set_defaults(func=cmd_init)
 
 

@@ -18,40 +18,42 @@ def register(sub: Any) -> None:
     s = p.add_subparsers(dest="items_command", metavar="SUBCOMMAND", required=True)
 
     a = s.add_parser("add", help="add a ticket or pull request; prints its ref")
-    a.add_argument("title")
-    a.add_argument("--body", default="")
+    a.add_argument("title", help="its title, one line")
+    a.add_argument("--body", default="", help="its description (default: empty)")
     a.add_argument("--kind", choices=("issue", "pull-request"), default="issue")
     a.add_argument("--for", dest="parent", default="", metavar="REF",
                    help="the ticket a pull request belongs to")
-    a.add_argument("--label", action="append", default=[], metavar="L")
-    a.add_argument("--author", default="")
+    a.add_argument("--label", action="append", default=[], metavar="L",
+                   help="a label to add; repeat for several (default: none)")
+    a.add_argument("--author", default="", metavar="LOGIN",
+                   help="the person who filed it (default: nobody named)")
     a.set_defaults(func=cmd_add)
 
     ls = s.add_parser("list", help="list work items")
-    ls.add_argument("--state", choices=("open", "closed"))
+    ls.add_argument("--state", choices=("open", "closed"), help="only these (default: all)")
     add_json(ls)
     ls.set_defaults(func=cmd_list)
 
     sh = s.add_parser("show", help="one work item with its comments")
-    sh.add_argument("ref")
+    sh.add_argument("ref", help="the work item: local:acme/app#1, or just its number")
     add_json(sh)
     sh.set_defaults(func=cmd_show)
 
     c = s.add_parser("comment", help="comment as a person")
-    c.add_argument("ref")
-    c.add_argument("text")
+    c.add_argument("ref", help="the work item: local:acme/app#1, or just its number")
+    c.add_argument("text", help="the comment; a slash command (/approve) is just text here")
     c.add_argument("--author", default=None, metavar="LOGIN",
                    help="the person you write for (default: someone)")
     c.set_defaults(func=cmd_comment)
 
     lb = s.add_parser("label", help="add (or --remove) a label")
-    lb.add_argument("ref")
-    lb.add_argument("label")
-    lb.add_argument("--remove", action="store_true")
+    lb.add_argument("ref", help="the work item: local:acme/app#1, or just its number")
+    lb.add_argument("label", help="the label, e.g. loop or quiet")
+    lb.add_argument("--remove", action="store_true", help="remove it instead of adding it")
     lb.set_defaults(func=cmd_label)
 
     cl = s.add_parser("close", help="close a work item as a person")
-    cl.add_argument("ref")
+    cl.add_argument("ref", help="the work item: local:acme/app#1, or just its number")
     cl.add_argument("--actor", default=None, metavar="LOGIN",
                    help="the person who closes it (default: someone)")
     cl.set_defaults(func=cmd_close)

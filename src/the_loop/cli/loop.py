@@ -21,14 +21,14 @@ if TYPE_CHECKING:
 
 def register(sub: Any) -> None:
     s = sub.add_parser("start", help="arm a ticket or pull request (the poller starts it)")
-    s.add_argument("ref")
+    s.add_argument("ref", help="the work item: local:acme/app#1, or just its number")
     s.add_argument("--actor", default=None, metavar="LOGIN",
                    help="the person you arm it for (default: $USER)")
     s.set_defaults(func=cmd_start)
 
     r = sub.add_parser("reply", help="answer, comment or send /approve, /reject, /stop")
-    r.add_argument("ref")
-    r.add_argument("text")
+    r.add_argument("ref", help="the work item: local:acme/app#1, or just its number")
+    r.add_argument("text", help="an answer, a comment, or /approve, /reject REASON, /stop")
     r.add_argument("--actor", default=None, metavar="LOGIN",
                    help="the person you write for (default: $USER)")
     r.add_argument("--wait", nargs="?", type=float, const=60.0, default=0.0, metavar="S",
@@ -38,22 +38,27 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("poll", help="the poller daemon: start armed items, read input")
     p.add_argument("--once", action="store_true", help="run one cycle and exit")
-    p.add_argument("--interval", type=float, default=5.0, metavar="S")
+    p.add_argument("--interval", type=float, default=5.0, metavar="S",
+                   help="seconds between cycles (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no line per thing the loop does")
     add_json(p)
     p.set_defaults(func=cmd_poll)
 
     a = sub.add_parser("ask", help="(inside a session) ask a person a question")
-    a.add_argument("text")
-    a.add_argument("--summary", default="")
-    a.add_argument("--work-item", default="", metavar="REF")
+    a.add_argument("text", help="the question, as the person will read it")
+    a.add_argument("--summary", default="",
+                   help="what you did so far, shown above the question (default: none)")
+    a.add_argument("--work-item", default="", metavar="REF",
+                   help="default: $THE_LOOP_WORK_ITEM, the session's own item")
     a.set_defaults(func=cmd_ask)
 
     g = sub.add_parser("graph", help="(inside a session) the phase graph")
     gs = g.add_subparsers(dest="graph_command", metavar="SUBCOMMAND", required=True)
     gc = gs.add_parser("complete", help="the agent's node is done: advance the graph")
-    gc.add_argument("--work-item", default="", metavar="REF")
-    gc.add_argument("--summary", default="")
+    gc.add_argument("--work-item", default="", metavar="REF",
+                    help="default: $THE_LOOP_WORK_ITEM, the session's own item")
+    gc.add_argument("--summary", default="",
+                    help="what the node produced, posted with the phase change (default: none)")
     gc.set_defaults(func=cmd_graph_complete)
 
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from the_loop.cli._common import add_json, config_of, print_json
+from the_loop.cli._common import add_json, completes_points, config_of, print_json
 from the_loop.errors import UsageError
 from the_loop.hooks.points import POINTS, unknown_point_message
 
@@ -35,7 +35,8 @@ def register(ps: Any) -> None:
     pr.add_argument("--since", metavar="AGE", default="",
                     help="only points recorded in the last AGE (e.g. 7d, 12h, 30m, 2w); "
                          "default: everything the log holds")
-    pr.add_argument("--point", metavar="P", default="", help="only this lifecycle point")
+    completes_points(pr.add_argument("--point", metavar="P", default="",
+                                     help="only this lifecycle point"))
     pr.add_argument("--work-item", metavar="REF", default="", help="only this work item")
     pr.add_argument("--fail-on-change", action="store_true",
                     help="exit 1 when any decision would change (for CI)")
