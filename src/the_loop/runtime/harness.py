@@ -134,6 +134,30 @@ def lock_holders(log_dir: Path, session_id: str) -> list[int]:
     return [pid for pid in holders if pid != os.getpid()]
 
 
+def held_session(pid: int | str, log_dir: Path) -> str:
+    """The session whose lock `pid` ("self" for this process) holds open, or ''.
+
+    A harness keeps its session's lock descriptor for its whole life, and its children
+    inherit it unless they close it: so a process that holds one is inside that session,
+    whether or not the loop has recorded the session yet (see `identity.agent_session`).
+    """
+    prefix = os.path.realpath(log_dir) + os.sep
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return ""
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith(prefix) and target.endswith(".lock"):
+            name = target[len(prefix):-len(".lock")]
+            if name and os.sep not in name:
+                return name
+    return ""
+
+
 def process_start_time(pid: int) -> str:
     """When a process started (clock ticks since boot, from /proc); '' when it is gone.
     A pid is reused; a pid with its start time names one process."""

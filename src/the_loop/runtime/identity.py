@@ -15,14 +15,21 @@ from pathlib import Path
 
 from the_loop.errors import UsageError
 from the_loop.runtime.db import Database
-from the_loop.runtime.harness import session_alive
+from the_loop.runtime.harness import held_session, session_alive
 
 AGENT_PREFIX = "agent:"
 
 
 def agent_session(db: Database, sessions_dir: Path) -> str:
-    """The agent session this process runs in ('' for the operator)."""
-    sid = os.environ.get("THE_LOOP_SESSION", "")
+    """The agent session this process runs in ('' for the operator), by the first of:
+
+    1. `THE_LOOP_SESSION` in its environment;
+    2. a session lock it holds itself (inherited from the harness);
+    3. its process session: the leader is a live harness the loop recorded, or
+    4. the leader holds a session's lock — a harness the loop has not recorded yet (the
+       moments between spawning a session and recording it, longer after a crash).
+    """
+    sid = os.environ.get("THE_LOOP_SESSION", "") or held_session("self", sessions_dir)
     if sid:
         return sid
     try:
@@ -33,7 +40,7 @@ def agent_session(db: Database, sessions_dir: Path) -> str:
                           (leader,)).fetchone()
     if row is not None and session_alive(sessions_dir, str(row["id"]), leader):
         return str(row["id"])
-    return ""
+    return held_session(leader, sessions_dir) if leader != os.getpid() else ""
 
 
 def acting_as(db: Database, state_dir: Path, named: str | None, default: str,
