@@ -53,6 +53,10 @@ def _column_of_call(text: str, name: str) -> int:
     return m.start() + 1 if m else 1
 
 
+#: Words that are JSON literals, and in JMESPath field names unless written `backquoted`.
+JSON_WORDS = ("true", "false", "null")
+
+
 def check_fields(
     paths: list[tuple[str, ...]], points: tuple[str, ...], text: str = ""
 ) -> list[str]:
@@ -88,11 +92,16 @@ def check_fields(
         if f'"{bad}"' in text:
             message += (f'. "{bad}" in double quotes is a field name in JMESPath; a string '
                         f"takes single quotes: '{bad}'.")
+        elif not prefix and bad in JSON_WORDS:
+            message += (f". A bare {bad} is a field name in JMESPath; a JSON literal takes "
+                        f"backquotes: `{bad}`.")
         elif hint:
             message += f"; did you mean {((prefix + '.') if prefix else '') + hint!r}?"
+        else:
+            message += "."
         if len(lacking) == 1:
             message += f" Valid: {', '.join(valid)}"
-        message += " (see `the-loop hooks points`)"
+        message += " (see `the-loop hooks points`)."
         out.append(message)
     return out
 

@@ -42,6 +42,7 @@ from the_loop.hooks.policy.checks import check_fields, describe_compile_error
 from the_loop.hooks.policy.expressions import compile_policy_expression
 from the_loop.hooks.policy.jmes import CompiledExpression, root_paths
 from the_loop.hooks.policy.typecheck import type_messages
+from the_loop.hooks.policy.yamlhints import yaml_hint
 
 FILE_KEYS = ("rules",)
 MODES = ("enforce", "audit")
@@ -212,6 +213,17 @@ RULE = Mapping(expected="a mapping with name, on and set", fields={
 })
 
 
+def _hint_for(path: Path, exc: yaml.YAMLError) -> str:
+    """The rule and the fix when the line YAML refused shows a known slip, else ''."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return ""
+    try:
+        return yaml_hint(yamlsafe.read_text(path), mark.line)
+    except OSError:
+        return ""
+
+
 class _Checker:
     """Collects rules and errors across the files of one folder."""
 
@@ -230,7 +242,8 @@ class _Checker:
             self.errors.append(f"{where}: cannot read: {exc.strerror or exc}")
             return
         except yaml.YAMLError as exc:
-            self.errors.append(f"{where}: not valid YAML {yamlsafe.describe_error(exc)}")
+            self.errors.append(f"{where}: not valid YAML {yamlsafe.describe_error(exc)}"
+                               f"{_hint_for(path, exc)}")
             return
         if not isinstance(data, dict) or "rules" not in data:
             said = "an empty file" if data is None else (

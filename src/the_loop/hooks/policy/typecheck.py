@@ -208,6 +208,8 @@ class Checker:
             for i, (arg, t) in enumerate(zip(node.get("children", []), args, strict=False)):
                 param = declared[min(i, len(declared) - 1)] if declared else {"types": []}
                 self._check_arg(node, name, i, arg, t, tuple(param.get("types", ())))
+        if name == "contains" and len(args) == 2 and self._never_holds(node, *args):
+            return T(kinds(BOOL), truth=False)
         if name in POLICY_FUNCTION_SPECS:
             ks = frozenset(POLICY_FUNCTION_SPECS[name].returns)
         else:
@@ -232,6 +234,24 @@ class Checker:
         self._fail(node, f"calls {name}() with {show(arg)} ({describe(t)}) as its {ordinal} "
                    f"argument, but {name}() takes {want} there, so every call fails. "
                    f"{_argument_fix(node, name, arg, t)}")
+
+    def _never_holds(self, node: Node, subject: T, search: T) -> bool:
+        """`contains(subject, search)` where the types say search can never be in subject:
+        a list whose elements are all of other types, or a string searched for a non-string."""
+        if search.kinds >= ANY or search.kinds >= EXPREF:
+            return False
+        if subject.kinds == kinds(ARR) and subject.elem:
+            held = subject.elem
+        elif subject.kinds == kinds(STR):
+            held = kinds(STR)
+        else:
+            return False
+        if search.kinds & held:
+            return False
+        self._fail(node, f"asks whether {self._side(node, 0, subject)} holds "
+                   f"{self._side(node, 1, search)}: it never can, so it is always false. "
+                   f"{_contains_fix(node, search)}")
+        return True
 
     def _side(self, node: Node, i: int, t: T) -> str:
         return f"{show(node['children'][i])} ({describe(t)})"
@@ -268,7 +288,9 @@ def _equality_fix(node: Node, a: T, b: T) -> str:
     x, tx, y, ty = _lit_side(node, a, b)
     sx, sy = show(x), show(y)
     if ARR in tx.kinds and STR in ty.kinds:
-        return f"To test whether the list holds it, write contains({sx}, {sy})."
+        neg = "" if node["value"] == "eq" else "!"
+        what = "holds" if node["value"] == "eq" else "lacks"
+        return f"To test whether the list {what} it, write {neg}contains({sx}, {sy})."
     if NUM in tx.kinds and _number_text(ty.literal):
         return f"A number literal takes backquotes: {sx} {OPS[node['value']]} `{ty.literal}`."
     if BOOL in tx.kinds and ty.literal in ("true", "false"):
@@ -291,11 +313,25 @@ def _ordering_fix(node: Node, a: T, b: T) -> str:
     x, tx, _y, ty = _lit_side(node, a, b)
     op = OPS[node["value"]]
     if NUM in tx.kinds and _number_text(ty.literal):
-        return f"A number literal takes backquotes: {show(x)} {op} `{ty.literal}`."
+        left, right = (show(x), f"`{ty.literal}`")
+        if x is not node["children"][0]:  # the literal was written first: keep the order
+            left, right = right, left
+        return f"A number literal takes backquotes: {left} {op} {right}."
     if STR in tx.kinds:
         return (f"{show(x)} is a string: compare it with == or !=, or test it with "
                 "starts_with() / ends_with() / contains().")
     return "Order numbers only (`the-loop hooks points` lists each field's type)."
+
+
+def _contains_fix(node: Node, search: T) -> str:
+    subject, needle = (show(c) for c in node["children"])
+    if search.literal is not NO_LITERAL:
+        return (f"A string takes single quotes: contains({subject}, "
+                f"{literal(json_text(search.literal))}).")
+    if search.kinds <= kinds(NUM, NULL) and NUM in search.kinds:
+        return f"Turn the number into a string first: contains({subject}, to_string({needle}))."
+    return ("Look for a value of the elements' type (`the-loop hooks points` lists each "
+            "field's type).")
 
 
 def _argument_fix(node: Node, name: str, arg: Node, t: T) -> str:

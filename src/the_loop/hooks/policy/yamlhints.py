@@ -1,0 +1,87 @@
+"""`yaml_hint(text, line)`: the fix for a rule file YAML refused, read off the offending line.
+
+Two slips turn a condition into a YAML error before any JMESPath is read: double quotes
+inside a double-quoted `when` (`when: "contains(labels, "x")"` ends the YAML string early),
+and an unquoted condition starting with `!` (`when: !contains(labels, 'x')` — a leading `!`
+is a YAML tag). The loader's message ("did not find expected key", "could not determine a
+constructor for the tag") names neither; this module looks at the line the error points to
+and says which rule it is in and how to write it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# `key: "…"` whose double-quoted value holds more double quotes (flow or block style).
+_INNER_QUOTES = re.compile(r'(?P<key>[A-Za-z_][\w-]*):\s*"(?P<value>.*)"')
+# `key: !…` — a value that YAML reads as a tag (`!!type` is YAML's own and left alone).
+_TAG = re.compile(r"(?P<key>[A-Za-z_][\w-]*):\s*(?P<value>![^!\s].*?)\s*(?:#.*)?$")
+_ITEM = re.compile(r"^(?P<indent>\s*)-\s")
+_NAME = re.compile(r"""^\s*(?:-\s+)?name:\s*["']?(?P<name>[^"'\s#]+)""")
+_FLOW_NAME = re.compile(r"""[{,]\s*name:\s*["']?(?P<name>[^"',}\s]+)""")
+
+
+def yaml_hint(text: str, line: int) -> str:
+    """' (in rule 'r' → when). The fix…' for a YAML error at 0-based `line`, or ''."""
+    lines = text.splitlines()
+    if not 0 <= line < len(lines):
+        return ""
+    src = lines[line]
+    found = _tag_hint(src) or _quote_hint(src)
+    if found is None:
+        return ""
+    key, fix = found
+    name = rule_at(lines, line)
+    where = f" (in rule {name!r} → {key})" if name else f" (at {key})"
+    return f"{where}. {fix}"
+
+
+def _quote_hint(src: str) -> tuple[str, str] | None:
+    m = _INNER_QUOTES.search(src)
+    if m is None or '"' not in m["value"]:
+        return None
+    key, value = m["key"], m["value"]
+    if key == "when":
+        single = value.replace('"', "'")
+        return key, f'JMESPath strings take single quotes: when: "{single}"'
+    return key, ('A double-quoted YAML string cannot hold a bare "; write \\" inside it, or '
+                 f"quote the whole value with single quotes: {key}: '{value}'")
+
+
+def _tag_hint(src: str) -> tuple[str, str] | None:
+    m = _TAG.search(src)
+    if m is None:
+        return None
+    key, value = m["key"], m["value"]
+    example = value if '"' not in value else "!contains(labels, 'x')"
+    what = "the condition" if key == "when" else "the value"
+    return key, (f"A value starting with ! is a YAML tag: quote {what}, e.g. "
+                 f'{key}: "{example}"')
+
+
+def rule_at(lines: list[str], line: int) -> str:
+    """The name of the rule whose list item holds `line` ('' when none can be read)."""
+    flow = _FLOW_NAME.search(lines[line])
+    if flow:
+        return flow["name"]
+    start, indent = -1, ""
+    for i in range(line, -1, -1):
+        m = _ITEM.match(lines[i])
+        if m and (i == line or len(m["indent"]) < _indent(lines[line])):
+            start, indent = i, m["indent"]
+            break
+    if start < 0:
+        return ""
+    for i in range(start, len(lines)):
+        if i > start and (m := _ITEM.match(lines[i])) and len(m["indent"]) <= len(indent):
+            break
+        if i > start and lines[i].strip() and _indent(lines[i]) <= len(indent):
+            break
+        named = _NAME.match(lines[i])
+        if named:
+            return named["name"]
+    return ""
+
+
+def _indent(src: str) -> int:
+    return len(src) - len(src.lstrip())
