@@ -34,6 +34,7 @@ from the_loop.hooks.points import (
     DECISION,
     POINTS,
     SPECS,
+    WORK_ITEM_FIELDS,
     check_value,
     closest,
     context_from_json,
@@ -272,10 +273,8 @@ def _read_case(
     point = checked.get("point")
     if point is None:
         return None
-    try:
-        context_from_json(point, checked["facts"])
-    except ValueError as exc:
-        fail("facts", str(exc))
+    for wrong in fact_problems(point, checked["facts"]):
+        fail("facts", wrong)
     expect = _check_expect(point, checked["expect"], fail) if "expect" in checked else {}
     rules = _rule_list(checked.get("rules"), "rules", point, policy, fail)
     audit = _rule_list(checked.get("audit"), "audit", point, policy, fail)
@@ -285,6 +284,39 @@ def _read_case(
     if len(errors) != before:
         return None
     return _Case(where, checked["name"], point, checked["facts"], expect, rules, audit)
+
+
+def fact_problems(point: str, facts: dict[Any, Any]) -> list[str]:
+    """Every problem of a case's `facts` at `point`, each with its did-you-mean (all at
+    once, so one run shows them all)."""
+    spec = SPECS[point]
+    names = [f.name for f in spec.fields]
+    out: list[str] = []
+    for key, value in facts.items():
+        fs = spec.field(str(key))
+        if fs is None:
+            out.append(_unknown(f"{point} has no field {key!r}", str(key), names))
+        elif fs.type == "WorkItem" and isinstance(value, dict):
+            for sub, item in value.items():
+                if sub not in WORK_ITEM_FIELDS:
+                    out.append(_unknown(f"{point}.{key} has no field {sub!r}", str(sub),
+                                        list(WORK_ITEM_FIELDS)))
+                elif type(item) is not (int if sub == "number" else str):
+                    want = "int" if sub == "number" else "str"
+                    out.append(f"{point}.{key}.{sub} must be {want} (got {item!r} that is "
+                               f"{type(item).__name__})")
+        else:
+            try:
+                check_value(fs, value, where=f"{point}.{key}")
+            except ValueError as exc:
+                out.append(str(exc))
+    return out
+
+
+def _unknown(said: str, name: str, valid: list[str]) -> str:
+    hint = closest(name, valid)
+    return (said + (f" (did you mean {hint!r}?)" if hint else "")
+            + f"; valid fields: {', '.join(valid)}")
 
 
 def _check_expect(point: str, expect: dict[Any, Any], fail: Any) -> dict[str, Any]:
