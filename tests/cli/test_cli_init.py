@@ -31,7 +31,10 @@ def test_right_after_init_the_author_commands_work_with_no_flags(
     assert done.returncode == 0
     check = run_cli("policy", "check")
     assert check.returncode == 0, check.stderr
-    assert check.stdout.startswith(f"{tmp_path / '.the-loop' / 'policies'}: 4 rule(s)")
+    folder = tmp_path / ".the-loop" / "policies"
+    header, listing = check.stdout.splitlines()[:2]
+    assert header == f"== policy entry 'house-rules' ({folder})"
+    assert listing.startswith(f"{folder}: 4 rule(s)")
     test = run_cli("policy", "test")
     assert test.returncode == 0, test.stdout
     assert test.stdout.splitlines()[-1] == "8 passed, 0 failed"

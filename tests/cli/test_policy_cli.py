@@ -79,7 +79,7 @@ def test_i5_6_check_lists_the_rules_per_point(tmp_path: Path, run_cli: Any) -> N
 def test_i5_6_check_json(tmp_path: Path, run_cli: Any) -> None:
     folder(tmp_path)
     done = run_cli("policy", "check", "policies", "--json")
-    data = json.loads(done.stdout)
+    [data] = json.loads(done.stdout)["folders"]
     assert data["rules"] == 3 and data["compile_stats"]["fallback"] == 0
     assert [r["name"] for r in data["points"]["session_spawn"]] == ["trusted-prs-only",
                                                                     "preamble"]
@@ -106,7 +106,7 @@ def test_i5_6_check_json_lists_every_error_for_ci(tmp_path: Path, run_cli: Any) 
         done = run_cli("policy", command, "policies", "--json")
         assert done.returncode == 1
         data = json.loads(done.stdout)
-        assert data["ok"] is False and len(data["errors"]) == 2
+        assert data["ok"] is False and len(data["folders"][0]["errors"]) == 2
 
 
 def test_i5_6_check_defaults_to_policies_next_to_the_config(
@@ -220,7 +220,8 @@ def test_i5_7_test_json_for_ci(tmp_path: Path, run_cli: Any) -> None:
     folder(tmp_path)
     done = run_cli("policy", "test", "policies", "--json")
     assert done.returncode == 0
-    data = json.loads(done.stdout)
+    assert json.loads(done.stdout)["ok"] is True
+    [data] = json.loads(done.stdout)["folders"]
     assert (data["ok"], data["passed"], data["failed"]) == (True, 3, 0)
     assert data["cases"][0]["rules"] == ["trusted-prs-only", "preamble"]
     assert data["cases"][2]["audit"] == ["quiet"]

@@ -68,7 +68,7 @@ def test_rule6_ordinary_anchors_and_merges_still_load(tmp_path: Path, run_cli: C
     """)
     done = run_cli("policy", "check", str(folder), "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["rules"] == 2
+    assert json.loads(done.stdout)["folders"][0]["rules"] == 2
 
 
 def test_rule6_the_alias_check_counts_each_node_once() -> None:
@@ -182,7 +182,7 @@ def test_rule6_dangling_symlinks_fifos_sockets_and_outside_links_are_load_errors
     finally:
         sock.close()
     assert done.returncode == 1
-    errors = json.loads(done.stdout)["errors"]
+    errors = json.loads(done.stdout)["folders"][0]["errors"]
     assert errors == [
         f"{folder / '20-gone.yaml'}: a dangling symlink (its target does not exist); remove "
         "it or point it at a rule file in this folder",
@@ -202,7 +202,7 @@ def test_rule6_a_link_to_a_rule_file_inside_the_folder_is_fine(
     (folder / "10-a.yaml").symlink_to(folder / "source.yml.txt")
     done = run_cli("policy", "check", str(folder), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(done.stdout)["rules"] == 1
+    assert json.loads(done.stdout)["folders"][0]["rules"] == 1
 
 
 # ------------------------------------------------------------- what an evaluation builds

@@ -97,7 +97,7 @@ def test_policy_test_explain_shows_each_rule_under_each_case(
     setup(tmp_path, write_config)
     done = run_cli("policy", "test", "--explain")
     assert done.returncode == 0, done.stdout
-    lines = done.stdout.splitlines()
+    lines = done.stdout.splitlines()[1:]  # after the entry's header
     assert lines[0] == "PASS  cases.yaml: an issue gets the preamble  (session_spawn)"
     assert lines[1] == ("      · trusted-prs-only: not matched: work_item.kind == "
                         "'pull-request' is false (work_item.kind = \"issue\")")
@@ -132,6 +132,9 @@ def test_min_coverage_fails_below_the_floor_naming_the_rules_no_case_matched(
     )
     assert run_cli("policy", "test", "--min-coverage", "60").returncode == 0
     data = json.loads(run_cli("policy", "test", "--min-coverage", "100", "--json").stdout)
+    assert data["ok"] is False
+    [data] = data["folders"]
+    assert data["ok"] is False
     assert data["coverage"]["ok"] is False and data["coverage"]["percent"] == 60.0
     assert data["unexercised"] == ["either", "quiet"]
     assert data["coverage"]["rules"]["either"] == {"matched": 0, "not_matched": 2}

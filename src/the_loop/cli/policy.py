@@ -47,11 +47,25 @@ def register_test(ps: Any) -> None:
                     help="under each case, why each rule at its point matched or not")
     pt.add_argument("--coverage", action="store_true",
                     help="per rule, how many cases matched it and how many did not")
-    pt.add_argument("--min-coverage", type=float, default=None, metavar="PCT",
+    pt.add_argument("--min-coverage", type=percent, default=None, metavar="PCT",
                     help="exit 1 when fewer than PCT%% of the rules are matched by some case, "
-                    "naming the rules no case matched (implies --coverage)")
+                    "naming the rules no case matched (implies --coverage); PCT is 0 to 100, "
+                    "with or without %%")
     add_json(pt)
     pt.set_defaults(func=cmd_test)
+
+
+def percent(text: str) -> float:
+    """`--min-coverage`'s value: a number from 0 to 100, optionally followed by %."""
+    number = text.strip().removesuffix("%").strip()
+    try:
+        value = float(number)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= 100:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"expected a percentage from 0 to 100 (e.g. 100 or 80%), got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -110,14 +124,20 @@ def _each(args: argparse.Namespace, one: Any) -> int:
     codes: list[int] = []
     docs: list[dict[str, Any]] = []
     for i, target in enumerate(found):
-        if len(found) > 1 and not args.json:
-            print(("\n" if i else "") + f"== policy entry {target.entry!r} ({target.folder})")
+        if target.entry and not args.json:
+            print(("\n" if i else "") + _header(target))
         code, doc = one(target)
         codes.append(code)
-        docs.append({"entry": target.entry, **doc} if target.entry else doc)
-    if args.json:
-        print_json(docs[0] if len(docs) == 1 else {"ok": not any(codes), "folders": docs})
+        docs.append({"entry": target.entry or None, **doc, "ok": code == 0})
+    if args.json:  # one shape for any number of entries; ok is false whenever the exit is not 0
+        print_json({"ok": max(codes) == 0, "folders": docs})
     return max(codes)
+
+
+def _header(target: Target) -> str:
+    """`== policy entry 'house-rules' (policies; on: session_spawn)`"""
+    on = f"; on: {', '.join(target.points)}" if target.points is not None else ""
+    return f"== policy entry {target.entry!r} ({target.folder}{on})"
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -212,7 +232,7 @@ def _test(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]
     if below:
         print(f"coverage {report.covered_percent:.1f}% is below --min-coverage {floor:g}: no "
               f"case matched {', '.join(report.unexercised)}; add a case to "
-              f"{folder / 'tests'} that each of them matches")
+              f"{folder / 'tests'} that each of them matches")  # below 100%: some rule is named
     return code, {}
 
 
