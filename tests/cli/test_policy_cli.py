@@ -319,3 +319,118 @@ def test_i5_9_guide_rule_examples_load_and_match_the_shipped_files(tmp_path: Pat
         if first.startswith("# ") and first.endswith(".yaml"):
             shipped = ROOT / "policies" / first[2:]
             assert yaml.safe_load(block) == yaml.safe_load(shipped.read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------- a newcomer's walk through issue 15, round 2
+
+
+def test_one_policy_entry_gets_a_header_naming_the_entry_and_its_on(
+    tmp_path: Path, run_cli: Any, write_config: Any
+) -> None:
+    folder(tmp_path)
+    write_config("loop: acme\nhooks:\n"
+                 "  - {name: house, policy: policies, on: [session_spawn, phase_changed]}\n")
+    for command in ("check", "test"):
+        done = run_cli("policy", command)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.splitlines()[0] == (
+            f"== policy entry 'house' ({tmp_path / 'policies'}; on: session_spawn, "
+            "phase_changed)")
+    write_config("loop: acme\nhooks:\n  - {name: house, policy: policies}\n")
+    assert run_cli("policy", "check").stdout.splitlines()[0] == (
+        f"== policy entry 'house' ({tmp_path / 'policies'})")
+    assert run_cli("policy", "check", "policies").stdout.startswith("policies: 3 rule(s)")
+
+
+def test_json_has_one_shape_whatever_the_number_of_policy_entries(
+    tmp_path: Path, run_cli: Any, write_config: Any
+) -> None:
+    folder(tmp_path)
+    for command in ("check", "test"):
+        given_dir = json.loads(run_cli("policy", command, "policies", "--json").stdout)
+        assert set(given_dir) == {"ok", "folders"} and given_dir["ok"] is True
+        assert [(f["entry"], f["folder"]) for f in given_dir["folders"]] == [
+            (None, "policies")]
+    write_config("loop: acme\nhooks:\n  - {name: one, policy: policies}\n")
+    one = json.loads(run_cli("policy", "test", "--json").stdout)
+    write_config("loop: acme\nhooks:\n  - {name: one, policy: policies}\n"
+                 "  - {name: two, policy: policies}\n")
+    two = json.loads(run_cli("policy", "test", "--json").stdout)
+    assert set(one) == set(two) == {"ok", "folders"}
+    assert [f["entry"] for f in one["folders"]] == ["one"]
+    assert [f["entry"] for f in two["folders"]] == ["one", "two"]
+    assert set(one["folders"][0]) == set(two["folders"][1])
+
+
+def test_json_ok_is_false_whenever_the_exit_code_is_not_zero(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    folder(tmp_path, cases=CASES.split("  - name: issue gets")[0])  # only one rule matched
+    done = run_cli("policy", "test", "policies", "--min-coverage", "100", "--json")
+    assert done.returncode == 1
+    data = json.loads(done.stdout)
+    [only] = data["folders"]
+    assert (data["ok"], only["ok"], only["failed"]) == (False, False, 0)
+    assert only["coverage"]["ok"] is False and only["coverage"]["min"] == 100
+    passing = run_cli("policy", "test", "policies", "--min-coverage", "60%", "--json")
+    assert passing.returncode == 0 and json.loads(passing.stdout)["ok"] is True
+
+
+def test_min_coverage_takes_0_to_100_with_or_without_a_percent_sign(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    folder(tmp_path, cases=CASES.split("  - name: issue gets")[0])  # 2 of 3 rules: 66.67%
+    for floor, code in (("100%", 1), ("100", 1), ("66%", 0), ("0", 0), ("0%", 0),
+                        ("66.6 %", 0), ("66.7", 1)):
+        done = run_cli("policy", "test", "policies", "--min-coverage", floor)
+        assert done.returncode == code, (floor, done.stdout, done.stderr)
+    below = run_cli("policy", "test", "policies", "--min-coverage", "100%")
+    assert below.stdout.splitlines()[-1] == (
+        "coverage 66.6% is below --min-coverage 100: no case matched quiet; add a case to "
+        "policies/tests that each of them matches")
+
+
+def test_min_coverage_outside_0_to_100_is_a_usage_error_in_one_sentence(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    folder(tmp_path)
+    for floor in ("150", "-5", "100.5", "abc", "50%%", "nan", "inf", ""):
+        done = run_cli("policy", "test", "policies", f"--min-coverage={floor}")
+        assert done.returncode == 2 and done.stdout == "", floor
+        assert done.stderr.splitlines()[-1] == (
+            "the-loop policy test: error: argument --min-coverage: expected a percentage from "
+            f"0 to 100 (e.g. 100 or 80%), got {floor!r}")
+
+
+def test_a_case_reports_every_problem_of_its_facts_at_once_each_with_did_you_mean(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    folder(tmp_path, cases="""\
+        cases:
+          - name: typos
+            point: session_spawn
+            facts: {lables: [x], work_item: {numbr: 3, kind: 5}, respawn: "yes"}
+            expect: {proceed: true}
+        """)
+    done = run_cli("policy", "test", "policies")
+    assert done.returncode == 1
+    where = "ERROR policies/tests/cases.yaml: case 'typos' → facts: session_spawn"
+    errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
+    assert errors == [
+        f"{where} has no field 'lables' (did you mean 'labels'?); valid fields: work_item, "
+        "loop, labels, actor, harness, model, command, cwd, respawn, endpoint, node, phase, "
+        "prompt, proceed, reason",
+        f"{where}.work_item has no field 'numbr' (did you mean 'number'?); valid fields: ref, "
+        "tracker, host, owner, repo, repository, number, kind, url, id",
+        f"{where}.work_item.kind must be str (got 5 that is int)",
+        f"{where}.respawn must be bool (got 'yes' that is str)",
+    ]
+
+
+def test_a_coverage_share_is_never_shown_rounded_up_to_the_floor_it_misses() -> None:
+    from the_loop.hooks.policy.testing import TestReport
+
+    report = TestReport("p", coverage={f"r{i}": [1, 0] for i in range(2000)},
+                        unexercised=["r0"])
+    assert report.covered_percent > 99.9 and report.shown_percent == 99.9
+    assert report.to_json()["coverage"]["percent"] == 99.9

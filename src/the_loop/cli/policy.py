@@ -230,7 +230,7 @@ def _test(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]
         summary += f", {len(report.errors)} test file error(s)"
     print(summary)
     if below:
-        print(f"coverage {report.covered_percent:.1f}% is below --min-coverage {floor:g}: no "
+        print(f"coverage {report.shown_percent:.1f}% is below --min-coverage {floor:g}: no "
               f"case matched {', '.join(report.unexercised)}; add a case to "
               f"{folder / 'tests'} that each of them matches")  # below 100%: some rule is named
     return code, {}
@@ -243,5 +243,5 @@ def _print_coverage(report: Any) -> None:
         flag = "" if matched else "  <- no case matches this rule"
         print(f"          {name:<{width}}  {matched:>7}  {missed:>11}{flag}")
     total = len(report.coverage)
-    print(f"coverage: {report.covered_percent:.1f}% of rules matched by a case "
+    print(f"coverage: {report.shown_percent:.1f}% of rules matched by a case "
           f"({total - len(report.unexercised)} of {total})")
