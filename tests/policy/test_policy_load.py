@@ -116,6 +116,81 @@ def test_i5_3_file_that_is_not_yaml_names_line_and_column(tmp_path: Path) -> Non
     assert "column" in error
 
 
+def test_inner_double_quotes_in_a_when_name_the_rule_and_say_strings_take_single_quotes(
+    tmp_path: Path,
+) -> None:
+    path = rule(tmp_path, """
+        - name: first
+          on: work_item_start
+          set: {proceed: false}
+        - name: refuse-by-label
+          on: work_item_start
+          when: "contains(labels, "do-not-automate")"
+          set: {proceed: false}
+    """)
+    assert only_error(tmp_path) == (
+        f"{path}: not valid YAML at line 8, column 30: did not find expected key (in rule "
+        "'refuse-by-label' → when). JMESPath strings take single quotes: when: "
+        "\"contains(labels, 'do-not-automate')\""
+    )
+    rule(tmp_path, """
+        - {name: flow, on: work_item_start, when: "contains(labels, "x")", set: {proceed: false}}
+    """)
+    assert only_error(tmp_path).endswith(
+        "(in rule 'flow' → when). JMESPath strings take single quotes: when: "
+        "\"contains(labels, 'x')\"")
+
+
+def test_an_unquoted_when_starting_with_bang_is_a_yaml_tag_and_the_error_says_quote_it(
+    tmp_path: Path,
+) -> None:
+    path = rule(tmp_path, """
+        - name: not-trusted
+          on: work_item_start
+          when: !contains(labels, 'trusted')
+          set: {proceed: false}
+    """)
+    assert only_error(tmp_path) == (
+        f"{path}: not valid YAML at line 5, column 27: did not find expected whitespace or "
+        "line break (in rule 'not-trusted' → when). A value starting with ! is a YAML tag: "
+        "quote the condition, e.g. when: \"!contains(labels, 'trusted')\""
+    )
+
+
+def test_a_bang_tag_that_parses_as_yaml_gets_the_same_quote_it_hint(tmp_path: Path) -> None:
+    path = rule(tmp_path, """
+        - on: work_item_start
+          when: !contains x
+          name: named-after
+          set: {proceed: false}
+    """)
+    assert only_error(tmp_path) == (
+        f"{path}: not valid YAML at line 4, column 11: could not determine a constructor for "
+        "the tag '!contains' (in rule 'named-after' → when). A value starting with ! is a YAML "
+        "tag: quote the condition, e.g. when: \"!contains x\""
+    )
+
+
+def test_inner_double_quotes_in_another_string_say_how_to_quote_it(tmp_path: Path) -> None:
+    rule(tmp_path, """
+        - name: r
+          on: work_item_start
+          set: {proceed: false, reason: "say "no""}
+    """)
+    assert only_error(tmp_path).endswith(
+        "(in rule 'r' → reason). A double-quoted YAML string cannot hold a bare \"; write \\\" "
+        "inside it, or quote the whole value with single quotes: reason: 'say \"no\"'")
+
+
+def test_a_yaml_error_with_no_known_slip_stays_as_it_was(tmp_path: Path) -> None:
+    path = rule(tmp_path, """
+        - name: r
+          on: [work_item_start
+    """)
+    error = only_error(tmp_path)
+    assert error.startswith(f"{path}: not valid YAML at line ") and "(in rule" not in error
+
+
 def test_i5_3_file_without_rules_list(tmp_path: Path) -> None:
     path = write(tmp_path, "a.yaml", "policies:\n  - name: x\n")
     error = only_error(tmp_path)

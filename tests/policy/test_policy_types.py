@@ -47,6 +47,72 @@ def test_a_list_compared_with_a_string_is_a_load_error_suggesting_contains(
     )
 
 
+def test_a_list_compared_unequal_with_a_string_suggests_not_contains(tmp_path: Path) -> None:
+    assert load_error(tmp_path, "labels != 'x'") == (
+        "\"labels != 'x'\" compares labels (a list of strings) with 'x' (a string): they are "
+        "never equal, so it is always true. To test whether the list lacks it, write "
+        "!contains(labels, 'x')."
+    )
+    assert load_error(tmp_path, "'x' != labels").endswith("write !contains(labels, 'x').")
+    assert load_error(tmp_path, "'x' == labels").endswith("write contains(labels, 'x').")
+
+
+@pytest.mark.parametrize(("when", "fix"), [
+    ("respawn == 'true'", "test the field itself: respawn."),
+    ("respawn != 'true'", "test the field itself: !respawn."),
+    ("respawn == 'false'", "test the field itself: !respawn."),
+    ("respawn != 'false'", "test the field itself: respawn."),
+    ("work_item.number == '5'", "work_item.number == `5`."),
+    ("work_item.number != '5'", "work_item.number != `5`."),
+    ("actor != `3`", "A string takes single quotes: actor != '3'."),
+    ("work_item.number > '5'", "work_item.number > `5`."),
+    ("'5' <= work_item.number", "A number literal takes backquotes: `5` <= work_item.number."),
+])
+def test_every_comparison_fix_keeps_the_operator_and_the_order_as_written(
+    tmp_path: Path, when: str, fix: str
+) -> None:
+    assert load_error(tmp_path, when).endswith(fix)
+
+
+def test_contains_of_a_value_a_list_of_strings_never_holds_is_a_load_error(
+    tmp_path: Path,
+) -> None:
+    assert load_error(tmp_path, "contains(labels, `5`)") == (
+        "'contains(labels, `5`)' asks whether labels (a list of strings) holds `5` (a number): "
+        "it never can, so it is always false. A string takes single quotes: "
+        "contains(labels, '5')."
+    )
+    assert load_error(tmp_path, "!contains(labels, work_item.number)").endswith(
+        "contains(labels, work_item.number) asks whether labels (a list of strings) holds "
+        "work_item.number (a number): it never can, so it is always false. Turn the number "
+        "into a string first: contains(labels, to_string(work_item.number)).")
+    assert load_error(tmp_path, "contains(actor, `true`)").endswith(
+        "asks whether actor (a string) holds `true` (a boolean): it never can, so it is always "
+        "false. A string takes single quotes: contains(actor, 'true').")
+    assert load_error(tmp_path, "contains(['a', 'b'], `null`)").startswith(
+        "\"contains(['a', 'b'], `null`)\" asks whether ['a', 'b'] (a list of strings) holds "
+        "`null` (null)")
+
+
+@pytest.mark.parametrize("word", ["true", "false", "null"])
+def test_a_bare_true_false_or_null_is_a_field_and_gets_the_backquote_hint(
+    tmp_path: Path, word: str
+) -> None:
+    assert load_error(tmp_path, f"actor == {word}") == (
+        f"'actor == {word}' reads '{word}' at column 10, but the context at session_spawn has "
+        f"no field '{word}'. A bare {word} is a field name in JMESPath; a JSON literal takes "
+        f"backquotes: `{word}`. Valid: work_item, loop, labels, actor, harness, model, command, "
+        "cwd, respawn, endpoint, node, phase, prompt, proceed, reason (see `the-loop hooks "
+        "points`)."
+    )
+
+
+def test_an_unknown_field_with_no_close_name_ends_its_sentence_before_the_valid_list(
+    tmp_path: Path,
+) -> None:
+    assert "has no field 'zzz'. Valid: work_item," in load_error(tmp_path, "zzz == 'a'")
+
+
 def test_a_number_ordered_against_a_string_is_a_load_error_suggesting_backquotes(
     tmp_path: Path,
 ) -> None:
@@ -142,7 +208,7 @@ def _quote(word: str) -> str:
 def atom(draw: st.DrawFn, point: str) -> str:
     """A well-typed condition that reads at least one field of `point`."""
     f = _fields(point)
-    choices = ["str_eq", "str_fn", "contains_lit"]
+    choices = ["str_eq", "str_fn", "contains_lit", "contains_str", "contains_mixed"]
     if f["int"]:
         choices += ["num_cmp"]
     if f["bool"]:
@@ -160,6 +226,11 @@ def atom(draw: st.DrawFn, point: str) -> str:
         return f"{fn}({lowered}, {w})"
     if kind == "contains_lit":
         return f"contains(['a', 'acme/app'], {s})"
+    if kind == "contains_str":  # a string field searched for a string, literal or field
+        return f"contains({s}, {draw(st.sampled_from([w, *f['str']]))})"
+    if kind == "contains_mixed":  # a literal list of strings and numbers holds either
+        needle = draw(st.sampled_from([*f["str"], *f["int"], w, f"`{draw(NUMS)}`"]))
+        return f"contains(['a', `1`], {needle})"
     if kind == "num_cmp":
         op = draw(st.sampled_from(["==", "!=", "<", "<=", ">", ">="]))
         return f"{draw(st.sampled_from(f['int']))} {op} `{draw(NUMS)}`"
@@ -168,8 +239,8 @@ def atom(draw: st.DrawFn, point: str) -> str:
     if kind == "bool_eq":
         return f"{draw(st.sampled_from(f['bool']))} == `{draw(st.sampled_from(['true', 'false']))}`"
     lst = draw(st.sampled_from(f["list"]))
-    if kind == "contains":
-        return f"contains({lst}, {w})"
+    if kind == "contains":  # a list of strings searched for a string, a field or an element
+        return f"contains({lst}, {draw(st.sampled_from([w, *f['str'], f'{lst}[0]']))})"
     if kind == "length":
         return f"length({lst}) {draw(st.sampled_from(['>', '==', '<=']))} `{draw(NUMS)}`"
     if kind == "index":
@@ -212,6 +283,8 @@ def mistake(draw: st.DrawFn) -> tuple[str, str, dict[str, object]]:
     when = draw(st.sampled_from([
         f"{lst} == 'draft'", "work_item.number == '5'", "respawn == 'true'",
         "work_item.number > 'a'", "actor < 'm'", "work_item.kind == `1`",
+        "contains(labels, `5`)", "contains(labels, work_item.number)", "contains(actor, `1`)",
+        "contains(labels, `null`)", "contains(['5', 'a'], work_item.number)",
     ]))
     facts = {
         "labels": draw(st.lists(st.sampled_from(["draft", "5", "a"]), max_size=3)),

@@ -158,7 +158,11 @@ class Checker:
         if kind == "flatten":
             self.infer(ch[0], cur)
             return T(kinds(ARR, NULL))
-        if kind in ("value_projection", "multi_select_list", "multi_select_dict"):
+        if kind == "multi_select_list":  # [a, b]: a list of their values; null on null
+            elem = frozenset().union(*(self.infer(c, cur).kinds for c in ch))
+            ks = kinds(ARR) if cur.kinds <= kinds(OBJ, ARR, STR, NUM, BOOL) else kinds(ARR, NULL)
+            return T(ks, elem=elem, truth=True if ks == kinds(ARR) and ch else None)
+        if kind in ("value_projection", "multi_select_dict"):
             for child in ch:
                 if isinstance(child, Mapping):
                     self.infer(child, UNKNOWN if kind == "value_projection" else cur)
