@@ -434,3 +434,24 @@ def test_a_coverage_share_is_never_shown_rounded_up_to_the_floor_it_misses() -> 
                         unexercised=["r0"])
     assert report.covered_percent > 99.9 and report.shown_percent == 99.9
     assert report.to_json()["coverage"]["percent"] == 99.9
+
+
+def test_a_broken_entry_does_not_hide_the_entries_after_it(
+    tmp_path: Path, run_cli: Any, write_config: Any
+) -> None:
+    folder(tmp_path)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "r.yaml").write_text(
+        "rules:\n  - {name: a, on: session_spawn, when: \"lables\", set: {proceed: false}}\n",
+        "utf-8")
+    write_config("loop: acme\nhooks:\n  - {name: first, policy: broken}\n"
+                 "  - {name: second, policy: policies}\n")
+    done = run_cli("policy", "check")
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"the-loop: {broken / 'r.yaml'}: rule 'a' → when: 'lables'")
+    assert done.stdout.splitlines()[:3] == [
+        f"== policy entry 'first' ({broken})", "",
+        f"== policy entry 'second' ({tmp_path / 'policies'})",
+    ]
+    assert f"{tmp_path / 'policies'}: 3 rule(s)" in done.stdout

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from the_loop.cli._common import add_json, config_of, print_json
-from the_loop.errors import LoopError
+from the_loop.errors import LoopError, PolicyError
 from the_loop.hooks.declaration import parse_hooks
 from the_loop.hooks.points import POINTS
 
@@ -126,7 +127,11 @@ def _each(args: argparse.Namespace, one: Any) -> int:
     for i, target in enumerate(found):
         if target.entry and not args.json:
             print(("\n" if i else "") + _header(target))
-        code, doc = one(target)
+        try:
+            code, doc = one(target)
+        except PolicyError as exc:  # this entry's errors, then the next entry (text only)
+            print(f"the-loop: {exc}", file=sys.stderr)
+            code, doc = exc.exit_code, {}
         codes.append(code)
         docs.append({"entry": target.entry or None, **doc, "ok": code == 0})
     if args.json:  # one shape for any number of entries; ok is false whenever the exit is not 0
