@@ -35,6 +35,7 @@ Internal exceptions, each caught where it is named and never seen by a user:
 
 from __future__ import annotations
 
+import json
 import reprlib
 from typing import Any
 
@@ -158,6 +159,15 @@ def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def one_line(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """`text` safe for one line of a terminal or log: JSON-quoted when it holds a newline,
+    an escape sequence or any other character that is not printable, and cut to `limit`.
+    For anything a caller, an agent or a hook chose (a ref, a hook's error)."""
+    if not text.isprintable():
+        text = json.dumps(text[:limit * 2])  # \n, ESC, U+2028 … spelled as escapes
+    return clip(text, limit)
 
 
 def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:

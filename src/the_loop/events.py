@@ -85,8 +85,10 @@ class EventLog:
         *,
         source: str = "the-loop",
         secrets: Callable[[], Iterable[str]] | None = None,
+        keep: int = 10_000,
     ) -> None:
         self.path = Path(path) if path is not None else None
+        self.keep = keep  # records kept in `memory` (0: none, for a server's log)
         self.source = source
         self.memory: list[dict[str, Any]] = []
         self._secrets = secrets
@@ -112,9 +114,10 @@ class EventLog:
                 record = _redact(record, found)
                 line = _ENCODER.encode(record)
         with self._lock:
-            self.memory.append(record)
-            if len(self.memory) > 10_000:
-                del self.memory[:5_000]
+            if self.keep:
+                self.memory.append(record)
+                if len(self.memory) > self.keep:
+                    del self.memory[:max(1, self.keep // 2)]
             if self.path is not None:
                 try:
                     os.write(self._fd(), (line + "\n").encode("utf-8"))
@@ -124,6 +127,11 @@ class EventLog:
             with contextlib.suppress(Exception):
                 self.on_emit(record)
         return record
+
+    def add_secrets(self, more: Callable[[], Iterable[str]]) -> None:
+        """Also replace what `more` returns, besides the secrets the log already knows."""
+        given = self._secrets
+        self._secrets = lambda: [*more(), *(given() if given is not None else ())]
 
     def secrets_in(self, text: str) -> list[str]:
         """The secrets this log knows (four characters or more) that occur in `text`, raw or
@@ -237,6 +245,7 @@ class EventTail:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.offset = 0
+        self.unreadable = 0  # complete lines that were not a JSON object
 
     def new(self) -> list[dict[str, Any]]:
         try:
@@ -252,7 +261,9 @@ class EventTail:
             try:
                 record = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
+                record = None
             if isinstance(record, dict):
                 out.append(record)
+            else:
+                self.unreadable += 1
         return out

@@ -184,6 +184,19 @@ def test_events_says_why_it_printed_nothing(run_cli: Any, tmp_path: Path) -> Non
     assert "none of the 1 event(s) in" in filtered.stderr
     shown = run_cli("events")
     assert "loop.armed" in shown.stdout and shown.stderr == ""
+    # Lines someone else wrote: not events, or with a time that is not one.
+    (tmp_path / "state" / "events.jsonl").write_text("garbage\n[1]\n", encoding="utf-8")
+    junk = run_cli("events")
+    assert junk.returncode == 0 and junk.stderr == (
+        f"the-loop: 2 line(s) of {tmp_path / 'state' / 'events.jsonl'} are not events (not "
+        "JSON objects); is it the-loop's event log?\n")
+    (tmp_path / "state" / "events.jsonl").write_text(
+        '{"event": "x", "ts": "soon", "work_item": "a\\nb"}\n{"event": "y", "ts": 1e300}\n',
+        encoding="utf-8")
+    odd = run_cli("events")
+    assert odd.returncode == 0, odd.stderr
+    assert odd.stdout.splitlines()[0].startswith('--:--:-- x')
+    assert '"a\\nb"' in odd.stdout.splitlines()[0] and len(odd.stdout.splitlines()) == 2
 
 
 # ------------------------------------------------------------------ abuse case 1

@@ -94,3 +94,19 @@ def test_init_elsewhere_prints_commands_that_name_the_config(
     assert done.returncode == 0
     assert f"the-loop --config {config} policy test --coverage" in done.stdout
     assert run_cli("--config", str(config), "policy", "test").returncode == 0
+
+
+def test_init_into_a_folder_with_a_space_prints_commands_that_paste_into_a_shell(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    done = run_cli("init", "team's loop/cfg")
+    assert done.returncode == 0, done.stderr
+    [check] = [line.strip() for line in done.stdout.splitlines()
+               if line.strip().startswith("the-loop --config") and "policy check" in line]
+    env = {k: v for k, v in os.environ.items() if k != "THE_LOOP_CLI_CONFIG"}
+    pasted = subprocess.run(
+        ["bash", "-c", check.replace("the-loop ", f"{shlex.quote(sys.executable)} -m the_loop ",
+                                     1)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert pasted.returncode == 0, pasted.stderr
+    assert "4 rule(s)" in pasted.stdout

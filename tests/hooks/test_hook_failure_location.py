@@ -24,6 +24,7 @@ from the_loop.hooks.chain import Chain, Link
 from the_loop.hooks.loading import load_chain
 from the_loop.hooks.points import SessionSpawn
 from the_loop.hooks.remote import RemoteExecutor
+from the_loop.sdk.hooks import LifecycleHooks
 
 # A hook that fails in a helper function of its own, one that fails inside the standard library,
 # and one that raises the same exception object on every call.
@@ -205,3 +206,75 @@ def test_issue15_a_refusal_reason_says_what_was_raised_not_where(project: Path) 
         "required hook 'acme' failed: ValueError: the prompt names no ticket")
     assert ("hooks.failed acme: ValueError: the prompt names no ticket (at hooks/acme.py:"
             f"{line_of(ACME, 'raise ValueError')})") in err
+
+
+def test_issue15_a_virtualenv_inside_the_hooks_folder_is_not_the_hooks_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project with its .venv under the hook's folder: a library's raise inside it is
+    blamed on the hook's line that called the library."""
+    import the_loop.hooks.location as location
+
+    lib = tmp_path / ".venv" / "site-packages"
+    lib.mkdir(parents=True)
+    (lib / "parser_lib.py").write_text("def parse(text):\n    raise ValueError('bad')\n",
+                                       encoding="utf-8")
+    monkeypatch.setattr(location, "_LIBRARIES", (str(lib.resolve()) + "/",))
+    monkeypatch.syspath_prepend(str(lib))
+    source = ("from the_loop.sdk.hooks import LifecycleHooks\nimport parser_lib\n\n"
+              "class Uses(LifecycleHooks):\n    def session_spawn(self, ctx):\n"
+              "        parser_lib.parse(ctx.prompt)\n")
+    (tmp_path / "uses.py").write_text(source, encoding="utf-8")
+    config = tmp_path / "cli-config.yaml"
+    config.write_text("hooks:\n  - {name: uses, path: uses.py}\n", encoding="utf-8")
+    [step] = load_chain(config).invoke(SessionSpawn(prompt="p")).steps
+    assert step.error == (f"ValueError: bad (at {(tmp_path / 'uses.py').resolve()}:"
+                          f"{line_of(source, 'parser_lib.parse(ctx.prompt)')})")
+
+
+def test_issue15_a_class_whose_metaclass_hides_init_fails_its_entry_not_the_command(
+    tmp_path: Path
+) -> None:
+    (tmp_path / "meta.py").write_text(textwrap.dedent("""\
+        from the_loop.sdk.hooks import LifecycleHooks
+
+        class Hide(type(LifecycleHooks)):
+            def __getattribute__(cls, name):
+                if name == "__init__":
+                    raise RuntimeError("metaclass says no")
+                return super().__getattribute__(name)
+
+        class Meta(LifecycleHooks, metaclass=Hide):
+            def __init__(self):
+                raise ValueError("no db")
+
+            def session_spawn(self, ctx):
+                return None
+    """), encoding="utf-8")
+    config = tmp_path / "cli-config.yaml"
+    config.write_text("hooks:\n  - {name: meta, path: meta.py}\n", encoding="utf-8")
+    with pytest.raises(HooksConfigError) as info:
+        load_chain(config)
+    assert str(info.value).startswith(
+        "hooks[0] ('meta'): constructing Meta(**with) failed: ValueError: no db")
+
+
+def test_issue15_a_made_up_traceback_cannot_put_a_line_break_in_the_location() -> None:
+    class Lying(Exception):
+        @property  # type: ignore[misc]
+        def __traceback__(self) -> Any:
+            class Line(int):
+                def __format__(self, spec: str) -> str:
+                    return "1\nthe-loop: forged"
+
+            code = type("C", (), {"co_filename": "/tmp/x.py"})()
+            frame = type("F", (), {"f_code": code, "f_back": None})()
+            return type("T", (), {"tb_frame": frame, "tb_lineno": Line(1), "tb_next": None})()
+
+    class Raises(LifecycleHooks):
+        def session_spawn(self, ctx: SessionSpawn) -> None:
+            raise Lying("looks fine")
+
+    [step] = Chain([Link("r", Raises(), frozenset({"session_spawn"}))],
+                   log=EventLog()).invoke(SessionSpawn(prompt="p")).steps
+    assert "\n" not in step.error and step.error.startswith("Lying: looks fine")

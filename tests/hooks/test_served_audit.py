@@ -122,3 +122,83 @@ def test_wsgi_app_with_an_unwritable_events_file_names_the_variable(
                       "THE_LOOP_HOOK_EVENTS": str(tmp_path / "a-file" / "e.jsonl")})
     assert str(info.value).startswith("THE_LOOP_HOOK_EVENTS: ")
     assert "cannot append events there" in str(info.value)
+
+
+def test_a_caller_cannot_forge_or_colour_a_server_log_line(tmp_path: Path, rules: Path) -> None:
+    """The ref is the caller's: a newline or an escape sequence in it is shown escaped."""
+    served = Served(["hooks", "serve", "--policy", "rules", "--port", "0"], tmp_path)
+    forged = "acme/x#1\nthe-loop: session_spawn ok 0.01 ms\n\x1b[31mRED\x1b[0m"
+    try:
+        post(served.url, {**DRAFT, "params": {"prompt": "a draft", "work_item": {"ref": forged}}})
+    finally:
+        _, err = served.stop()
+    assert "\x1b" not in err
+    [audit] = [line for line in err.splitlines() if "audit at session_spawn" in line]
+    assert audit.startswith('the-loop: "acme/x#1\\nthe-loop: session_spawn ok 0.01 ms\\n')
+    # The one real per-call line, and no line the caller wrote.
+    assert len([line for line in err.splitlines()
+                if line.startswith("the-loop: session_spawn ok ")]) == 1
+    assert not [line for line in err.splitlines() if line.startswith(("RED", "the-loop: sess"))
+                and not line.startswith("the-loop: session_spawn ok ")]
+
+
+def test_the_servers_token_never_reaches_its_stderr_nor_a_declared_chains_event_log(
+    tmp_path: Path
+) -> None:
+    """--declared without --events records in the config's event log: the server's token is
+    replaced there too, and in the per-call lines (a method or a key named after it)."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "rules.yaml").write_text(RULES, encoding="utf-8")
+    (tmp_path / "cli-config.yaml").write_text(
+        "loop: acme\nstateDir: state\nhooks:\n  - {name: house, policy: rules}\n",
+        encoding="utf-8")
+    served = Served(["hooks", "serve", "--declared", "--port", "0", "--token-env", "HOOK_TOKEN"],
+                    tmp_path, env={"HOOK_TOKEN": TOKEN,
+                                   "THE_LOOP_CLI_CONFIG": str(tmp_path / "cli-config.yaml")})
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        post(served.url, DRAFT, auth)
+        post(served.url, {**DRAFT, "method": TOKEN}, auth)
+        post(served.url, {**DRAFT, "params": {"prompt": "p", TOKEN: 1}}, auth)
+    finally:
+        _, err = served.stop()
+    events = (tmp_path / "state" / "events.jsonl").read_text(encoding="utf-8")
+    assert [a["rules"] for a in _audits(tmp_path / "state" / "events.jsonl")] == [["no-drafts"]]
+    assert TOKEN not in events and "[redacted]" in events
+    assert TOKEN not in err
+    assert "the-loop: [redacted] error -32601" in err
+    assert "(ignored: [redacted])" in err
+
+
+def test_a_servers_log_keeps_nothing_in_memory(tmp_path: Path) -> None:
+    """A long-running server must not grow with its callers: records go to the file only."""
+    from the_loop.hooks.hosted import served_log
+
+    log = served_log(tmp_path / "events.jsonl")
+    for _ in range(3):
+        log.emit("hooks.audit", point="session_spawn", hook="p", rules=["r"], would={})
+    assert log.memory == []
+    assert len((tmp_path / "events.jsonl").read_text(encoding="utf-8").splitlines()) == 3
+
+
+def test_a_log_that_cannot_be_written_never_changes_an_answer() -> None:
+    """stderr gone (a closed pipe): each request still gets its own answer, a notification
+    none; the log costs its line only."""
+    from the_loop.hooks.jsonrpc import CallRecord, handle_request
+    from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
+
+    class Prefix(LifecycleHooks):
+        def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+            ctx.prompt = "[p] " + ctx.prompt
+            return ctx
+
+    def broken(call: CallRecord) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    call = {"jsonrpc": "2.0", "method": "session_spawn", "params": {"prompt": "x"}, "id": 7}
+    answer = json.loads(handle_request(Prefix(), json.dumps(call).encode(), on_call=broken))
+    assert answer == {"jsonrpc": "2.0", "result": {"prompt": "[p] x"}, "id": 7}
+    note = {k: v for k, v in call.items() if k != "id"}
+    assert handle_request(Prefix(), json.dumps(note).encode(), on_call=broken) == b""
+    bad = json.loads(handle_request(Prefix(), b"{nope", on_call=broken))
+    assert bad["error"]["code"] == -32700

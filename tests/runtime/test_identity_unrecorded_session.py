@@ -64,3 +64,50 @@ def test_an_operator_command_is_not_mistaken_for_an_agent_after_sessions_ended(
     (sessions / "s-0123456789ab.lock").write_text("12345", encoding="utf-8")
     done = ld.cli("reply", ref, "/approve", "--actor", "alice")
     assert done.returncode == 0 and "comment" in done.stdout
+
+
+REMOVER = """\
+import fcntl, json, os, subprocess, sys
+lock_path, out, *argv = sys.argv[1:]
+fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.unlink(lock_path)  # a hostile agent removes its lock file from the folder
+env = {k: v for k, v in os.environ.items() if k != "THE_LOOP_SESSION"}
+done = subprocess.run(argv, env=env, capture_output=True, text=True, pass_fds=(fd,))
+with open(out, "w") as f:
+    json.dump([done.returncode, done.stderr], f)
+"""
+
+
+def test_issue11_rule2_removing_the_lock_file_does_not_make_an_agent_the_operator(
+    ld: LoopDir, tmp_path: Path
+) -> None:
+    ref = ld.add()
+    sessions = ld.state / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    remover = ld.write("remover.py", REMOVER)
+    out = tmp_path / "answer.json"
+    subprocess.run(
+        [sys.executable, str(remover), str(sessions / "s-0123456789ab.lock"), str(out),
+         *ld.argv("reply", ref, "/approve", "--actor", "alice")],
+        cwd=ld.root, env=ld.env(), start_new_session=True, timeout=60, check=True)
+    code, err = json.loads(out.read_text(encoding="utf-8"))
+    assert code == 2 and "runs inside agent session s-0123456789ab" in err
+
+
+def test_an_operator_holding_an_unlocked_lock_file_open_is_still_the_operator(
+    ld: LoopDir
+) -> None:
+    """A descriptor merely open on a lock file (a shell's `exec 9<file`) names no session:
+    only a held lock does."""
+    ref = ld.add()
+    sessions = ld.state / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    lock = sessions / "s-deadbeef0000.lock"
+    lock.write_text("", encoding="utf-8")
+    done = subprocess.run(
+        ["bash", "-c", 'exec 9<"$0"; exec "$@"', str(lock),
+         *ld.argv("reply", ref, "/approve", "--actor", "alice")],
+        cwd=ld.root, env=ld.env(), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "posted as alice" in done.stdout

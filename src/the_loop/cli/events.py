@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.cli._common import add_json, config_of
+from the_loop.errors import one_line
 
 _SKIP = ("ts", "event", "source", "pid", "work_item")
 
@@ -27,13 +28,21 @@ def register(sub: Any) -> None:
 
 
 def line_of(record: dict[str, Any]) -> str:
-    when = time.strftime("%H:%M:%S", time.localtime(float(record.get("ts", 0))))
+    """One event as one line: every value printable and cut (a ref, a reason or a hook's
+    error may come from a caller, an agent or a hook: none may forge or colour a line)."""
+    ts = record.get("ts", 0)
+    try:
+        when = time.strftime("%H:%M:%S", time.localtime(float(ts)))
+    except (TypeError, ValueError, OverflowError, OSError):  # a line someone else wrote
+        when = "--:--:--"
     rest = " ".join(
-        f"{k}={json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v}"
+        f"{one_line(str(k), 80)}="
+        f"{one_line(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False), 300)}"
         for k, v in record.items() if k not in _SKIP
     )
-    ref = record.get("work_item") or ""
-    return f"{when} {record.get('event', '?'):<18} {ref:<20} {rest}".rstrip()
+    ref = one_line(str(record.get("work_item") or ""), 300)
+    event = one_line(str(record.get("event", "?")), 80)
+    return f"{when} {event:<18} {ref:<20} {rest}".rstrip()
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -64,12 +73,16 @@ def cmd_events(args: argparse.Namespace) -> int:
                       flush=True)
         if not args.follow:
             if not shown:  # say why there is nothing, on stderr (stdout stays the records)
-                print(f"the-loop: {_why_nothing(config.path, path, read)}", file=sys.stderr)
+                print(f"the-loop: {_why_nothing(config.path, path, read, tail.unreadable)}",
+                      file=sys.stderr)
             return 0
         time.sleep(0.5)
 
 
-def _why_nothing(config: Path | None, path: Path, read: int) -> str:
+def _why_nothing(config: Path | None, path: Path, read: int, unreadable: int) -> str:
+    if unreadable and not read:
+        return (f"{unreadable} line(s) of {path} are not events (not JSON objects); is it "
+                "the-loop's event log?")
     if read:
         return f"none of the {read} event(s) in {path} match --event and --work-item"
     if config is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(f"wrote {folder}/: cli-config.yaml, policies/ ({rules} rules, each with a test "
           "case in policies/tests/), hooks/example.py")
     found = config in {p.absolute() for p in lookup_paths()} and not os.environ.get(ENV_VAR)
-    flag = "" if found else f" --config {config}"
+    flag = "" if found else f" --config {shlex.quote(str(config))}"  # pasted into a shell
     if not found:
         print(f"(the lookup does not find {config} from here: the commands below pass "
               f"--config; or set ${ENV_VAR})")

@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -32,6 +34,7 @@ from the_loop.hooks.hosted import (
     ChainExecutor,
     declared_executor,
     policy_executor,
+    redactor,
     served_log,
 )
 from the_loop.hooks.jsonrpc import (
@@ -86,9 +89,10 @@ def serve(args: argparse.Namespace) -> int:
     log = served_log(args.events, token_env) if args.events or not args.declared else None
     executor = _executor(args, log)
     shown = executor.chain.log if isinstance(executor, ChainExecutor) else log
+    redact = redactor(token_env)
     if shown is not None and not args.quiet:
-        shown.on_emit = _finding_log
-    on_call = first_sighting_log() if args.quiet else _per_call_log()
+        shown.on_emit = lambda record: _finding_log(record, redact)
+    on_call = first_sighting_log(redact) if args.quiet else _per_call_log(redact)
     try:
         server = HookServer(executor, host=args.host, port=args.port, token_env=token_env,
                             on_call=on_call)
@@ -140,7 +144,7 @@ def _executor(args: argparse.Namespace, log: EventLog | None) -> AnyExecutor:
     if args.policy:
         return policy_executor(args.policy, log=log)
     if args.declared:
-        return declared_executor(config_of(args), log=log)
+        return declared_executor(config_of(args), log=log, token_env=args.token_env or "")
     try:
         with_ = json.loads(args.with_json or "{}")
     except ValueError as exc:
@@ -170,7 +174,7 @@ def _exists_or_hint(args: argparse.Namespace, option: str, value: str | None) ->
         return
     there = config.folder / value
     if there.exists():
-        shown = os.path.relpath(there)
+        shown = shlex.quote(os.path.relpath(there))  # pasted into a shell
         raise LoopError(
             f"{option} {value}: nothing at {Path(value).absolute()}; paths on the command line "
             f"resolve against the working directory. Beside the config in effect it is "
@@ -186,13 +190,13 @@ def _what(args: argparse.Namespace, executor: AnyExecutor) -> str:
     return type(executor).__name__
 
 
-def _finding_log(record: dict[str, Any]) -> None:
+def _finding_log(record: dict[str, Any], redact: Callable[[str], str]) -> None:
     """A served policy's audit finding (or a declared chain's failure) as one stderr line."""
     if record["event"] in ("hooks.audit", "hooks.failed"):
-        print(f"the-loop: {line_of(record)}", file=sys.stderr, flush=True)
+        print(redact(f"the-loop: {line_of(record)}"), file=sys.stderr, flush=True)
 
 
-def _per_call_log() -> OnCall:
+def _per_call_log(redact: Callable[[str], str]) -> OnCall:
     def record(call: CallRecord) -> None:
         line = f"the-loop: {call.point} {call.status} {call.ms:.2f} ms"
         if call.refused:
@@ -201,7 +205,7 @@ def _per_call_log() -> OnCall:
             line += f" (raised at {call.raised_at})"
         if call.ignored:
             line += f" (ignored: {', '.join(call.ignored)})"
-        print(line, file=sys.stderr, flush=True)
+        print(redact(line), file=sys.stderr, flush=True)
 
     return record
 

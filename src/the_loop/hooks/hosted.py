@@ -65,13 +65,10 @@ def policy_executor(
 
 def served_log(path: str | Path | None, token_env: str = "") -> EventLog:
     """Where a hook server records what its policies and chain found (`hooks.audit`,
-    `hooks.failed`, …): JSON lines appended to `path` (in memory when None), the server's
-    own bearer token replaced wherever a caller's context carried it."""
-    def secrets() -> list[str]:
-        token = os.environ.get(token_env, "") if token_env else ""
-        return [token] if token else []
-
-    log = EventLog(path, source="hooks-serve", secrets=secrets)
+    `hooks.failed`, …): JSON lines appended to `path` (when None, only its `on_emit` hears
+    them), the server's own bearer token replaced wherever a caller's context carried it.
+    It keeps nothing in memory: a long-running server must not grow with its callers."""
+    log = EventLog(path, source="hooks-serve", secrets=token_of(token_env), keep=0)
     try:
         log.open_now()  # a server that would lose every finding refuses to start instead
     except OSError as exc:
@@ -80,12 +77,39 @@ def served_log(path: str | Path | None, token_env: str = "") -> EventLog:
     return log
 
 
-def declared_executor(config: Config, *, log: EventLog | None = None) -> ChainExecutor:
+def declared_executor(
+    config: Config, *, log: EventLog | None = None, token_env: str = ""
+) -> ChainExecutor:
     """The chain `config` declares, as one executor; raises `HooksConfigError` when it
-    cannot load (every entry is built: imports, policies, remote clients)."""
+    cannot load (every entry is built: imports, policies, remote clients). Its events go to
+    `log`, else to the config's own event log; either way the server's token (`token_env`)
+    is replaced wherever a caller's context carried it."""
     if config.path is None:
         raise HooksConfigError(
             "no cli-config.yaml found to serve the declared chain of: pass --config PATH "
             "or set $THE_LOOP_CLI_CONFIG"
         )
-    return ChainExecutor(chain_from_config(config, log=log))
+    executor = ChainExecutor(chain_from_config(config, log=log))
+    executor.chain.log.add_secrets(token_of(token_env))
+    return executor
+
+
+def token_of(token_env: str) -> Callable[[], list[str]]:
+    """The server's own bearer token, read when asked (never stored), as a secrets getter."""
+    def secrets() -> list[str]:
+        token = os.environ.get(token_env, "") if token_env else ""
+        return [token] if token else []
+
+    return secrets
+
+
+def redactor(token_env: str) -> Callable[[str], str]:
+    """A log line with the server's token replaced, for lines a caller's input reaches."""
+    get = token_of(token_env)
+
+    def redact(line: str) -> str:
+        for token in get():
+            line = line.replace(token, "[redacted]")
+        return line
+
+    return redact

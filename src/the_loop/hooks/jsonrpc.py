@@ -21,6 +21,7 @@ It is the whole server logic, for any HTTP framework (`HookServer`, the WSGI app
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -96,7 +97,7 @@ def _listed(keys: list[str]) -> tuple[str, ...]:
     return (*shown, f"… {extra} more") if extra > 0 else shown
 
 
-def first_sighting_log() -> OnCall:
+def first_sighting_log(redact: Callable[[str], str] = str) -> OnCall:
     """An `on_call` that writes each ignored key to stderr once per point (not per call),
     for the first `MAX_SEEN` distinct keys; a caller inventing names cannot fill memory."""
     seen: set[tuple[str, str]] = set()
@@ -111,8 +112,8 @@ def first_sighting_log() -> OnCall:
                 return
             seen.update((call.point, k) for k in new)
         if new:
-            print(f"the-loop: {call.point}: ignoring field(s) this catalog does not know: "
-                  f"{', '.join(new)}", file=sys.stderr, flush=True)
+            print(redact(f"the-loop: {call.point}: ignoring field(s) this catalog does not "
+                         f"know: {', '.join(new)}"), file=sys.stderr, flush=True)
 
     return record
 
@@ -195,12 +196,13 @@ def _report(
         return
     error = answer.get("error")
     result = answer.get("result")
-    on_call(CallRecord(
-        seen.point, f"error {error['code']}" if error else "ok",
-        (time.perf_counter() - started) * 1000.0, _listed(seen.ignored),
-        "".join(seen.raised_at),
-        refused=isinstance(result, dict) and result.get("proceed") is False,
-    ))
+    with contextlib.suppress(Exception):  # a log that cannot be written costs its line only
+        on_call(CallRecord(
+            seen.point, f"error {error['code']}" if error else "ok",
+            (time.perf_counter() - started) * 1000.0, _listed(seen.ignored),
+            "".join(seen.raised_at),
+            refused=isinstance(result, dict) and result.get("proceed") is False,
+        ))
 
 
 def _one(executor: AnyExecutor, req: Any, on_call: OnCall | None) -> dict[str, Any] | None:

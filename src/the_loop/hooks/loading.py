@@ -99,7 +99,7 @@ def construct(
     except BaseException as exc:  # whatever a hook's constructor raises fails its entry
         reraise_if_real(exc)
         raise _fail(entry, "with", f"constructing {cls.__name__}(**with) failed: "
-                                   f"{failure_line(exc, cls.__init__)}", at_key=False) from None
+                                   f"{failure_line(exc, cls)}", at_key=False) from None
 
 
 def _import_installed(name: str) -> ModuleType:
@@ -249,8 +249,7 @@ def chain_from_config(config: Any, *, log: EventLog | None = None) -> Chain:
     entries: list[HookEntry] = []
     try:
         entries = parse_hooks(config.hooks, config.folder)
-        given = log._secrets  # a caller's own secrets (a hook server's token) are kept
-        log._secrets = lambda: [*secrets_of(entries), *(given() if given else ())]
+        log.add_secrets(lambda: secrets_of(entries))  # a caller's own (a server's token) stay
         chain = build_chain(entries, log=log)
     except HooksConfigError as exc:
         log.emit("hooks.load_failed", error=str(exc), config=str(config.path or ""))

@@ -4,7 +4,8 @@ A hook's failure is reported as one line (`chain.exception_line`), never a trace
 adds ` (at hooks/acme.py:12)` to it. The line chosen is the deepest frame of the traceback
 that belongs to the hook:
 
-1. in the folder of the code the chain called (the hook's own file, or its package), else
+1. in the folder of the code the chain called (the hook's own file, or its package; not a
+   virtualenv inside that folder), else
 2. anywhere outside the-loop, the standard library and installed packages, else
 3. nowhere: an exception raised by our own code or by a library with no hook frame in
    between gets no location rather than a misleading one.
@@ -37,6 +38,8 @@ MAX_FRAMES = 5000
 
 def code_file(fn: Callable[..., Any] | None) -> str | None:
     """The file `fn` (a function, bound method or callable object) was defined in."""
+    if isinstance(fn, type):  # a class: its constructor
+        fn = getattr(fn, "__init__", None)
     target: Any = getattr(fn, "__func__", fn)
     code = getattr(target, "__code__", None)
     if code is None and callable(target):  # a callable object: its class's __call__
@@ -53,11 +56,13 @@ def raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
     for _ in range(MAX_FRAMES):
         if tb is None:
             break
-        name = tb.tb_frame.f_code.co_filename
+        name, line = tb.tb_frame.f_code.co_filename, tb.tb_lineno
+        if type(name) is not str or type(line) is not int:  # a traceback the hook made up
+            break
         if not name.startswith("<"):  # <string>, <frozen …>: nothing to open
             path = real.get(name) or real.setdefault(name, os.path.realpath(name))
             if not path.startswith(_OURS):
-                frames.append((path, tb.tb_lineno))
+                frames.append((path, line))
         inner = tb.tb_next
         # An exception object raised a second time keeps its old traceback after the new
         # frames; the old part is where a frame was not called by the one before it.
@@ -67,8 +72,9 @@ def raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
     home_file = code_file(fn)
     home = os.path.dirname(os.path.realpath(home_file)) + os.sep if home_file else None
     picked = None
-    if home and not home.startswith(_OURS):
-        picked = next((f for f in reversed(frames) if f[0].startswith(home)), None)
+    if home and not home.startswith(_OURS):  # (a virtualenv inside it is not the hook's)
+        picked = next((f for f in reversed(frames)
+                       if f[0].startswith(home) and not f[0].startswith(_LIBRARIES)), None)
     if picked is None:
         picked = next((f for f in reversed(frames) if not f[0].startswith(_LIBRARIES)), None)
     if picked is None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError, LoopError
-from the_loop.hooks.hosted import declared_executor, policy_executor, served_log
+from the_loop.hooks.hosted import declared_executor, policy_executor, redactor, served_log
 from the_loop.hooks.jsonrpc import (
     AnyExecutor,
     OnCall,
@@ -98,8 +98,9 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> WSGIApplication:
         )
     source = given[0]
     value = env[f"{ENV_PREFIX}{source}"]
-    try:
-        log = served_log(env.get(f"{ENV_PREFIX}EVENTS", "") or None, token_env)
+    events = env.get(f"{ENV_PREFIX}EVENTS", "") or None
+    try:  # a declared chain records in its config's event log unless EVENTS names a file
+        log = served_log(events, token_env) if events or source != "CONFIG" else None
     except LoopError as exc:
         raise HooksConfigError(f"{ENV_PREFIX}EVENTS: {exc}") from None
     executor: AnyExecutor
@@ -111,7 +112,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> WSGIApplication:
     elif source == "CONFIG":
         try:
             executor = declared_executor(read_config(Path(value).expanduser().absolute()),
-                                         log=log)
+                                         log=log, token_env=token_env)
         except LoopError as exc:
             raise HooksConfigError(f"{ENV_PREFIX}CONFIG: {exc}") from None
     else:
@@ -122,7 +123,8 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> WSGIApplication:
             names={"path": f"{ENV_PREFIX}PATH", "module": f"{ENV_PREFIX}MODULE",
                    "executor": f"{ENV_PREFIX}EXECUTOR", "with": f"{ENV_PREFIX}WITH"},
         )
-    return make_wsgi_app(executor, token_env=token_env, on_call=first_sighting_log())
+    return make_wsgi_app(executor, token_env=token_env,
+                         on_call=first_sighting_log(redactor(token_env)))
 
 
 def _with(env: Mapping[str, str]) -> dict[str, Any]:

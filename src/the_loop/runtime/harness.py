@@ -135,11 +135,13 @@ def lock_holders(log_dir: Path, session_id: str) -> list[int]:
 
 
 def held_session(pid: int | str, log_dir: Path) -> str:
-    """The session whose lock `pid` ("self" for this process) holds open, or ''.
+    """The session whose lock `pid` ("self" for this process) holds, or ''.
 
-    A harness keeps its session's lock descriptor for its whole life, and its children
-    inherit it unless they close it: so a process that holds one is inside that session,
-    whether or not the loop has recorded the session yet (see `identity.agent_session`).
+    A harness keeps its session's lock descriptor, locked, for its whole life, and its
+    children inherit it unless they close it: so a process holding one is inside that
+    session, whether or not the loop has recorded the session yet (`identity`). The lock
+    must really be held (a descriptor merely open on a lock file names nobody), and a lock
+    file removed from the folder still counts (its descriptor is what holds the lock).
     """
     prefix = os.path.realpath(log_dir) + os.sep
     try:
@@ -148,14 +150,32 @@ def held_session(pid: int | str, log_dir: Path) -> str:
         return ""
     for fd in fds:
         try:
-            target = os.readlink(fd)
+            target = os.readlink(fd).removesuffix(" (deleted)")
         except OSError:
             continue
-        if target.startswith(prefix) and target.endswith(".lock"):
-            name = target[len(prefix):-len(".lock")]
-            if name and os.sep not in name:
-                return name
+        name = target[len(prefix):-len(".lock")] if target.startswith(prefix) and \
+            target.endswith(".lock") else ""
+        if name and os.sep not in name and _locked(fd):
+            return name
     return ""
+
+
+def _locked(fd_link: Path) -> bool:
+    """Whether the file behind /proc/<pid>/fd/<n> is flock-ed by someone (a fresh open of
+    it is refused the lock)."""
+    try:
+        fd = os.open(fd_link, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing releases a lock we took
+    return False
 
 
 def process_start_time(pid: int) -> str:
