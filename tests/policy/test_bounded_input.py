@@ -118,6 +118,17 @@ def test_rule6_a_16kb_dotted_path_fails_the_load_with_a_bounded_message(
     assert len(line) < 1000
 
 
+def test_rule6_a_yaml_slip_on_a_huge_line_is_reported_without_the_hint_scan_hanging(
+        tmp_path: Path, run_cli: CliRun) -> None:
+    """A tag followed by a megabyte of blanks: the YAML error names the file, line and
+    column at once (the hint patterns once took hours here: `run_cli` stops at 60 s)."""
+    folder = _policy(tmp_path, "rules:\n  - name: r\n    on: session_spawn\n    when: !b"
+                               + " " * 1_000_000 + "c: d\n")
+    done = run_cli("policy", "check", str(folder))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "rules.yaml" in done.stderr and "line 4" in done.stderr
+
+
 # ------------------------------------------------------------------- regular expressions
 
 REDOS = """\

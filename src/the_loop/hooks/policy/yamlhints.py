@@ -15,10 +15,13 @@ import re
 # `key: "…"` whose double-quoted value holds more double quotes (flow or block style).
 _INNER_QUOTES = re.compile(r'(?P<key>[A-Za-z_][\w-]*):\s*"(?P<value>.*)"')
 # `key: !…` — a value that YAML reads as a tag (`!!type` is YAML's own and left alone).
-_TAG = re.compile(r"(?P<key>[A-Za-z_][\w-]*):\s*(?P<value>![^!\s].*?)\s*(?:#.*)?$")
+_TAG = re.compile(r"(?P<key>[A-Za-z_][\w-]*):\s*(?P<value>![^!\s][^#]*)(?:#.*)?$")
 _ITEM = re.compile(r"^(?P<indent>\s*)-\s")
 _NAME = re.compile(r"""^\s*(?:-\s+)?name:\s*["']?(?P<name>[^"'\s#]+)""")
 _FLOW_NAME = re.compile(r"""[{,]\s*name:\s*["']?(?P<name>[^"',}\s]+)""")
+#: A line longer than this gets no hint (the error still names file, line and column): the
+#: patterns above stay cheap on anything a person writes, and on nothing else.
+MAX_HINT_LINE = 2000
 
 
 def yaml_hint(text: str, line: int) -> str:
@@ -27,6 +30,8 @@ def yaml_hint(text: str, line: int) -> str:
     if not 0 <= line < len(lines):
         return ""
     src = lines[line]
+    if len(src) > MAX_HINT_LINE:
+        return ""
     found = _tag_hint(src) or _quote_hint(src)
     if found is None:
         return ""
@@ -52,7 +57,7 @@ def _tag_hint(src: str) -> tuple[str, str] | None:
     m = _TAG.search(src)
     if m is None:
         return None
-    key, value = m["key"], m["value"]
+    key, value = m["key"], m["value"].rstrip()
     example = value if '"' not in value else "!contains(labels, 'x')"
     what = "the condition" if key == "when" else "the value"
     return key, (f"A value starting with ! is a YAML tag: quote {what}, e.g. "
