@@ -17,7 +17,7 @@ import json
 import sqlite3
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,9 @@ VERSION = 2
 READS = (1, 2)
 PRUNE_EVERY = 3600.0  # seconds between two prunes in one process
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+#: What json.loads runs, without its layers of Python (set in JSONDecoder.__init__; typeshed
+#: does not list it).
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _DECISIONS: dict[str, tuple[str, ...]] = {
     point: tuple(d.name for d in spec.decisions) for point, spec in SPECS.items()
 }
@@ -114,7 +117,9 @@ def entry_of(ctx: Context, outcome: Outcome, kinds: dict[str, str]) -> dict[str,
 def expand(point: str, rec: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """A stored record's steps with every change in full, and its final decisions."""
     context = rec["context"]
-    current = {name: context[name] for name in _DECISIONS[point]}
+    current: dict[str, Any] = {}
+    for name in _DECISIONS[point]:  # a loop, not a comprehension: one frame less per record
+        current[name] = context[name]
     steps: list[dict[str, Any]] = rec["steps"]
     for step in steps:
         edits = step.pop("edits", None)
@@ -221,6 +226,21 @@ class Recorded:
     refused_by: str = ""
 
 
+def _decode(text: Any) -> Any:
+    """`json.loads(text)`: the C scanner alone when the text is one bare JSON value (what this
+    version writes); anything else — whitespace around it, bytes, an error — goes through
+    `json.loads` itself, so the value or the error is json.loads's own."""
+    if type(text) is str:
+        try:
+            value, end = _SCAN(text, 0)
+        except (StopIteration, ValueError):
+            pass
+        else:
+            if end == len(text):
+                return value
+    return json.loads(text)
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     if not path.is_file():
         raise LoopError(f"no state database at {path}: the decision log is written there as "
@@ -276,7 +296,7 @@ def read_points(path: Path, *, since: float | None = None, point: str = "",
     there and skipped.
     """
     conn = _connect(path)
-    loads = json.loads
+    loads = _decode
     try:
         where, params = _where(since, point, work_item)
         rows = conn.execute(

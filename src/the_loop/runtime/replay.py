@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from the_loop.config import Config
 from the_loop.events import EventLog
@@ -24,19 +24,13 @@ from the_loop.hooks.chain import Chain, Link, Outcome
 from the_loop.hooks.declaration import parse_hooks
 from the_loop.hooks.executor import Decisions, HookError
 from the_loop.hooks.loading import build_chain
-from the_loop.hooks.points import (
-    POINTS,
-    SPECS,
-    WORK_ITEM_FIELDS,
-    Context,
-    WorkItem,
-    context_from_json,
-)
+from the_loop.hooks.points import SPECS, Context
 from the_loop.hooks.policy.executor import PolicyExecutor
 from the_loop.hooks.policy.rules import AFFIXES
 from the_loop.runtime.decisionlog import Recorded, kind_of
+from the_loop.runtime.rebuild import rebuild
 
-__all__ = ["RecordedAnswer", "Replayer", "Report", "replay_chain"]
+__all__ = ["RecordedAnswer", "Replayer", "Report", "rebuild", "replay_chain"]
 
 _DECISIONS = {point: tuple(d.name for d in spec.decisions) for point, spec in SPECS.items()}
 
@@ -48,58 +42,6 @@ NOUNS = {
     "input_received": ("input", "inputs"), "phase_changed": ("phase change", "phase changes"),
     "work_item_complete": ("completion", "completions"),
 }
-
-
-_TYPES: dict[str, dict[str, type]] = {
-    point: {f.name: {"str": str, "bool": bool, "int": int, "list[str]": list,
-                     "WorkItem": dict}[f.type] for f in spec.fields}
-    for point, spec in SPECS.items()
-}
-_ITEM_TYPES = {name: int if name == "number" else str for name in WORK_ITEM_FIELDS}
-_new = object.__new__
-
-
-def rebuild(point: str, data: Any) -> Context:
-    """The context a recorded point entered the chain with.
-
-    A record this version wrote has every field with its catalog type, and is rebuilt
-    directly; anything else goes through `context_from_json` (defaults for missing fields,
-    `ValueError` naming a wrong one).
-    """
-    types = _TYPES[point]
-    if type(data) is not dict or len(data) != len(types):
-        return context_from_json(point, data)
-    fields: dict[str, Any] = {}
-    for key, value in data.items():
-        want = types.get(key)
-        if type(value) is not want:
-            return context_from_json(point, data)
-        if want is dict:
-            item = _work_item(cast(dict[str, Any], value))
-            if item is None:
-                return context_from_json(point, data)
-            fields[key] = item
-        else:
-            if want is list:
-                for v in cast(list[Any], value):
-                    if type(v) is not str:
-                        return context_from_json(point, data)
-            fields[key] = value
-    ctx: Context = _new(POINTS[point])
-    ctx.__dict__ = fields
-    return ctx
-
-
-def _work_item(data: dict[str, Any]) -> WorkItem | None:
-    """A WorkItem from a record with exactly its fields, each of its type; else None."""
-    if len(data) != len(_ITEM_TYPES):
-        return None
-    for key, value in data.items():
-        if type(value) is not _ITEM_TYPES.get(key):
-            return None
-    item: WorkItem = _new(WorkItem)
-    item.__dict__.update(data)  # a frozen record: filled once, here, never changed after
-    return item
 
 
 def reapply(before: str, after: str, now: str) -> str:
@@ -298,8 +240,10 @@ class Replayer:
         after = outcome.context.__dict__
         before = rec.decisions
         names = _DECISIONS[rec.point]
-        if any(after[name] != before.get(name) for name in names):
-            self._differ(rec, outcome, names)
+        for name in names:
+            if after[name] != before.get(name):
+                self._differ(rec, outcome, names)
+                break
         if self.on_outcome is not None:
             self.on_outcome(rec, ctx, outcome)
         return outcome
