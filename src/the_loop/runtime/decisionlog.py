@@ -296,7 +296,7 @@ def read_points(path: Path, *, since: float | None = None, point: str = "",
     there and skipped.
     """
     conn = _connect(path)
-    loads = _decode
+    decode = _decode
     try:
         where, params = _where(since, point, work_item)
         rows = conn.execute(
@@ -305,7 +305,7 @@ def read_points(path: Path, *, since: float | None = None, point: str = "",
         )
         for row_id, at, pt, ref, text in rows:
             try:
-                rec = loads(text)
+                rec = decode(text)
                 if rec.get("v") not in READS:
                     raise ValueError(f"record version {rec.get('v')!r}, expected {VERSION}")
                 steps, decisions = expand(pt, rec)
