@@ -20,9 +20,8 @@ def test_init_edit_type_error_fix_explain_and_full_coverage(
     rules.write_text(rules.read_text("utf-8").replace(
         original, "when: \"labels == 'do-not-automate' || labels == 'wip'\""), "utf-8")
     check = run_cli("policy", "check")
-    policies = tmp_path / ".the-loop" / "policies"
     assert check.returncode == 1
-    assert check.stdout == f"== policy entry 'house-rules' ({policies})\n"
+    assert check.stdout == "== policy entry 'house-rules' (.the-loop/policies)\n"
     assert check.stderr.startswith("the-loop: 2 errors in policy folder ")
     assert (f"{rules}: rule 'refuse-by-label' → when: \"labels == 'do-not-automate' || "
             "labels == 'wip'\": labels == 'do-not-automate' compares labels (a list of "

@@ -33,7 +33,7 @@ def test_right_after_init_the_author_commands_work_with_no_flags(
     assert check.returncode == 0, check.stderr
     folder = tmp_path / ".the-loop" / "policies"
     header, listing = check.stdout.splitlines()[:2]
-    assert header == f"== policy entry 'house-rules' ({folder})"
+    assert header == "== policy entry 'house-rules' (.the-loop/policies)"
     assert listing.startswith(f"{folder}: 4 rule(s)")
     test = run_cli("policy", "test")
     assert test.returncode == 0, test.stdout

@@ -146,7 +146,7 @@ def test_serve_refuses_with_a_message_naming_the_option(
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["--path", "missing.py"], "--path: no file at"),
+    (["--path", "missing.py"], "--path missing.py: nothing at"),
     (["--path", "hooks.py"], "--executor: 'hooks.py' defines several LifecycleHooks subclasses "
      "(Freeze, Prefix); name one with --executor"),
     (["--module", "json"], "--module: 'json' defines no LifecycleHooks subclass"),

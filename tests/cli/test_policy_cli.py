@@ -129,10 +129,40 @@ def test_i5_6_check_without_config_uses_dot_policies(tmp_path: Path, run_cli: An
     assert done.stdout.startswith("policies: 3 rule(s)")
 
 
+def test_a_folder_named_relative_to_the_config_not_here_says_which_path_to_pass(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """Right after `init`, `policy check policies` from the project folder: the folder is
+    in .the-loop/, and the sentence says so (it is what the guide writes)."""
+    assert run_cli("init").returncode == 0
+    done = run_cli("policy", "check", "policies")
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"the-loop: policies: nothing at {tmp_path / 'policies'}; paths on the command line "
+        "resolve against the working directory. Beside the config in effect it is "
+        ".the-loop/policies: pass .the-loop/policies, or leave DIR out to use every policy: "
+        "entry of the config in effect\n")
+    assert run_cli("policy", "check", ".the-loop/policies").returncode == 0
+
+
+def test_json_without_any_policy_folder_is_still_one_json_document(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """A CI step parses stdout: with nothing to check it gets ok: false and the reason."""
+    for command in ("check", "test"):
+        done = run_cli("policy", command, "--json")
+        assert done.returncode == 1
+        doc = json.loads(done.stdout)
+        assert doc["ok"] is False and doc["folders"] == []
+        assert doc["error"].startswith("no policy folder: pass DIR")
+
+
 def test_i5_6_check_missing_folder(tmp_path: Path, run_cli: Any) -> None:
     done = run_cli("policy", "check", "nowhere")
     assert done.returncode == 1
-    assert "nowhere: no such folder" in done.stderr
+    assert done.stderr == (f"the-loop: nowhere: nothing at {tmp_path / 'nowhere'} (a path on "
+                           "the command line is relative to the working directory); leave DIR "
+                           "out to use every policy: entry of the config in effect\n")
 
 
 # ------------------------------------------------------------------ test
@@ -334,11 +364,10 @@ def test_one_policy_entry_gets_a_header_naming_the_entry_and_its_on(
         done = run_cli("policy", command)
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stdout.splitlines()[0] == (
-            f"== policy entry 'house' ({tmp_path / 'policies'}; on: session_spawn, "
-            "phase_changed)")
+            "== policy entry 'house' (policies; on: session_spawn, phase_changed)")
     write_config("loop: acme\nhooks:\n  - {name: house, policy: policies}\n")
     assert run_cli("policy", "check").stdout.splitlines()[0] == (
-        f"== policy entry 'house' ({tmp_path / 'policies'})")
+        "== policy entry 'house' (policies)")  # relative to where it was run
     assert run_cli("policy", "check", "policies").stdout.startswith("policies: 3 rule(s)")
 
 
@@ -451,7 +480,7 @@ def test_a_broken_entry_does_not_hide_the_entries_after_it(
     assert done.returncode == 1
     assert done.stderr.startswith(f"the-loop: {broken / 'r.yaml'}: rule 'a' → when: 'lables'")
     assert done.stdout.splitlines()[:3] == [
-        f"== policy entry 'first' ({broken})", "",
-        f"== policy entry 'second' ({tmp_path / 'policies'})",
+        "== policy entry 'first' (broken)", "",
+        "== policy entry 'second' (policies)",
     ]
     assert f"{tmp_path / 'policies'}: 3 rule(s)" in done.stdout

@@ -169,7 +169,8 @@ def test_issue15_hooks_serve_logs_where_a_served_hook_raised_but_never_tells_the
     assert body["error"]["message"] == (
         "hook Acme raised at session_spawn: ValueError: the prompt names no ticket")
     [line] = [x for x in err.splitlines() if x.startswith("the-loop: session_spawn ")]
-    assert line.endswith(" ms (raised at hooks/acme.py:"
+    assert line.endswith(" ms: hook Acme raised at session_spawn: ValueError: the prompt names "
+                         "no ticket (raised at hooks/acme.py:"
                          f"{line_of(ACME, 'raise ValueError')})"), line
 
 

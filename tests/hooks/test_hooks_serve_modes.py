@@ -122,7 +122,7 @@ def test_class_options_with_a_policy_are_a_usage_error(tmp_path: Path, extra: li
 def test_serve_policy_without_a_folder_says_so(tmp_path: Path) -> None:
     result = run_cli(tmp_path, "hooks", "serve", "--policy", "missing", "--port", "0")
     assert result.returncode == 1
-    assert "missing: no policy folder there" in result.stderr
+    assert "--policy missing: nothing at" in result.stderr
 
 
 def _config(tmp_path: Path, hooks: str) -> None:

@@ -202,3 +202,25 @@ def test_a_log_that_cannot_be_written_never_changes_an_answer() -> None:
     assert handle_request(Prefix(), json.dumps(note).encode(), on_call=broken) == b""
     bad = json.loads(handle_request(Prefix(), b"{nope", on_call=broken))
     assert bad["error"]["code"] == -32700
+
+
+def test_a_served_rule_failing_at_run_time_is_named_without_the_servers_paths(
+    tmp_path: Path
+) -> None:
+    """The caller learns which rule of which file failed, by name; the server's own line
+    says the same after the status, so its operator sees why the call failed."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "20-bots.yaml").write_text(
+        "rules:\n  - name: bot-check\n    on: session_spawn\n"
+        "    when: \"regex_match(actor, 'x')\"\n    set: {proceed: false}\n", encoding="utf-8")
+    served = Served(["hooks", "serve", "--policy", "rules", "--port", "0"], tmp_path)
+    try:
+        _, body = post(served.url, {**DRAFT, "params": {"prompt": "p", "actor": "a("}})
+    finally:
+        _, err = served.stop()
+    message = body["error"]["message"]
+    assert message.startswith("hook policy failed at session_spawn: policy rule 'bot-check' "
+                              "(20-bots.yaml) → when:")
+    assert str(tmp_path) not in message
+    [line] = [x for x in err.splitlines() if x.startswith("the-loop: session_spawn error")]
+    assert line.split(" ms: ", 1)[1] == message

@@ -273,7 +273,7 @@ def test_i8_2_a_failing_condition_is_named_by_its_own_rule(tmp_path: Path) -> No
     assert ok["error"] == "" and ok["rules"] == ["fine", "also-fine"]
     (audit,) = [e for e in ok["events"] if e["event"] == "hooks.audit"]
     assert [error.split(" → ")[0] for error in audit["errors"]] == [
-        f"policy rule 'trial-{i}' ({tmp_path / 'rules.yaml'})" for i in (1, 2)
+        f"policy rule 'trial-{i}' (rules.yaml)" for i in (1, 2)
     ]
     for labels, harness, rule, expr in (
         (["boom"], "h", "broken", "abs(not_null(actor))"),

@@ -141,6 +141,25 @@ def test_inner_double_quotes_in_a_when_name_the_rule_and_say_strings_take_single
         "\"contains(labels, 'x')\"")
 
 
+def test_a_single_quoted_when_holding_single_quoted_strings_says_wrap_it_in_double_quotes(
+    tmp_path: Path,
+) -> None:
+    """The comment `init` writes says JMESPath strings take single quotes; a YAML
+    single-quoted condition then ends at the first of them."""
+    path = rule(tmp_path, """
+        - name: quiet
+          on: phase_changed
+          when: 'contains(labels, 'quiet') && !terminal'
+          set: {notify: false}
+    """)
+    assert only_error(tmp_path) == (
+        f"{path}: not valid YAML at line 5, column 30: did not find expected key (in rule "
+        "'quiet' → when). A single-quoted YAML string ends at the next ' (JMESPath strings "
+        "inside need them): wrap the value in double quotes: when: \"contains(labels, "
+        "'quiet') && !terminal\""
+    )
+
+
 def test_an_unquoted_when_starting_with_bang_is_a_yaml_tag_and_the_error_says_quote_it(
     tmp_path: Path,
 ) -> None:

@@ -4,15 +4,58 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from the_loop.config import Config, find_config, read_config
+from the_loop.errors import LoopError
 
 
 def config_of(args: argparse.Namespace) -> Config:
     """The cli-config.yaml in effect for this invocation (an empty one when none exists)."""
     return read_config(find_config(getattr(args, "config", None)))
+
+
+def require_path(args: argparse.Namespace, value: str, option: str, *, or_else: str) -> None:
+    """Raise `LoopError` when the path `value` named on the command line does not exist.
+
+    A relative path resolves against the working directory, as any path on a command line
+    does. When it is missing here but present beside the config in effect (`init` writes
+    ./.the-loop/), the sentence names the path to pass (quoted for a shell) instead of a
+    bare "no such file"; `or_else` is the other way out.
+    """
+    path = Path(value)
+    if path.exists():
+        return
+    there: Path | None = None
+    if not path.is_absolute():
+        try:
+            config = config_of(args)
+        except LoopError:
+            config = None
+        if config is not None and config.path is not None and (config.folder / path).exists():
+            there = config.folder / path
+    if there is None:
+        raise LoopError(f"{option}{value}: nothing at {path.absolute()} (a path on the command "
+                        f"line is relative to the working directory); {or_else}")
+    shown = shlex.quote(os.path.relpath(there))
+    raise LoopError(
+        f"{option}{value}: nothing at {path.absolute()}; paths on the command line resolve "
+        f"against the working directory. Beside the config in effect it is {shown}: pass "
+        f"{option}{shown}, or {or_else}"
+    )
+
+
+def shown_path(path: Path) -> str:
+    """`path` as a person at this terminal would type it: relative when under the working
+    directory, else absolute."""
+    try:
+        return os.path.relpath(path) if path.absolute().is_relative_to(Path.cwd()) else str(path)
+    except (OSError, ValueError):
+        return str(path)
 
 
 def completes_points(action: argparse.Action) -> None:

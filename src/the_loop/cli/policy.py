@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from the_loop.cli._common import add_json, config_of, print_json
+from the_loop.cli._common import add_json, config_of, print_json, require_path, shown_path
 from the_loop.errors import LoopError, PolicyError
 from the_loop.hooks.declaration import parse_hooks
 from the_loop.hooks.points import POINTS
@@ -82,6 +82,8 @@ def targets(args: argparse.Namespace) -> list[Target]:
     """DIR; else every `policy:` entry of the config in effect; else policies/ beside the
     config, else ./policies."""
     if args.dir:
+        require_path(args, args.dir, "", or_else="leave DIR out to use every policy: entry "
+                                                 "of the config in effect")
         return [Target(Path(args.dir))]
     config = config_of(args)
     if config.path is None:
@@ -121,7 +123,13 @@ def _stats_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int
 
 def _each(args: argparse.Namespace, one: Any) -> int:
     """Run `one(target) -> (code, json)` per target; one JSON document, worst exit code."""
-    found = targets(args)
+    try:
+        found = targets(args)
+    except LoopError as exc:
+        if not args.json:
+            raise
+        print_json({"ok": False, "error": str(exc), "folders": []})  # CI parses stdout
+        return exc.exit_code
     codes: list[int] = []
     docs: list[dict[str, Any]] = []
     for i, target in enumerate(found):
@@ -131,7 +139,7 @@ def _each(args: argparse.Namespace, one: Any) -> int:
             code, doc = one(target)
         except PolicyError as exc:  # this entry's errors, then the next entry (text only)
             print(f"the-loop: {exc}", file=sys.stderr)
-            code, doc = exc.exit_code, {}
+            code, doc = exc.exit_code, {"error": str(exc)}
         codes.append(code)
         docs.append({"entry": target.entry or None, **doc, "ok": code == 0})
     if args.json:  # one shape for any number of entries; ok is false whenever the exit is not 0
@@ -142,7 +150,7 @@ def _each(args: argparse.Namespace, one: Any) -> int:
 def _header(target: Target) -> str:
     """`== policy entry 'house-rules' (policies; on: session_spawn)`"""
     on = f"; on: {', '.join(target.points)}" if target.points is not None else ""
-    return f"== policy entry {target.entry!r} ({target.folder}{on})"
+    return f"== policy entry {target.entry!r} ({shown_path(target.folder)}{on})"
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -17,17 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import signal
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from the_loop.cli._common import config_of
-from the_loop.errors import LoopError, UsageError
+from the_loop.cli._common import config_of, require_path
+from the_loop.errors import LoopError, UsageError, one_line
 from the_loop.events import EventLog
 from the_loop.hooks.declaration import ENV_RE
 from the_loop.hooks.hosted import (
@@ -140,7 +138,9 @@ def _executor(args: argparse.Namespace, log: EventLog | None) -> AnyExecutor:
         raise UsageError("--executor and --with name and build a hook class: they go with "
                          "--path or --module, not with --policy or --declared")
     for option, value in (("--path", args.path), ("--policy", args.policy)):
-        _exists_or_hint(args, option, value)
+        if value:
+            require_path(args, value, f"{option} ", or_else="serve the whole declared chain "
+                                                            "with --declared")
     if args.policy:
         return policy_executor(args.policy, log=log)
     if args.declared:
@@ -158,28 +158,6 @@ def _executor(args: argparse.Namespace, log: EventLog | None) -> AnyExecutor:
         )
     return load_executor(path=args.path, module=args.module, executor=args.executor or "",
                          with_=with_, names=CLI_NAMES)
-
-
-def _exists_or_hint(args: argparse.Namespace, option: str, value: str | None) -> None:
-    """A relative --path/--policy resolves against the working directory, as any path on a
-    command line does; when it is missing here but present beside the config in effect
-    (`init` writes ./.the-loop/), say so instead of a bare "no file"."""
-    if not value or Path(value).is_absolute() or Path(value).exists():
-        return
-    try:
-        config = config_of(args)
-    except LoopError:
-        return
-    if config.path is None:
-        return
-    there = config.folder / value
-    if there.exists():
-        shown = shlex.quote(os.path.relpath(there))  # pasted into a shell
-        raise LoopError(
-            f"{option} {value}: nothing at {Path(value).absolute()}; paths on the command line "
-            f"resolve against the working directory. Beside the config in effect it is "
-            f"{shown}: pass {option} {shown}, or serve the whole declared chain with --declared"
-        )
 
 
 def _what(args: argparse.Namespace, executor: AnyExecutor) -> str:
@@ -201,6 +179,8 @@ def _per_call_log(redact: Callable[[str], str]) -> OnCall:
         line = f"the-loop: {call.point} {call.status} {call.ms:.2f} ms"
         if call.refused:
             line += " (refused)"
+        if call.failure:
+            line += f": {one_line(call.failure, 300)}"
         if call.raised_at:
             line += f" (raised at {call.raised_at})"
         if call.ignored:

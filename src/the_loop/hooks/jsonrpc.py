@@ -80,6 +80,7 @@ class CallRecord:
     ignored: tuple[str, ...] = ()
     raised_at: str = ""
     refused: bool = False
+    failure: str = ""  # what the hook's failure told the caller (-32000), for the host's log
 
     @property
     def is_point(self) -> bool:
@@ -202,6 +203,8 @@ def _report(
             (time.perf_counter() - started) * 1000.0, _listed(seen.ignored),
             "".join(seen.raised_at),
             refused=isinstance(result, dict) and result.get("proceed") is False,
+            failure=str(error.get("message", "")) if error and error.get("code") == HOOK_RAISED
+            else "",
         ))
 
 
@@ -258,7 +261,9 @@ def _call(
     ignored.extend(skipped)
     if point not in served_points(executor):
         return _result(rid, None)
-    name = type(executor).__name__
+    # A class by its name; an executor (a served policy folder) by the name it was given.
+    name = type(executor).__name__ if isinstance(executor, LifecycleHooks) else str(
+        getattr(executor, "name", type(executor).__name__))
     handler = handler_for(executor, point)
     try:
         answer = handler(copy_context(ctx))

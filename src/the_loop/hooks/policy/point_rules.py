@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -113,9 +114,11 @@ class PointRule:
             raise RuntimeFailure(self._where(f"set.{key}", "{{ " + text + " }}", exc)) from None
 
     def _where(self, key: str, expr: str, exc: Exception) -> str:
+        # The file by name only: rule names are unique in their folder, and this sentence
+        # may reach a remote caller of a served policy, who has no business with our paths.
         return (
-            f"policy rule {self.name!r} ({self.file}) → {key}: {expr!r} failed at run time: "
-            f"{type(exc).__name__}: {exc}"
+            f"policy rule {self.name!r} ({os.path.basename(self.file)}) → {key}: {expr!r} "
+            f"failed at run time: {type(exc).__name__}: {exc}"
         )
 
 

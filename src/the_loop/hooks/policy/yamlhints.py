@@ -1,11 +1,12 @@
 """`yaml_hint(text, line)`: the fix for a rule file YAML refused, read off the offending line.
 
-Two slips turn a condition into a YAML error before any JMESPath is read: double quotes
+Three slips turn a condition into a YAML error before any JMESPath is read: double quotes
 inside a double-quoted `when` (`when: "contains(labels, "x")"` ends the YAML string early),
-and an unquoted condition starting with `!` (`when: !contains(labels, 'x')` — a leading `!`
-is a YAML tag). The loader's message ("did not find expected key", "could not determine a
-constructor for the tag") names neither; this module looks at the line the error points to
-and says which rule it is in and how to write it.
+a single-quoted `when` holding JMESPath's single-quoted strings (`when: 'contains(labels,
+'x')'`), and an unquoted condition starting with `!` (`when: !contains(labels, 'x')` — a
+leading `!` is a YAML tag). The loader's message ("did not find expected key", "could not
+determine a constructor for the tag") names none of them; this module looks at the line the
+error points to and says which rule it is in and how to write it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import re
 
 # `key: "…"` whose double-quoted value holds more double quotes (flow or block style).
 _INNER_QUOTES = re.compile(r'(?P<key>[A-Za-z_][\w-]*):\s*"(?P<value>.*)"')
+# `key: '…'` whose single-quoted value holds more single quotes (JMESPath strings inside).
+_INNER_SINGLE = re.compile(r"(?P<key>[A-Za-z_][\w-]*):\s*'(?P<value>.*)'")
 # `key: !…` — a value that YAML reads as a tag (`!!type` is YAML's own and left alone).
 _TAG = re.compile(r"(?P<key>[A-Za-z_][\w-]*):\s*(?P<value>![^!\s][^#]*)(?:#.*)?$")
 _ITEM = re.compile(r"^(?P<indent>\s*)-\s")
@@ -32,7 +35,7 @@ def yaml_hint(text: str, line: int) -> str:
     src = lines[line]
     if len(src) > MAX_HINT_LINE:
         return ""
-    found = _tag_hint(src) or _quote_hint(src)
+    found = _tag_hint(src) or _quote_hint(src) or _single_hint(src)
     if found is None:
         return ""
     key, fix = found
@@ -51,6 +54,15 @@ def _quote_hint(src: str) -> tuple[str, str] | None:
         return key, f'JMESPath strings take single quotes: when: "{single}"'
     return key, ('A double-quoted YAML string cannot hold a bare "; write \\" inside it, or '
                  f"quote the whole value with single quotes: {key}: '{value}'")
+
+
+def _single_hint(src: str) -> tuple[str, str] | None:
+    m = _INNER_SINGLE.search(src)
+    if m is None or "'" not in m["value"] or '"' in m["value"]:
+        return None
+    key, value = m["key"], m["value"]
+    return key, ("A single-quoted YAML string ends at the next ' (JMESPath strings inside "
+                 f'need them): wrap the value in double quotes: {key}: "{value}"')
 
 
 def _tag_hint(src: str) -> tuple[str, str] | None:
