@@ -110,3 +110,10 @@ def test_init_into_a_folder_with_a_space_prints_commands_that_paste_into_a_shell
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert pasted.returncode == 0, pasted.stderr
     assert "4 rule(s)" in pasted.stdout
+
+
+def test_init_with_config_says_to_name_the_folder_instead(tmp_path: Path, run_cli: Any) -> None:
+    done = run_cli("init", "--config", "elsewhere/cli-config.yaml")
+    assert done.returncode == 2
+    assert "init writes DIR/cli-config.yaml and takes no --config" in done.stderr
+    assert not (tmp_path / ".the-loop").exists() and not (tmp_path / "elsewhere").exists()

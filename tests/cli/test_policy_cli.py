@@ -182,6 +182,23 @@ def test_i5_7_test_passes_prints_one_line_per_case_and_a_summary(
     ]
 
 
+def test_an_expectation_of_the_wrong_type_says_so_once_with_the_fix(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    folder(tmp_path, cases="""\
+        cases:
+          - name: starts
+            point: session_spawn
+            facts: {prompt: "go"}
+            expect: {proceed: yes}
+    """)
+    done = run_cli("policy", "test", "policies")
+    assert done.returncode == 1
+    [line] = [x for x in (done.stdout + done.stderr).splitlines() if "expect.proceed" in x]
+    assert line.endswith("case 'starts' → expect.proceed: must be bool (got 'yes' that is str); "
+                         "write true or false (yes, no, on and off are strings here)")
+
+
 def test_i5_7_test_exits_non_zero_on_a_wrong_expectation(tmp_path: Path, run_cli: Any) -> None:
     folder(tmp_path, cases="""\
         cases:

@@ -18,7 +18,7 @@ EXAMPLES: dict[str, str] = {
     "hooks run": "echo '{\"labels\": [\"wip\"]}' | the-loop hooks run work_item_start "
                  "--context - --explain",
     "hooks schema": "the-loop hooks schema > ~/.the-loop/cli-config.schema.json",
-    "hooks serve": "the-loop hooks serve --path hooks/prefix.py --port 8765",
+    "hooks serve": "the-loop hooks serve --declared --port 8765",
     "policy": "the-loop policy test --min-coverage 100",
     "policy check": "the-loop policy check policies --json",
     "policy test": "the-loop policy test --coverage --explain",

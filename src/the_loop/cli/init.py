@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.config import ENV_VAR, lookup_paths
-from the_loop.errors import LoopError
+from the_loop.errors import LoopError, UsageError
 
 DEFAULT_DIR = ".the-loop"
 
@@ -27,6 +27,10 @@ def register(sub: Any) -> None:
 def cmd_init(args: argparse.Namespace) -> int:
     from the_loop.scaffold import FILES
 
+    if getattr(args, "config", None):
+        raise UsageError("init writes DIR/cli-config.yaml and takes no --config: name the "
+                         "folder instead, e.g. `the-loop init ops/loop` (then pass --config "
+                         "ops/loop/cli-config.yaml to the other commands, as init prints)")
     folder = Path(args.dir).expanduser()
     present = [name for name in FILES if (folder / name).exists()]
     if present:
@@ -55,7 +59,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     for command, what in (
         (f"the-loop{flag} policy check", "compile every rule; list them per point"),
         (f"the-loop{flag} policy test --coverage --min-coverage 100",
-         "run the cases in policies/tests; fail unless every rule is matched by one"),
+         f"run the cases in {folder / 'policies' / 'tests'}; fail unless every rule is "
+         "matched by one"),
         (f"the-loop{flag} hooks", "what is declared"),
         (f"echo '{{\"labels\": [\"do-not-automate\"], \"work_item\": {{\"ref\": "
          f"\"local:acme/app#7\"}}}}' | the-loop{flag} hooks run work_item_start --context - "

@@ -13,6 +13,7 @@ import secrets
 import shutil
 import sys
 import time
+import urllib.parse
 from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
@@ -46,6 +47,10 @@ hooks:
   - name: stamp
     path: hooks/stamp.py
     with: {{team: acme}}
+  # The demo served this hook only while it ran. To serve it again, in another terminal:
+  #   export {token_env}=any-value
+  #   the-loop hooks serve --module the_loop.demo.hooks --executor Compliance \\
+  #     --port {port} --token-env {token_env}
   - name: compliance
     url: {url}
     tokenEnv: {token_env}
@@ -65,7 +70,8 @@ def fresh_dir(base: Path) -> Path:
 
 def write_folder(folder: Path, url: str) -> Path:
     config = folder / "cli-config.yaml"
-    config.write_text(CONFIG.format(path=config, url=url, token_env=TOKEN_ENV),
+    port = urllib.parse.urlsplit(url).port or 8765
+    config.write_text(CONFIG.format(path=config, url=url, token_env=TOKEN_ENV, port=port),
                       encoding="utf-8")
     (folder / "hooks").mkdir(exist_ok=True)
     (folder / "hooks" / "stamp.py").write_text(STAMP_HOOK, encoding="utf-8")

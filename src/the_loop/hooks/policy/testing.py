@@ -340,8 +340,11 @@ def _check_expect(point: str, expect: dict[Any, Any], fail: Any) -> dict[str, An
             continue
         try:
             out[str(key)] = check_value(fs, value, where=f"expect.{key}")
-        except ValueError as exc:
-            fail(f"expect.{key}", str(exc))
+        except ValueError as exc:  # `fail` names the key already: say it once
+            text = str(exc).removeprefix(f"expect.{key}").lstrip(": ")
+            if fs.type == "bool" and isinstance(value, str):
+                text += "; write true or false (yes, no, on and off are strings here)"
+            fail(f"expect.{key}", text)
     return out
 
 
