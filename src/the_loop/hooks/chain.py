@@ -276,12 +276,7 @@ class Chain:
             if required and shape.proceed and state.__dict__["proceed"] is not False:
                 changes = {"proceed": False, "reason": f"required hook {name!r} failed: {error}"}
         if changes and shape.proceed and state.__dict__["proceed"] is False:
-            # A refusal sticks: keep the first refusal's proceed and reason.
-            for key in ("proceed", "reason"):
-                if key in changes:
-                    del changes[key]
-                    if not error:
-                        dropped.append(key)
+            _keep_first_refusal(changes, dropped, error)
         if dropped:
             self._record(
                 "hooks.dropped", point=shape.point, hook=name, dropped=sorted(set(dropped)),
@@ -311,6 +306,16 @@ class Chain:
                 changed={} if error else dict(changes), dropped=sorted(set(dropped)),
                 error=shown, ms=(time.perf_counter() - started) * 1000.0, detail=detail,
             ))
+
+
+def _keep_first_refusal(changes: dict[str, Any], dropped: list[str], error: str) -> None:
+    """A refusal sticks: a later answer's proceed and reason are taken out of `changes`
+    (and listed as dropped, unless the executor failed)."""
+    for key in ("proceed", "reason"):
+        if key in changes:
+            del changes[key]
+            if not error:
+                dropped.append(key)
 
 
 def _read_back(
