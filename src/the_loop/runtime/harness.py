@@ -97,15 +97,10 @@ def session_alive(log_dir: Path, session_id: str, pid: int) -> bool:
     """Whether a session still runs: its lock is held. Without a lock file (a session from
     an older version), the pid and its start time decide."""
     try:
-        fd = os.open(log_dir / f"{session_id}.lock", os.O_RDWR)
+        if _locked(log_dir / f"{session_id}.lock"):
+            return True
     except FileNotFoundError:
         return pid > 0 and alive(pid)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing releases a lock we took
     if pid:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # reap our own child
@@ -155,24 +150,23 @@ def held_session(pid: int | str, log_dir: Path) -> str:
             continue
         name = target[len(prefix):-len(".lock")] if target.startswith(prefix) and \
             target.endswith(".lock") else ""
-        if name and os.sep not in name and _locked(fd):
-            return name
+        try:
+            if name and os.sep not in name and _locked(fd):
+                return name
+        except OSError:  # the descriptor closed meanwhile, or cannot be opened again
+            continue
     return ""
 
 
-def _locked(fd_link: Path) -> bool:
-    """Whether the file behind /proc/<pid>/fd/<n> is flock-ed by someone (a fresh open of
-    it is refused the lock)."""
-    try:
-        fd = os.open(fd_link, os.O_RDONLY)
-    except OSError:
-        return False
+def _locked(path: Path) -> bool:
+    """Whether the file at `path` (a lock file, or a /proc/<pid>/fd/<n> link to one, which
+    reaches it even when removed) is flock-ed by someone: a fresh open of it is refused the
+    lock. Raises `OSError` (`FileNotFoundError` when there is no file)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
-    except OSError:
-        return False
     finally:
         os.close(fd)  # closing releases a lock we took
     return False
