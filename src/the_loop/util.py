@@ -8,7 +8,22 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import os
 from urllib.parse import urlsplit
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """A path as a person at this terminal would type it: relative to the working directory
+    when it lies under it (symbolic links resolved), else as given."""
+    text = os.fspath(path)
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:  # the working directory was removed
+        return text
+    real = os.path.realpath(text)
+    if real == cwd:
+        return "."
+    return real[len(cwd) + 1:] if real.startswith(cwd + os.sep) else text
 
 
 def closest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:

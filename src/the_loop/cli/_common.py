@@ -49,15 +49,6 @@ def require_path(args: argparse.Namespace, value: str, option: str, *, or_else: 
     )
 
 
-def shown_path(path: Path) -> str:
-    """`path` as a person at this terminal would type it: relative when under the working
-    directory, else absolute."""
-    try:
-        return os.path.relpath(path) if path.absolute().is_relative_to(Path.cwd()) else str(path)
-    except (OSError, ValueError):
-        return str(path)
-
-
 def completes_points(action: argparse.Action) -> None:
     """The shell completes `action` with the lifecycle points (argcomplete reads the
     action's `completer`; choices= would replace our did-you-mean error with argparse's)."""

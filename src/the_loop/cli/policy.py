@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from the_loop.cli._common import add_json, config_of, print_json, require_path, shown_path
+from the_loop.cli._common import add_json, config_of, print_json, require_path
 from the_loop.errors import LoopError, PolicyError
 from the_loop.hooks.declaration import parse_hooks
 from the_loop.hooks.points import POINTS
+from the_loop.util import shown_path
 
 if TYPE_CHECKING:
     from the_loop.hooks.policy import Policy

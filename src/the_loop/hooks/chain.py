@@ -390,7 +390,7 @@ def failure_line(
 def hook_raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
     """`path:line` in the hook's own code where `exc` came from, or '' (never raises)."""
     try:
-        return clip(raise_site(exc, fn))
+        return raise_site(exc, fn)  # bounded there (`location.MAX_PATH`)
     except BaseException as inner:  # a hook's odd traceback must not break its failure
         reraise_if_real(inner)
         return ""

@@ -17,12 +17,14 @@ afford to walk the traceback.
 
 from __future__ import annotations
 
-import json
 import os
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from the_loop.errors import one_line
+from the_loop.util import shown_path
 
 #: Our own package: frames here are the chain, the loader or an executor, never the hook.
 _OURS = str(Path(__file__).resolve().parent.parent) + os.sep
@@ -32,6 +34,9 @@ _LIBRARIES = tuple(sorted({
     for key in ("stdlib", "platstdlib", "purelib", "platlib")
     if (p := sysconfig.get_paths().get(key))
 }))
+#: The longest a location's path is shown (a hook may name its code's file anything); with
+#: the line number, a location stays within about `chain.MAX_ERROR` characters.
+MAX_PATH = 480
 #: A traceback is walked at most this deep (a RecursionError's is about 1,000 frames).
 MAX_FRAMES = 5000
 
@@ -79,15 +84,5 @@ def raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
         picked = next((f for f in reversed(frames) if not f[0].startswith(_LIBRARIES)), None)
     if picked is None:
         return ""
-    return f"{_shown(picked[0])}:{picked[1]}"
-
-
-def _shown(path: str) -> str:
-    try:
-        cwd = os.path.realpath(os.getcwd()) + os.sep
-    except OSError:  # the working directory was removed
-        cwd = ""
-    if cwd and path.startswith(cwd):
-        path = path[len(cwd):]
     # A file name is the hook's to choose (`compile(src, "x\ny", …)`): one line, always.
-    return path if path.isprintable() else json.dumps(path)
+    return f"{one_line(shown_path(picked[0]), MAX_PATH)}:{picked[1]}"
