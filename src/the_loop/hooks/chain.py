@@ -266,7 +266,7 @@ class Chain:
         state = outcome.context
         ref = state.work_item.ref
         changes, dropped, detail, error = _read_back(state, answer, failure[0])
-        shown = f"{error} (at {failure[1]})" if error and failure[1] else error
+        shown = located(error, failure[1]) if error else error
         if error:
             changes, dropped, detail = {}, [], {}
             self._record(
@@ -384,6 +384,11 @@ def failure_line(
     """
     text = _describe(exc, plain=plain)
     site = hook_raise_site(exc, fn)
+    return located(text, site)
+
+
+def located(text: str, site: str) -> str:
+    """`text (at path:line)`, or `text` when there is no location."""
     return f"{text} (at {site})" if site else text
 
 

@@ -187,7 +187,7 @@ class _Seen:
     point: str = "(invalid request)"
     called: bool = False  # a method was read: a notification (no id) gets no answer
     ignored: list[str] = field(default_factory=list)
-    raised_at: list[str] = field(default_factory=list)
+    raised_at: str = ""
 
 
 def _report(
@@ -201,7 +201,7 @@ def _report(
         on_call(CallRecord(
             seen.point, f"error {error['code']}" if error else "ok",
             (time.perf_counter() - started) * 1000.0, _listed(seen.ignored),
-            "".join(seen.raised_at),
+            seen.raised_at,
             refused=isinstance(result, dict) and result.get("proceed") is False,
             failure=str(error.get("message", "")) if error and error.get("code") == HOOK_RAISED
             else "",
@@ -242,12 +242,11 @@ def _answer(executor: AnyExecutor, req: Any, seen: _Seen) -> dict[str, Any]:
                       f"invalid request: method must be a string, got {_json_type(method)}")
     seen.point = method if method in POINTS else _listed([method])[0]
     seen.called = True
-    return _call(executor, method, req.get("params", {}), rid, seen.ignored, seen.raised_at)
+    return _call(executor, method, req.get("params", {}), rid, seen)
 
 
 def _call(
-    executor: AnyExecutor, point: str, params: Any, rid: Any, ignored: list[str],
-    raised_at: list[str],
+    executor: AnyExecutor, point: str, params: Any, rid: Any, seen: _Seen
 ) -> dict[str, Any]:
     if point not in POINTS:
         return _error(rid, METHOD_NOT_FOUND, f"method not found: {unknown_point_message(point)}")
@@ -258,7 +257,7 @@ def _call(
         ctx, skipped = read_params(point, params)
     except (ValueError, TypeError, RecursionError) as exc:
         return _error(rid, INVALID_PARAMS, f"invalid params: {exc}")
-    ignored.extend(skipped)
+    seen.ignored.extend(skipped)
     if point not in served_points(executor):
         return _result(rid, None)
     # A class by its name; an executor (a served policy folder) by the name it was given.
@@ -268,11 +267,11 @@ def _call(
     try:
         answer = handler(copy_context(ctx))
     except HookError as exc:
-        raised_at.append(hook_raise_site(exc, handler))
+        seen.raised_at = hook_raise_site(exc, handler)
         return _error(rid, HOOK_RAISED, f"hook {name} failed at {point}: {exc}")
     except BaseException as exc:  # anything the hook raises is its failure (issue 11 rule 3)
         reraise_if_real(exc)
-        raised_at.append(hook_raise_site(exc, handler))
+        seen.raised_at = hook_raise_site(exc, handler)
         return _error(rid, HOOK_RAISED, f"hook {name} raised at {point}: {describe_exception(exc)}")
     # Read the answer back exactly as the chain does: decisions only, typed, never coerced.
     changes, _dropped, error = read_answer(ctx, answer)
