@@ -363,15 +363,5 @@ def readline(proc: subprocess.Popen[str], timeout: float = 30.0) -> str:
     return proc.stdout.readline()
 
 
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound then released)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    return port
-
-
 def iter_lines(path: Path) -> Iterator[str]:
     yield from (path.read_text().splitlines() if path.exists() else [])

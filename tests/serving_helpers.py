@@ -63,6 +63,8 @@ def handler_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on right now (bound, then released): one for a
+    server to start on, or for a hook that is gone."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]

@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from hook_helpers import line_of
-from runtime_helpers import closed_port
-from serving_helpers import Served, post
+from serving_helpers import Served, free_port, post
 from the_loop.errors import HooksConfigError
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain, Link
@@ -146,7 +145,7 @@ def test_issue15_a_hook_class_whose_constructor_fails_names_the_line(tmp_path: P
 
 def test_issue15_a_failure_in_the_loops_own_code_names_no_hook_line() -> None:
     """A remote hook that cannot be reached fails in our client: no file of the hook to name."""
-    remote = RemoteExecutor(name="gone", url=f"http://127.0.0.1:{closed_port()}/", timeout=2)
+    remote = RemoteExecutor(name="gone", url=f"http://127.0.0.1:{free_port()}/", timeout=2)
     log = EventLog()
     chain = Chain([Link("gone", remote, frozenset({"session_spawn"}))], log=log)
     [step] = chain.invoke(SessionSpawn(prompt="p")).steps

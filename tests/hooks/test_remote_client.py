@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from serving_helpers import free_port
 from the_loop.events import EventLog, read_events
 from the_loop.hooks import load_chain
 from the_loop.hooks.chain import Chain, Link
@@ -595,8 +596,3 @@ def test_token_absent_from_every_event_and_error(
     assert TOKEN not in json.dumps([s.to_json() for s in outcome.steps])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port

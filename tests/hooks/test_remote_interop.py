@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +15,7 @@ from jsonrpcclient import Error, Ok, notification, parse, request
 from werkzeug.serving import make_server
 from werkzeug.wrappers import Request, Response
 
+from serving_helpers import gunicorn as serve_with_gunicorn
 from the_loop import __version__
 from the_loop.events import EventLog
 from the_loop.hooks.chain import Chain, Link
@@ -144,11 +139,6 @@ class Compliance(LifecycleHooks):
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 @pytest.fixture
@@ -156,38 +146,14 @@ def gunicorn(tmp_path: Path, monkeypatch: Any) -> Iterator[str]:
     hook = tmp_path / "compliance.py"
     hook.write_text(HOOK_FILE, encoding="utf-8")
     monkeypatch.setenv("GUNI_TOKEN", "gunicorn-bearer-123")
-    port = free_port()
-    env = {**os.environ, "THE_LOOP_HOOK_PATH": str(hook),
-           "THE_LOOP_HOOK_WITH": '{"team": "platform"}', "THE_LOOP_HOOK_TOKEN_ENV": "GUNI_TOKEN"}
-    log = tmp_path / "gunicorn.log"
-    with log.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-w", "2", "-b", f"127.0.0.1:{port}",
-             "--graceful-timeout", "2", "the_loop.hooks.wsgi:app_from_env()"],
-            env=env, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path,
-        )
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(url + "health", timeout=1) as resp:
-                    health = json.loads(resp.read())
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"gunicorn did not start:\n{log.read_text()}")
-                time.sleep(0.1)
+    env = {"THE_LOOP_HOOK_PATH": str(hook), "THE_LOOP_HOOK_WITH": '{"team": "platform"}',
+           "THE_LOOP_HOOK_TOKEN_ENV": "GUNI_TOKEN"}
+    with serve_with_gunicorn(env, tmp_path) as url:
+        with urllib.request.urlopen(url + "health", timeout=5) as resp:
+            health = json.loads(resp.read())
         assert health == {"ok": True, "status": "ok", "server": f"the-loop {__version__}",
                           "points": ["work_item_start", "session_spawn"]}
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_gunicorn_two_workers_driven_by_the_remote_executor(gunicorn: str) -> None:

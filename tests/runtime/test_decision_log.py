@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from runtime_helpers import LoopDir, closed_port
+from runtime_helpers import LoopDir
+from serving_helpers import free_port
 from the_loop.config import read_config
 from the_loop.errors import ConfigError, LoopError
 from the_loop.events import EventLog
@@ -92,7 +93,7 @@ def test_call_remote_calls_the_hook_and_its_failure_is_a_difference(ld: LoopDir)
         server.shutdown()
     down = ld.root / "down.yaml"
     down.write_text(ld.config.read_text().replace(server.url.rstrip("/"),
-                                                  f"http://127.0.0.1:{closed_port()}"))
+                                                  f"http://127.0.0.1:{free_port()}"))
     assert replay(ld, config=down)["changed"] == 0  # the recorded answers stand in
     data = replay(ld, "--call-remote", config=down)
     assert data["changed"] == 2 and data["remote"]["called"] is True

@@ -11,7 +11,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from runtime_helpers import LoopDir, closed_port
+from runtime_helpers import LoopDir
+from serving_helpers import free_port
 from the_loop.errors import ConfigError
 from the_loop.runtime.graph import PHASES, builtin_graph, parse_graph
 
@@ -159,7 +160,7 @@ def test_webhook_channels_post_json_and_a_failing_one_is_recorded(ld: LoopDir) -
         port = server.server_address[1]
         ld.write_config(channels=(
             "channels:\n  - {kind: file, path: channel.jsonl}\n"
-            f"  - {{kind: webhook, url: 'http://127.0.0.1:{closed_port()}/down'}}\n"
+            f"  - {{kind: webhook, url: 'http://127.0.0.1:{free_port()}/down'}}\n"
             f"  - {{kind: webhook, url: 'http://127.0.0.1:{port}/hook', "
             "tokenEnv: CHAT_TOKEN}\n"))
         ref = ld.add()

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from runtime_helpers import LoopDir, closed_port
+from runtime_helpers import LoopDir
+from serving_helpers import free_port
 
 PREFIX_HOOK = '''
 from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
@@ -119,7 +120,7 @@ def test_r2_6_start_refused_by_required_remote_hook_that_is_down(ld: LoopDir) ->
     ld.write_config(f"""
         hooks:
           - name: compliance
-            url: http://127.0.0.1:{closed_port()}/hooks
+            url: http://127.0.0.1:{free_port()}/hooks
             required: true
             timeoutSeconds: 2
     """)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from test_runtime_daemons import Client
 
-from runtime_helpers import LoopDir, closed_port, readline, until
-from serving_helpers import handler_server
+from runtime_helpers import LoopDir, readline, until
+from serving_helpers import free_port, handler_server
 
 ONLY_ALICE_APPROVES = """
 rules:
@@ -238,10 +238,10 @@ def test_issue11_rule4_the_harness_never_gets_a_token_only_the_safe_base_and_its
             f"  - name: dump\n    command: [python3, {json.dumps(str(tmp_path / 'dump.py'))}, "
             f"{json.dumps(str(out))}]\n    env: [EXTRA_OK]\n"
             "graph: graph.yaml\nhooks:\n"
-            f"  - {{name: remote, url: 'http://127.0.0.1:{closed_port()}/', "
+            f"  - {{name: remote, url: 'http://127.0.0.1:{free_port()}/', "
             "tokenEnv: HOOK_TOKEN}\n"
             "channels:\n"
-            f"  - {{kind: webhook, url: 'http://127.0.0.1:{closed_port()}/', "
+            f"  - {{kind: webhook, url: 'http://127.0.0.1:{free_port()}/', "
             "tokenEnv: CHAN_TOKEN}\n"
             "serve: {tokenEnv: OP_TOKEN, tokens: {alice: ALICE_TOKEN}}\n")
         ld.config.write_text(config)
