@@ -102,6 +102,17 @@ class Spec:
                 raise Invalid(path + p.below, p.message) from None
         return value
 
+    def then_collecting(
+        self, value: Any, path: Path, ctx: Any, problems: list[Invalid]
+    ) -> Any:
+        """`run_then`, its failure added to `problems` (for a collecting check) instead of
+        raised."""
+        try:
+            return self.run_then(value, path, ctx)
+        except Invalid as exc:
+            problems.append(exc)
+            return value
+
     def _check(self, value: Any, path: Path, ctx: Any) -> Any:
         return value
 
@@ -335,10 +346,7 @@ class Mapping(Spec):
             except Invalid as exc:
                 problems.append(exc)
         if then and not problems:
-            try:
-                out = self.run_then(out, path, ctx)
-            except Invalid as exc:
-                problems.append(exc)
+            out = self.then_collecting(out, path, ctx, problems)
         return out, problems
 
     def check(self, value: Any, path: Path = (), ctx: Any = None) -> Any:
@@ -422,10 +430,7 @@ class Tagged(Mapping):
         out, problems = Mapping(fields={**self.fields, **own}).collect(value, path, ctx)
         out["kind"] = tag
         if then and not problems:
-            try:
-                out = self.run_then(out, path, ctx)
-            except Invalid as exc:
-                problems.append(exc)
+            out = self.then_collecting(out, path, ctx, problems)
         return out, problems
 
     def _schema(self) -> dict[str, Any]:
