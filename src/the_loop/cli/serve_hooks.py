@@ -83,8 +83,7 @@ def serve(args: argparse.Namespace) -> int:
     """Run `the-loop hooks serve`; returns the exit code."""
     token_env: str = args.token_env or ""
     _check_listen(args.host, args.port, token_env)
-    # A declared chain records in its config's event log (as `poll` does) unless --events.
-    log = served_log(args.events, token_env) if args.events or not args.declared else None
+    log = served_log(args.events, token_env, declared=args.declared)
     executor = _executor(args, log)
     shown = executor.chain.log if isinstance(executor, ChainExecutor) else log
     redact = redactor(token_env)

@@ -63,11 +63,19 @@ def policy_executor(
     return executor
 
 
-def served_log(path: str | Path | None, token_env: str = "") -> EventLog:
+def served_log(
+    path: str | Path | None, token_env: str = "", *, declared: bool = False
+) -> EventLog | None:
     """Where a hook server records what its policies and chain found (`hooks.audit`,
     `hooks.failed`, …): JSON lines appended to `path` (when None, only its `on_emit` hears
     them), the server's own bearer token replaced wherever a caller's context carried it.
-    It keeps nothing in memory: a long-running server must not grow with its callers."""
+    It keeps nothing in memory: a long-running server must not grow with its callers.
+
+    None for a `declared` chain with no `path`: it records in its config's own event log,
+    as `poll` does (`declared_executor`).
+    """
+    if declared and path is None:
+        return None
     log = EventLog(path, source="hooks-serve", secrets=token_of(token_env), keep=0)
     try:
         log.open_now()  # a server that would lose every finding refuses to start instead

@@ -99,8 +99,8 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> WSGIApplication:
     source = given[0]
     value = env[f"{ENV_PREFIX}{source}"]
     events = env.get(f"{ENV_PREFIX}EVENTS", "") or None
-    try:  # a declared chain records in its config's event log unless EVENTS names a file
-        log = served_log(events, token_env) if events or source != "CONFIG" else None
+    try:
+        log = served_log(events, token_env, declared=source == "CONFIG")
     except LoopError as exc:
         raise HooksConfigError(f"{ENV_PREFIX}EVENTS: {exc}") from None
     executor: AnyExecutor
