@@ -56,8 +56,10 @@ class Config:
 
     @property
     def state_dir(self) -> Path:
+        """The state folder, canonical (no symlink, no `..`): a session's lock is found by
+        comparing /proc/*/fd links, which the kernel writes canonical (issue 20, item 6)."""
         raw = self.data.get("stateDir", ".the-loop")
-        return self.resolve(raw if isinstance(raw, str) else ".the-loop")
+        return self.resolve(raw if isinstance(raw, str) else ".the-loop").resolve()
 
     @property
     def hooks(self) -> Any:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 import threading
 from pathlib import Path
 
 import pytest
 
-from runtime_helpers import LoopDir, alive, until
+from runtime_helpers import HARNESSES, LoopDir, alive, until
 from the_loop.config import read_config
 from the_loop.runtime import poller
+from the_loop.runtime.harness import session_alive
 from the_loop.runtime.service import Loop
 
 
@@ -86,3 +91,51 @@ def test_abuse_7_r6_2_a_hook_that_raises_everywhere_never_stops_the_work(
         assert failed == {"work_item_start", "session_spawn", "session_spawned",
                           "waiting_for_input", "input_received", "phase_changed",
                           "work_item_complete"}
+
+
+#: A harness whose child escapes its process group (a new session of its own) while keeping
+#: the session's lock descriptor, then both wait; the child's pid goes to argv[1].
+ESCAPING_HARNESS = '''\
+import os, sys, time
+sys.stdin.read()
+if os.fork() == 0:
+    os.setsid()
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(120)
+'''
+
+
+@pytest.mark.parametrize("state_dir", ["linked/.the-loop", "sub/../.the-loop"])
+def test_stop_ends_an_escaped_child_when_state_dir_is_a_symlink_or_dotdot(
+        tmp_path: Path, state_dir: str) -> None:
+    """stateDir reached through a symlink or `..`: `/stop` still finds every process that
+    holds the session's lock (here a child that left the harness's process group), ends
+    it, and the item is stopped with no session left alive."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    (tmp_path / "sub").mkdir()
+    with LoopDir(tmp_path, harness="sleep") as ld:
+        script = ld.write("escaping_harness.py", ESCAPING_HARNESS)
+        child_file = tmp_path / "child.pid"
+        text = ld.config.read_text(encoding="utf-8").replace(
+            "stateDir: .the-loop", f"stateDir: {state_dir}").replace(
+            HARNESSES["sleep"], f"[python3, {json.dumps(str(script))}, "
+                                f"{json.dumps(str(child_file))}]")
+        ld.config.write_text(text, encoding="utf-8")
+        ld.state = tmp_path / state_dir
+        ref = ld.add()
+        ld.start(ref)
+        ld.cli("poll", "--once")
+        child = int(until(lambda: child_file.exists() and child_file.read_text(),
+                          what="the escaped child"))
+        try:
+            assert ld.reply(ref, "/stop") == f"{ref}: stopped"
+            assert not alive(child), "the escaped child outlived /stop"
+            assert ld.work(ref)["state"] == "stopped"
+            [sid] = [r["id"] for r in ld.query("SELECT id FROM sessions")]
+            assert not session_alive(ld.state / "sessions", sid, 0)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
