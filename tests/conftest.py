@@ -67,3 +67,93 @@ def ld(tmp_path: Path) -> Iterator[LoopDir]:
 
     with LoopDir(tmp_path) as d:
         yield d
+
+
+def _provided(variable: str, what: str) -> str:
+    """The value of a THE_LOOP_TEST_* variable, or skip the test: CI sets it, a laptop may not."""
+    value = os.environ.get(variable, "")
+    if not value:
+        pytest.skip(f"{variable} is not set: this test needs {what} (.ci/run provides it)")
+    return value
+
+
+def _shown_dsn(dsn: str) -> str:
+    """The DSN with any password replaced, for a failure message."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # an unparseable DSN says so below; never echo what it holds
+        return "(unparseable)"
+    if "password" in parts:
+        parts["password"] = "***"
+    return make_conninfo("", **parts)
+
+
+@pytest.fixture(scope="session")
+def _pg_admin_dsn() -> str:
+    """THE_LOOP_TEST_PG_DSN checked once per worker: skip when unset, fail when unreachable."""
+    dsn = _provided("THE_LOOP_TEST_PG_DSN", "a PostgreSQL server")
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn, connect_timeout=10, autocommit=True) as conn:
+            conn.execute("select 1")
+    except psycopg.Error as exc:
+        problem = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+    else:
+        return dsn
+    pytest.fail(
+        f"THE_LOOP_TEST_PG_DSN is set ({_shown_dsn(dsn)}) but PostgreSQL cannot be reached: "
+        f"{problem}; start the server or unset the variable to skip these tests", pytrace=False,
+    )
+
+
+@pytest.fixture
+def pg_dsn(_pg_admin_dsn: str) -> Iterator[str]:
+    """A DSN to an empty PostgreSQL database of this test's own, dropped afterwards.
+
+    Each test gets a new database (named after its xdist worker and a random suffix), so
+    tests on parallel workers, or two suites on one server, never see each other's tables.
+    """
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    name = f"the_loop_t_{worker}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    try:
+        yield _with_dbname(_pg_admin_dsn, name)
+    finally:
+        with psycopg.connect(_pg_admin_dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name))
+            )
+
+
+def _with_dbname(dsn: str, name: str) -> str:
+    """`dsn` pointing at database `name`: a URL stays a URL, key=value stays key=value."""
+    from urllib.parse import urlsplit
+
+    from psycopg.conninfo import make_conninfo
+
+    if dsn.startswith(("postgresql://", "postgres://")):
+        url = urlsplit(dsn)  # urlunsplit would drop the `//` of an empty host
+        return f"{url.scheme}://{url.netloc}/{name}" + (f"?{url.query}" if url.query else "")
+    return make_conninfo(dsn, dbname=name)
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    """THE_LOOP_TEST_CHROMIUM: skip when unset, fail when it is not an executable file."""
+    path = _provided("THE_LOOP_TEST_CHROMIUM", "a Chromium binary")
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        pytest.fail(
+            f"THE_LOOP_TEST_CHROMIUM is set ({path}) but that is not an executable file; "
+            "install Debian's chromium (apt-get install chromium) or unset the variable",
+            pytrace=False,
+        )
+    return path
