@@ -1,7 +1,11 @@
-"""Generates docs/points.md, the reference table of lifecycle points, from the catalog.
+"""Generates docs/points.md and the policy guide's function table from the code.
 
-    python scripts/gen_docs.py           write docs/points.md
-    python scripts/gen_docs.py --check   exit 1 if the committed file differs from the catalog
+    python scripts/gen_docs.py           write docs/points.md and the table in docs/policy-guide.md
+    python scripts/gen_docs.py --check   exit 1 if either committed file differs from the code
+
+docs/points.md is generated whole, from `the_loop.hooks.points`. In docs/policy-guide.md only
+the table after the `<!-- policy-functions` marker is, from the policy function records
+(`the_loop.hooks.policy.functions.POLICY_FUNCTION_RECORDS`); the prose around it is written.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ import sys
 from pathlib import Path
 
 from the_loop.hooks.points import POINTS, SPECS, WORK_ITEM_DOCS, WORK_ITEM_FIELDS, WorkItem
+from the_loop.hooks.policy.functions import POLICY_FUNCTION_RECORDS
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "docs" / "points.md"
+GUIDE = ROOT / "docs" / "policy-guide.md"
+FUNCTIONS_MARKER = "<!-- policy-functions"
 
 
 def _cell(text: str) -> str:
@@ -78,25 +85,54 @@ def render() -> str:
     return "\n".join(out)
 
 
+def function_rows() -> list[str]:
+    """The guide's function table (header included), one row per policy function record."""
+    out = ["| function | what it does | example |", "|---|---|---|"]
+    out += [
+        f"| `{r.signature}` | {_cell(r.description)} | `{r.example}` |"
+        for r in POLICY_FUNCTION_RECORDS
+    ]
+    return out
+
+
+def render_guide(current: str) -> str:
+    """`current` (docs/policy-guide.md) with the table after its functions marker regenerated."""
+    lines = current.split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith(FUNCTIONS_MARKER)), None)
+    if at is None:
+        raise SystemExit(f"{GUIDE}: no line starting {FUNCTIONS_MARKER!r} to put the table after")
+    end = at + 1
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join([*lines[: at + 1], *function_rows(), *lines[end:]])
+
+
+def _stale(path: Path, current: str, text: str) -> None:
+    diff = difflib.unified_diff(
+        current.splitlines(keepends=True), text.splitlines(keepends=True),
+        f"{path} (committed)", f"{path} (from the code)",
+    )
+    sys.stderr.writelines(diff)
+    sys.stderr.write(f"{path} is stale: run python scripts/gen_docs.py\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
+    status = 0
+    for path, make in ((TARGET, lambda _old: render()), (GUIDE, render_guide)):
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        text = make(current)
         if current == text:
-            return 0
-        diff = difflib.unified_diff(
-            current.splitlines(keepends=True), text.splitlines(keepends=True),
-            f"{TARGET} (committed)", f"{TARGET} (from the catalog)",
-        )
-        sys.stderr.writelines(diff)
-        sys.stderr.write(f"{TARGET} is stale: run python scripts/gen_docs.py\n")
-        return 1
-    TARGET.write_text(text, encoding="utf-8")
-    print(f"wrote {TARGET}")
-    return 0
+            continue
+        if args.check:
+            _stale(path, current, text)
+            status = 1
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
+    return status
 
 
 if __name__ == "__main__":

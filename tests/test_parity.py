@@ -135,3 +135,36 @@ def test_r2_5_the_readme_table_lists_each_points_decisions() -> None:
     assert list(rows) == FIXED_POINTS
     for point, cell in rows.items():
         assert re.findall(r"`([a-z_]+)`", cell) == [d.name for d in SPECS[point].decisions]
+
+
+def test_the_guides_function_table_is_the_one_generated_from_the_records() -> None:
+    module = gen_docs()
+    text = (ROOT / "docs" / "policy-guide.md").read_text(encoding="utf-8")
+    after = text.split(module.FUNCTIONS_MARKER, 1)[1].splitlines()[1:]
+    table = after[: next(i for i, line in enumerate(after) if not line.startswith("|"))]
+    assert table == module.function_rows(), (
+        "docs/policy-guide.md's function table is stale: run python scripts/gen_docs.py"
+    )
+
+
+def test_gen_docs_check_fails_when_a_record_has_no_row_in_the_guide(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    module = gen_docs()
+    module.TARGET = tmp_path / "points.md"
+    module.TARGET.write_text(module.render(), encoding="utf-8")
+    module.GUIDE = tmp_path / "policy-guide.md"
+    module.GUIDE.write_text((ROOT / "docs" / "policy-guide.md").read_text("utf-8"), "utf-8")
+    assert module.main(["--check"]) == 0
+    first = module.POLICY_FUNCTION_RECORDS[0]
+    added = dataclasses.replace(first, name="regex_find", example="regex_find('a', node)")
+    monkeypatch.setattr(module, "POLICY_FUNCTION_RECORDS", (*module.POLICY_FUNCTION_RECORDS,
+                                                            added))
+    assert module.main(["--check"]) == 1
+    assert module.main([]) == 0
+    guide = module.GUIDE.read_text("utf-8")
+    assert "| `regex_find(string $pattern, string $subject) -> boolean` |" in guide
+    assert module.main(["--check"]) == 0
+    assert guide.count("## Functions") == 1

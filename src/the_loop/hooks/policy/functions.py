@@ -1,56 +1,54 @@
-"""The policy engine's own JMESPath functions.
+"""The policy engine's own JMESPath functions: one record each, every other form derived from it.
 
-They are available in two forms that behave identically:
+A :class:`PolicyFunction` record says all there is to say about one function: its name, its
+parameters (a name and the JMESPath types each accepts), the types it returns, its handler
+(the plain implementation), a description and an example for the guide, and the facts that
+let the compiler inline a call. ``POLICY_FUNCTION_RECORDS`` lists them; a record missing any
+of these fails at import, naming what is missing. From the records come:
 
-* :class:`PolicyFunctions`, a :class:`jmespath.functions.Functions` subclass for the reference
-  interpreter: ``jmespath.search(expr, data, Options(custom_functions=PolicyFunctions()))``;
-* :data:`POLICY_FUNCTION_SPECS`, the plain implementations plus the arity and type information
-  the compiler (:mod:`the_loop.hooks.policy.jmes`, which knows no policy function: they are
-  passed in, see ``expressions.COMPILER``) uses to check calls at compile time and to call the
-  functions from generated code.
+* :data:`PolicyFunctions`: a :class:`jmespath.functions.Functions` subclass for the reference
+  interpreter, its ``@signature`` methods generated from the parameters:
+  ``jmespath.search(expr, data, Options(custom_functions=PolicyFunctions()))``;
+* :data:`POLICY_FUNCTION_SPECS`: the compiler's and the type checker's view (``FunctionSpec``:
+  arity, argument and return types, the handler). The compiler (:mod:`the_loop.hooks.policy.jmes`)
+  knows no policy function: they are passed in, see ``expressions.COMPILER``;
+* :data:`POLICY_FUNCTIONS`: name -> (signature text, description, example), for documentation:
+  ``scripts/gen_docs.py`` writes the function table of ``docs/policy-guide.md`` from it. The
+  signature text (``lower(string $subject) -> string``) is generated, never typed.
 
-Both forms take their signatures from the same ``@signature`` declarations, so the arity and the
-argument types are checked the same way (``ArityError`` / ``JMESPathTypeError``, exactly as for the
-built-in functions). :data:`POLICY_FUNCTIONS` describes each function for generated docs.
-
-Functions
----------
-``regex_match(string $pattern, string $subject) -> boolean``
-    True when the regular expression ``pattern`` matches *anywhere* in ``subject`` (search
-    semantics: anchor with ``^``/``$`` yourself). Patterns run on RE2 (the ``google-re2``
-    package), whose matching time is linear in the subject whatever the pattern: a pattern
-    such as ``^([A-Za-z0-9]+ ?)+$`` cannot stall the loop on a hostile comment, which Python's
-    backtracking ``re`` would (issue 11 rule 6). RE2 is Python's syntax without backreferences
-    and lookaround; an invalid or unsupported pattern raises :class:`InvalidValueError` (a
-    ``JMESPathError``, hence a ``ValueError``, like the reference's other invalid-value
-    errors), and a literal one is a load error (``policy.expressions``).
-``glob_match(string $pattern, string $subject) -> boolean``
-    True when ``subject`` matches the shell-style ``pattern`` as a whole
-    (``fnmatch.fnmatchcase``: ``*``, ``?``, ``[seq]``, ``[!seq]``; case-sensitive, and ``*``
-    matches ``/`` too).
-``lower(string $subject) -> string`` / ``upper(string $subject) -> string``
-    ``str.lower()`` / ``str.upper()`` (full Unicode case mapping).
+Both evaluators check arity and argument types the same way (``ArityError`` /
+``JMESPathTypeError``, exactly as for the built-in functions), from the same parameters.
+``regex_match`` runs on RE2 (the ``google-re2`` package), whose matching time is linear in the
+subject whatever the pattern: ``^([A-Za-z0-9]+ ?)+$`` cannot stall the loop on a hostile
+comment, which Python's backtracking ``re`` would (issue 11 rule 6). An invalid or unsupported
+pattern raises :class:`InvalidValueError` (a ``JMESPathError``, hence a ``ValueError``), and a
+literal one is a load error (``policy.expressions``).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import functools
+import inspect
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import re2
 from jmespath.exceptions import JMESPathError
-from jmespath.functions import Functions, signature
+from jmespath.functions import REVERSE_TYPES_MAP, Functions, signature
 
 from the_loop.errors import quote
 from the_loop.hooks.policy.jmes import FunctionSpec
 
 __all__ = [
     "POLICY_FUNCTIONS",
+    "POLICY_FUNCTION_RECORDS",
     "POLICY_FUNCTION_SPECS",
     "InvalidValueError",
+    "Param",
+    "PolicyFunction",
     "PolicyFunctions",
     "glob_match",
     "lower",
@@ -104,29 +102,6 @@ def upper(subject: str) -> str:
     return subject.upper()
 
 
-_STRING: Any = {"types": ["string"]}
-
-
-class PolicyFunctions(Functions):
-    """The built-in JMESPath functions plus the policy functions, for the reference interpreter."""
-
-    @signature(_STRING, _STRING)
-    def _func_regex_match(self, pattern: str, subject: str) -> bool:
-        return regex_match(pattern, subject)
-
-    @signature(_STRING, _STRING)
-    def _func_glob_match(self, pattern: str, subject: str) -> bool:
-        return glob_match(pattern, subject)
-
-    @signature(_STRING)
-    def _func_lower(self, subject: str) -> str:
-        return lower(subject)
-
-    @signature(_STRING)
-    def _func_upper(self, subject: str) -> str:
-        return upper(subject)
-
-
 def _regex_search(pattern: str) -> Callable[[str], Any] | None:
     """`regex_match`'s pattern, compiled once: its search (None for a pattern RE2 refuses)."""
     try:
@@ -144,58 +119,168 @@ def _glob_matcher(pattern: str) -> Callable[[str], Any] | None:
         return None
 
 
-def _spec(
-    name: str,
-    impl: Callable[..., Any],
-    returns: tuple[str, ...],
-    **inline: Any,
-) -> FunctionSpec:
-    """The compiler's view of a function of `PolicyFunctions` (its `@signature`, `impl`)."""
-    declared = PolicyFunctions.FUNCTION_TABLE[name]["signature"]
-    return FunctionSpec(
-        name=name,
-        arg_types=tuple(tuple(arg["types"]) for arg in declared),
-        variadic=bool(declared and declared[-1].get("variadic")),
-        returns=returns,
-        impl=impl,
-        **inline,
-    )
+#: The type names a parameter or a result may have (JMESPath's, as in a ``@signature``).
+TYPE_NAMES = frozenset(REVERSE_TYPES_MAP) | {"array-string", "array-number"}
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: its name (shown as ``$name``) and the JMESPath types it accepts."""
+
+    name: str
+    types: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PolicyFunction:
+    """Everything about one policy function; construction fails naming what is missing.
+
+    ``params`` take exactly that many arguments. ``description`` and ``example`` are the
+    guide's (Markdown; the example must call the function and load at some point).
+    ``str_method`` / ``pattern_matcher`` let the compiler inline a call (``FunctionSpec``).
+    """
+
+    name: str
+    params: tuple[Param, ...]
+    returns: tuple[str, ...]
+    handler: Callable[..., Any]
+    description: str
+    example: str
+    str_method: str | None = None
+    pattern_matcher: Callable[[str], Callable[[str], Any] | None] | None = None
+
+    def __post_init__(self) -> None:
+        missing = incomplete(self)
+        if missing:
+            raise ValueError(f"policy function {self.name or '?'}: {'; '.join(missing)}")
+
+    @property
+    def signature(self) -> str:
+        """``name(string $pattern, string $subject) -> boolean``, JMESPath's notation."""
+        params = ", ".join(f"{'|'.join(p.types)} ${p.name}" for p in self.params)
+        return f"{self.name}({params}) -> {'|'.join(self.returns)}"
+
+    def spec(self) -> FunctionSpec:
+        """The compiler's view (it also feeds the type checker)."""
+        return FunctionSpec(
+            name=self.name,
+            arg_types=tuple(p.types for p in self.params),
+            variadic=False,
+            returns=self.returns,
+            impl=self.handler,
+            str_method=self.str_method,
+            pattern_matcher=self.pattern_matcher,
+        )
+
+
+def incomplete(record: PolicyFunction) -> list[str]:
+    """What `record` lacks or gets wrong, one phrase each (empty when it is complete)."""
+    out: list[str] = []
+    if not _NAME.match(record.name):
+        out.append(f"name {record.name!r} is not a lower-case identifier")
+    for i, p in enumerate(record.params):
+        if not _NAME.match(p.name):
+            out.append(f"parameter {i + 1} has no name (got {p.name!r})")
+        if not p.types or not set(p.types) <= TYPE_NAMES:
+            out.append(f"parameter {p.name or i + 1} needs JMESPath types (got {p.types!r})")
+    if not record.returns or not set(record.returns) <= TYPE_NAMES:
+        out.append(f"returns needs JMESPath types (got {record.returns!r})")
+    if not record.description.strip():
+        out.append("description is missing")
+    if f"{record.name}(" not in record.example:
+        out.append(f"example {record.example!r} does not call {record.name}()")
+    try:
+        arity = len(inspect.signature(record.handler).parameters)
+    except (TypeError, ValueError):
+        arity = -1
+    if arity != len(record.params):
+        out.append(f"handler takes {arity} argument(s), the record declares {len(record.params)}")
+    return out
+
+
+_STRING = ("string",)
+
+
+def _subject(name: str) -> tuple[Param, ...]:
+    return (Param(name, _STRING),)
+
+
+def _pattern_subject() -> tuple[Param, ...]:
+    return (Param("pattern", _STRING), Param("subject", _STRING))
+
+
+#: Every policy function, in the guide's order.
+POLICY_FUNCTION_RECORDS: tuple[PolicyFunction, ...] = (
+    PolicyFunction(
+        name="regex_match", params=_pattern_subject(), returns=("boolean",),
+        handler=regex_match, pattern_matcher=_regex_search,
+        description=(
+            "true when the regular expression matches anywhere in the subject (anchor with "
+            "`^` and `$`). Patterns run on RE2: Python's syntax without backreferences and "
+            "lookaround, in time linear in the subject whatever the pattern. A literal "
+            "pattern RE2 refuses is a load error; one read from a fact is a run-time error."
+        ),
+        example="regex_match('^release/', node)",
+    ),
+    PolicyFunction(
+        name="glob_match", params=_pattern_subject(), returns=("boolean",),
+        handler=glob_match, pattern_matcher=_glob_matcher,
+        description=(
+            "true when the whole subject matches the shell-style pattern (`*`, `?`, `[seq]`, "
+            "`[!seq]`; case-sensitive, `*` also matches `/`)."
+        ),
+        example="glob_match('acme/*', work_item.repository)",
+    ),
+    PolicyFunction(
+        name="lower", params=_subject("subject"), returns=_STRING, handler=lower,
+        str_method="lower", description="the subject in lower case.",
+        example="lower(actor) == 'alice'",
+    ),
+    PolicyFunction(
+        name="upper", params=_subject("subject"), returns=_STRING, handler=upper,
+        str_method="upper", description="the subject in upper case.",
+        example="upper(work_item.kind)",
+    ),
+)
+
+
+_twice = sorted({r.name for r in POLICY_FUNCTION_RECORDS
+                 if [x.name for x in POLICY_FUNCTION_RECORDS].count(r.name) > 1})
+if _twice:  # pragma: no cover - a mistake in the list above, caught at import
+    raise ValueError(f"policy functions recorded twice: {', '.join(_twice)}")
+
+
+def _reference_method(record: PolicyFunction) -> Callable[..., Any]:
+    """`record` as a ``Functions`` method: jmespath checks its ``@signature``, then the handler."""
+    handler = record.handler
+    declared: list[Any] = [{"types": list(p.types)} for p in record.params]
+
+    @signature(*declared)
+    def method(self: Any, *args: Any) -> Any:
+        return handler(*args)
+
+    method.__name__ = f"_func_{record.name}"
+    return method
+
+
+#: The built-in JMESPath functions plus the policy functions, for the reference interpreter.
+PolicyFunctions: type[Functions] = type(
+    "PolicyFunctions",
+    (Functions,),
+    {
+        "__doc__": "The built-in JMESPath functions plus the policy functions (generated).",
+        "__module__": __name__,
+        **{f"_func_{r.name}": _reference_method(r) for r in POLICY_FUNCTION_RECORDS},
+    },
+)
 
 #: name -> FunctionSpec, the functions the policy compiler (`expressions.COMPILER`) passes in.
 POLICY_FUNCTION_SPECS: Mapping[str, FunctionSpec] = {
-    spec.name: spec
-    for spec in (
-        _spec("regex_match", regex_match, ("boolean",), pattern_matcher=_regex_search),
-        _spec("glob_match", glob_match, ("boolean",), pattern_matcher=_glob_matcher),
-        _spec("lower", lower, ("string",), str_method="lower"),
-        _spec("upper", upper, ("string",), str_method="upper"),
-    )
+    r.name: r.spec() for r in POLICY_FUNCTION_RECORDS
 }
 
-#: name -> (signature, one-line doc, example), for generated documentation.
+#: name -> (signature, description, example), for generated documentation.
 POLICY_FUNCTIONS: Mapping[str, tuple[str, str, str]] = {
-    "regex_match": (
-        "regex_match(string $pattern, string $subject) -> boolean",
-        "True when the regular expression (RE2: linear time, no backreferences or "
-        "lookaround) matches anywhere in the subject (anchor with ^ and $); an invalid "
-        "pattern is an invalid-value error.",
-        "regex_match('^release/', work_item.ref)",
-    ),
-    "glob_match": (
-        "glob_match(string $pattern, string $subject) -> boolean",
-        "True when the whole subject matches the shell-style pattern "
-        "(fnmatch.fnmatchcase: *, ?, [seq], [!seq]; case-sensitive, * also matches /).",
-        "glob_match('docs/*.md', path)",
-    ),
-    "lower": (
-        "lower(string $subject) -> string",
-        "The subject in lower case (str.lower).",
-        "lower(work_item.title)",
-    ),
-    "upper": (
-        "upper(string $subject) -> string",
-        "The subject in upper case (str.upper).",
-        "upper(work_item.kind)",
-    ),
+    r.name: (r.signature, r.description, r.example) for r in POLICY_FUNCTION_RECORDS
 }

@@ -21,16 +21,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from the_loop.hooks.policy.functions import POLICY_FUNCTION_RECORDS
+
 #: The largest growth factor an expression may have (a legit expression rarely passes 8).
 MAX_GROWTH = 256
 
 #: Functions whose result is bounded by one argument times an expression reference.
 _MAPPING = frozenset(("map", "sort_by", "max_by", "min_by"))
-#: Functions whose result is a scalar of bounded size whatever they read.
+#: Functions whose result is a scalar of bounded size whatever they read: these built-ins,
+#: and the policy functions that return booleans, numbers or null.
 _SCALAR = frozenset((
     "abs", "avg", "ceil", "contains", "ends_with", "floor", "length", "max", "min",
-    "starts_with", "sum", "to_number", "type", "regex_match", "glob_match",
-))
+    "starts_with", "sum", "to_number", "type",
+)) | {r.name for r in POLICY_FUNCTION_RECORDS if set(r.returns) <= {"boolean", "number", "null"}}
 _CAP = MAX_GROWTH * 1024  # stop multiplying far past the limit (the numbers stay small)
 
 

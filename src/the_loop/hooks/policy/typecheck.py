@@ -19,7 +19,7 @@ from typing import Any
 from the_loop.hooks.points import SPECS, WORK_ITEM_FIELDS
 from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.exprtext import OPS, literal, show
-from the_loop.hooks.policy.functions import POLICY_FUNCTION_SPECS
+from the_loop.hooks.policy.functions import POLICY_FUNCTION_RECORDS, POLICY_FUNCTION_SPECS
 from the_loop.hooks.policy.jmes.ir import NO_LITERAL
 from the_loop.hooks.policy.jmes.kinds import (
     ANY,
@@ -264,6 +264,10 @@ class Checker:
         self.problems.append((show(node), message))
 
 
+#: The policy functions that take strings only: given a list, the fix is to map them over it.
+_ON_STRINGS = frozenset(
+    r.name for r in POLICY_FUNCTION_RECORDS if all(p.types == ("string",) for p in r.params)
+)
 _TYPE_WORDS = {"string": "a string", "number": "a number", "array": "a list",
                "object": "an object", "boolean": "a boolean", "null": "null",
                "expref": "an &expression", "array-string": "a list of strings",
@@ -345,7 +349,7 @@ def _argument_fix(node: Node, name: str, arg: Node, t: T) -> str:
         other = rest[0] if rest else "'x'"
         return (f"To test one exact label write contains({s}, {other}); to test every "
                 f"label write {s}[?{name}(@, {other})] (a non-empty list when one matches).")
-    if ARR in t.kinds and name in ("lower", "upper", "regex_match", "glob_match"):
+    if ARR in t.kinds and name in _ON_STRINGS:
         return f"Apply it to each element instead: {s}[?…] or map(&{name}(@), {s})."
     if NUM in t.kinds:
         return f"Turn the number into a string first: to_string({s})."
