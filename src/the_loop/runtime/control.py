@@ -32,6 +32,7 @@ from the_loop.config import Config
 from the_loop.errors import LoopError
 from the_loop.runtime.poller import deliver, reply
 from the_loop.runtime.service import Loop
+from the_loop.runtime.stepkinds import StepKind
 
 MAX_BODY = 1 << 20
 OPERATOR = "operator"
@@ -226,7 +227,8 @@ class _Handler(BaseHTTPRequestHandler):
             loop.tracker.close(ref, actor=str(actor))
             w = loop.work(ref)
             if w and w["state"] in ("running", "waiting", "gate"):
-                loop.store.queue(f"complete:{ref}:{w['arm_seq']}", ref, "complete",
+                loop.store.queue(StepKind.COMPLETE.key(ref, w["arm_seq"]), ref,
+                                 StepKind.COMPLETE,
                                  {"source": "tracker", "actor": str(actor)})
                 deliver(loop, ref)
             return {"ref": ref, "done": "closed"}

@@ -49,6 +49,8 @@ def line_of(record: dict[str, Any]) -> str:
         return f"{ref}: waiting at gate {v('node')}"
     if e == "phase.changed":
         return f"{ref}: {v('from_node')} → {v('to_node')} ({v('outcome')})"
+    if e == "phase.published":
+        return f"{ref}: the channels were told of phase {v('to_phase')}"
     if e == "item.completed":
         return f"{ref}: completed ({v('source')})"
     if e == "hooks.audit":

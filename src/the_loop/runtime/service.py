@@ -33,6 +33,7 @@ from the_loop.runtime.graph import load_graph
 from the_loop.runtime.identity import AGENT_PREFIX
 from the_loop.runtime.record import point_record
 from the_loop.runtime.settings import Settings, settings_of
+from the_loop.runtime.stepkinds import StepKind
 from the_loop.runtime.store import ACTIVE, Step, Store
 from the_loop.runtime.tracker import LocalTracker
 
@@ -218,10 +219,10 @@ class Loop:
             w = self._agent_turn(ref, session_id)
             sid = session_id or str(w["session_id"])
             with self.db.transaction() as conn:
-                n = conn.execute("SELECT COUNT(*) AS n FROM steps WHERE ref=? AND "
-                                 "kind='question'", (ref,)).fetchone()["n"]
-                key = f"question:{ref}:{w['arm_seq']}:{int(n) + 1}"
-                self.store.add_step(conn, key, ref, "question", {
+                n = conn.execute("SELECT COUNT(*) AS n FROM steps WHERE ref=? AND kind=?",
+                                 (ref, StepKind.QUESTION.value)).fetchone()["n"]
+                key = StepKind.QUESTION.key(ref, w["arm_seq"], int(n) + 1)
+                self.store.add_step(conn, key, ref, StepKind.QUESTION, {
                     "question": question, "summary": summary, "session_id": sid,
                     "node": str(w["node"])})
                 self.store.set_work(ref, conn, state="waiting")
@@ -238,9 +239,9 @@ class Loop:
         self._claimed(ref)
         try:
             w = self._agent_turn(ref, session_id)
-            self.store.queue(f"done:{ref}:{w['arm_seq']}:{w['epoch']}", ref, "done", {
-                "node": str(w["node"]), "epoch": int(w["epoch"]), "actor": actor,
-                "summary": summary})
+            self.store.queue(StepKind.DONE.key(ref, w["arm_seq"], w["epoch"]), ref,
+                             StepKind.DONE, {"node": str(w["node"]), "epoch": int(w["epoch"]),
+                                             "actor": actor, "summary": summary})
             return str(w["node"])
         finally:
             self.store.release(ref)
@@ -283,11 +284,14 @@ class Loop:
             # "running" while the loop moves it: the enter step sets gate or launches.
             self.store.set_work(ref, conn, node=there.name, epoch=epoch + 1, state="running")
             if there.phase != here.phase or there.terminal:
-                self.store.add_step(conn, f"phase:{ref}:{arm}:{epoch}", ref, "phase", {
-                    "from_node": here.name, "to_node": there.name, "from_phase": here.phase,
-                    "to_phase": there.phase, "outcome": outcome_name,
-                    "terminal": there.terminal, "actor": actor})
-            self.store.add_step(conn, f"enter:{ref}:{arm}:{epoch + 1}", ref, "enter",
+                self.store.add_step(conn, StepKind.PHASE.key(ref, arm, epoch), ref,
+                                    StepKind.PHASE, {
+                                        "from_node": here.name, "to_node": there.name,
+                                        "from_phase": here.phase, "to_phase": there.phase,
+                                        "outcome": outcome_name, "terminal": there.terminal,
+                                        "actor": actor})
+            self.store.add_step(conn, StepKind.ENTER.key(ref, arm, epoch + 1), ref,
+                                StepKind.ENTER,
                                 {"node": there.name, "actor": actor, "note": note,
                                  "epoch": epoch + 1})
             if step is not None:

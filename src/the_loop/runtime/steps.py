@@ -33,6 +33,7 @@ from the_loop.runtime.service import (
     render,
     session_id_for,
 )
+from the_loop.runtime.stepkinds import StepKind
 from the_loop.runtime.store import Step
 
 CONTROLS = ("approve", "reject", "stop")
@@ -93,7 +94,8 @@ def start(loop: Loop, step: Step) -> None:
         epoch = int(w["epoch"]) + 1
         loop.store.set_work(ref, conn, state="running", node=first.name, epoch=epoch,
                             session_id="")
-        loop.store.add_step(conn, f"enter:{ref}:{w['arm_seq']}:{epoch}", ref, "enter",
+        loop.store.add_step(conn, StepKind.ENTER.key(ref, w["arm_seq"], epoch), ref,
+                            StepKind.ENTER,
                             {"node": first.name, "actor": step.payload["actor"], "note": "",
                              "epoch": epoch})
         loop.store.finish(step, "started", conn=conn)
@@ -113,7 +115,8 @@ def enter(loop: Loop, step: Step) -> None:
     actor = step.payload["actor"]
     if node.terminal:
         with loop.db.transaction() as conn:
-            loop.store.add_step(conn, f"complete:{ref}:{w['arm_seq']}", ref, "complete",
+            loop.store.add_step(conn, StepKind.COMPLETE.key(ref, w["arm_seq"]), ref,
+                                StepKind.COMPLETE,
                                 {"source": "graph", "actor": actor or LOOP_AUTHOR})
             loop.store.finish(step, "terminal", conn=conn)
         return
@@ -125,7 +128,7 @@ def enter(loop: Loop, step: Step) -> None:
             prompt += f"\n\nFeedback from @{actor}:\n\n{step.payload['note']}"
         with loop.db.transaction() as conn:
             loop.store.set_work(ref, conn, state="running", node=node.name)
-            loop.store.add_step(conn, f"launch:{step.key}", ref, "launch", {
+            loop.store.add_step(conn, StepKind.LAUNCH.key(step.key), ref, StepKind.LAUNCH, {
                 "node": node.name, "prompt": prompt, "respawn": False, "actor": actor,
                 "endpoint": ""})
             loop.store.finish(step, "agent", conn=conn)
@@ -205,7 +208,8 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
                   reason=d.reason)
     if endpoint and endpoint != ref:
         with loop.db.transaction() as conn:
-            loop.store.add_step(conn, f"{step.key}:ticket", ref, "launch",
+            loop.store.add_step(conn, StepKind.LAUNCH.key("ticket", name=step.key), ref,
+                                StepKind.LAUNCH,
                                 dict(step.payload, endpoint=""))
             loop.store.finish(step, "redirected", conn=conn)
         return
@@ -381,7 +385,8 @@ def _act(loop: Loop, step: Step, w: dict[str, object], node: object, control: st
             # this input too: one session gets both, none is ended before it reads its own.
             if not loop.store.extend_queued_launch(
                     conn, ref, node.name, endpoint, f"\n\nInput from @{actor}:\n\n{final}"):
-                loop.store.add_step(conn, f"launch:{step.key}", ref, "launch", {
+                loop.store.add_step(conn, StepKind.LAUNCH.key(step.key), ref,
+                                    StepKind.LAUNCH, {
                     "node": node.name, "prompt": prompt, "respawn": True, "actor": actor,
                     "endpoint": endpoint})
             loop.store.finish(step, "resumed", conn=conn)
@@ -442,7 +447,9 @@ def complete(loop: Loop, step: Step) -> None:
     loop.store.finish(step, "completed")
 
 
-RUN: dict[str, Callable[[Loop, Step], None]] = {
-    "start": start, "enter": enter, "launch": launch, "question": question, "done": node_done,
-    "input": take_input, "phase": phase, "complete": complete,
+#: What each kind of step runs (a test checks that every `StepKind` has one).
+RUN: dict[StepKind, Callable[[Loop, Step], None]] = {
+    StepKind.START: start, StepKind.ENTER: enter, StepKind.LAUNCH: launch,
+    StepKind.QUESTION: question, StepKind.DONE: node_done, StepKind.INPUT: take_input,
+    StepKind.PHASE: phase, StepKind.COMPLETE: complete,
 }

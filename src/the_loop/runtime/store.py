@@ -23,6 +23,7 @@ from typing import Any
 
 from the_loop.runtime.db import Database
 from the_loop.runtime.harness import process_start_time
+from the_loop.runtime.stepkinds import StepKind, step_kind
 
 ACTIVE = ("armed", "running", "waiting", "gate")
 
@@ -32,7 +33,7 @@ class Step:
     seq: int
     key: str
     ref: str
-    kind: str
+    kind: StepKind
     payload: dict[str, Any]
     decisions: dict[str, Any]
     state: str
@@ -41,7 +42,8 @@ class Step:
 
     @classmethod
     def of(cls, row: sqlite3.Row) -> Step:
-        return cls(int(row["seq"]), str(row["key"]), str(row["ref"]), str(row["kind"]),
+        key = str(row["key"])
+        return cls(int(row["seq"]), key, str(row["ref"]), step_kind(str(row["kind"]), key),
                    json.loads(row["payload"]), json.loads(row["decisions"]),
                    str(row["state"]), str(row["outcome"]), str(row["detail"]))
 
@@ -119,7 +121,7 @@ class Store:
             for endpoint, last in cursors.items():
                 conn.execute("INSERT INTO cursors VALUES (?, ?) ON CONFLICT(ref) DO UPDATE "
                              "SET last=excluded.last", (endpoint, last))
-            self.add_step(conn, f"start:{ref}:{seq}", ref, "start",
+            self.add_step(conn, StepKind.START.key(ref, seq), ref, StepKind.START,
                           {"actor": actor, "source": source, "arm_seq": seq})
         return int(seq)
 
@@ -150,16 +152,20 @@ class Store:
             conn.execute("UPDATE work SET claim='' WHERE ref=? AND claim=?", (ref, self.me))
 
     # ------------------------------------------------------------------ steps
-    def add_step(self, conn: sqlite3.Connection, key: str, ref: str, kind: str,
+    def add_step(self, conn: sqlite3.Connection, key: str, ref: str, kind: StepKind,
                  payload: dict[str, Any]) -> None:
-        """Queue a step (inside the caller's transaction); a key already queued is kept."""
+        """Queue a step (inside the caller's transaction); a key already queued is kept.
+        A kind that is not a `StepKind`, or a payload its kind cannot run, is refused here."""
+        if not isinstance(kind, StepKind):
+            raise TypeError(f"a step's kind is a StepKind, not {kind!r}")
+        kind.check(payload)
         now = time.time()
         conn.execute(
             "INSERT OR IGNORE INTO steps(key, ref, kind, payload, created, updated) "
             "VALUES (?,?,?,?,?,?)",
-            (key, ref, kind, self.redact(json.dumps(payload)), now, now))
+            (key, ref, kind.value, self.redact(json.dumps(payload)), now, now))
 
-    def queue(self, key: str, ref: str, kind: str, payload: dict[str, Any]) -> None:
+    def queue(self, key: str, ref: str, kind: StepKind, payload: dict[str, Any]) -> None:
         with self.db.transaction() as conn:
             self.add_step(conn, key, ref, kind, payload)
 
@@ -170,7 +176,8 @@ class Store:
         decided (inside the caller's transaction); its key, or '' when there is none. A
         second launch would end that session before it read its input."""
         for row in conn.execute("SELECT key, payload, decisions FROM steps WHERE ref=? AND "
-                                "kind='launch' AND state='pending' ORDER BY seq", (ref,)):
+                                "kind=? AND state='pending' ORDER BY seq",
+                                (ref, StepKind.LAUNCH.value)):
             payload = json.loads(row["payload"])
             if (json.loads(row["decisions"]) or payload["node"] != node
                     or payload["endpoint"] != endpoint):
@@ -184,7 +191,8 @@ class Store:
     def completion_queued(self, ref: str, node: str, epoch: int) -> bool:
         """Whether an agent's `graph complete` of `ref`'s `node` at `epoch` is queued."""
         for row in self.db.conn.execute("SELECT payload FROM steps WHERE ref=? AND "
-                                        "kind='done' AND state='pending'", (ref,)):
+                                        "kind=? AND state='pending'",
+                                        (ref, StepKind.DONE.value)):
             payload = json.loads(row["payload"])
             if payload.get("node") == node and int(payload.get("epoch", -1)) == epoch:
                 return True
@@ -206,7 +214,8 @@ class Store:
             "ORDER BY first")]
 
     def has_pending(self, ref: str) -> bool:
-        return self.next_step(ref) is not None
+        return self.db.conn.execute("SELECT 1 FROM steps WHERE state='pending' AND ref=? "
+                                    "LIMIT 1", (ref,)).fetchone() is not None
 
     def record(self, step: Step, point: str, decisions: dict[str, Any]) -> None:
         """Record what a point decided for a step, before its effect."""
@@ -245,7 +254,7 @@ class Store:
                 last = c.id
                 if c.author == skip:
                     continue
-                self.add_step(conn, f"input:{endpoint}:{c.id}", target, "input",
+                self.add_step(conn, StepKind.INPUT.key(endpoint, c.id), target, StepKind.INPUT,
                               {"endpoint": endpoint, "comment": c.id, "actor": c.author})
                 n += 1
             conn.execute("INSERT INTO cursors VALUES (?, ?) ON CONFLICT(ref) DO UPDATE SET "
