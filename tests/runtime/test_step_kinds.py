@@ -93,5 +93,5 @@ def test_a_stored_step_of_an_unknown_kind_waits_and_the_other_items_go_on(
         assert "has kind 'teleport', which this version of the loop does not know" in \
             failed["error"]
         pending = ld.query("SELECT key FROM steps WHERE state='pending' ORDER BY seq")
-        assert [p["key"] for p in pending][0] == f"teleport:{a}"
+        assert pending[0]["key"] == f"teleport:{a}"
         assert ld.comments(a) == []  # nothing was given up: the item is not blocked
