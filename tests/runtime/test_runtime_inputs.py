@@ -150,19 +150,27 @@ def test_stop_disarms_and_later_comments_are_not_input(ld: LoopDir) -> None:
     assert len(ld.launches()) == 1
 
 
-def test_issue11_rule1_a_broken_declaration_lets_no_one_shot_command_act(
+def test_issue11_rule1_a_broken_declaration_lets_no_one_shot_command_act_and_they_say_so(
         ld: LoopDir) -> None:
     """With a declaration that cannot load, `ask`, `reply` and `graph complete` only write
     what they ask for: no hook runs half-loaded, nothing is posted, delivered or launched;
-    the poller refuses to start, so nothing moves until the declaration is fixed."""
+    the poller refuses to start, so nothing moves until the declaration is fixed — and
+    `ask` and `reply` say so instead of promising that the loop acts (issue 20, item 15)."""
     ref = running(ld)
     launches, fired = len(ld.launches()), len(ld.points())
     good = ld.config.read_text()
     ld.write_config("hooks:\n  - {name: ghost, path: hooks/missing.py}\n")
-    assert ld.cli("ask", "Which users?", "--work-item", ref).returncode == 0
-    said = ld.cli("reply", ref, "Admins first", "--actor", "mallory")
-    assert "the poller delivers it" in said.stdout
-    assert ld.cli("graph", "complete", "--work-item", ref).stdout.strip() == \
+    why = "no daemon can start on it (hooks[0] ('ghost') → path: no file at "
+    code, out, err = ld.run("ask", "Which users?", "--work-item", ref)
+    assert code == 0 and out == (f"asked: your question on {ref} is queued; no daemon can "
+                                 "start to post it until the hooks declaration loads\n")
+    assert err.startswith("the-loop: nothing will act on your question until the hooks "
+                          f"declaration is mended: {why}"), err
+    code, out, err = ld.run("reply", ref, "Admins first", "--actor", "mallory")
+    assert code == 0 and out.endswith("; no daemon can start to deliver it until the hooks "
+                                      "declaration loads\n"), out
+    assert err.startswith("the-loop: nothing will act on comment ") and why in err, err
+    assert ld.ok("graph", "complete", "--work-item", ref).strip() == \
         f"write done; the loop moves {ref} on"
     assert ld.events("hooks.load_failed") == [] and len(ld.points()) == fired
     assert not any(c.startswith("**Question") for c in ld.comments(ref))

@@ -1,8 +1,10 @@
 """The loop's commands: `start`, `reply`, `poll`, `ask`, `graph complete`.
 
 Only `poll` (a daemon, like `serve` in serve.py) acts on work items: it loads the hooks
-at start and runs each item's steps. The others are one-shot and only write what they ask
-for — an arming, a person's input, a question, a node change — for a daemon to take in.
+at start, refuses to start when they do not load, and runs each item's steps. The others
+are one-shot: they load no hook and fire no point, and only write what they ask for — an
+arming, a person's input, a question, a node change — for a daemon to take in. `reply` and
+`ask` check the declaration too, and say so when no daemon can start on it.
 """
 
 from __future__ import annotations
@@ -75,11 +77,27 @@ def _operator() -> str:
 
 
 def one_shot(args: argparse.Namespace, source: str) -> Loop:
-    """A loop for a one-shot command: hooks load on first use and degrade on error (it
-    says so on stderr); a one-shot command never delivers input nor launches a session."""
+    """A loop for a one-shot command, which writes a durable step for a daemon and never
+    loads a hook, fires a point, delivers input nor launches a session."""
     from the_loop.runtime.service import Loop
 
     return Loop(config_of(args), strict_hooks=False, source=source)
+
+
+def unmended(loop: Loop, what: str) -> bool:
+    """Whether the hooks declaration fails to load, so no daemon can start to act on `what`
+    (said on stderr with the error). Loads it as a daemon would, firing nothing."""
+    from the_loop.events import EventLog
+    from the_loop.hooks.loading import chain_from_config
+
+    try:
+        chain_from_config(loop.config, log=EventLog(keep=0))
+    except HooksConfigError as exc:
+        print(f"the-loop: nothing will act on {what} until the hooks declaration is mended: "
+              f"no daemon can start on it ({exc}); a daemon started before the edit keeps "
+              "the hooks it loaded", file=sys.stderr)
+        return True
+    return False
 
 
 def daemon(args: argparse.Namespace, source: str) -> Loop:
@@ -148,6 +166,10 @@ def cmd_reply(args: argparse.Namespace) -> int:
             print(f"{ref}: comment {cid} posted as {actor}; {target} is not an active work "
                   "item, so nothing acts on it")
             return 0
+        if unmended(loop, f"comment {cid}"):
+            print(f"{ref}: comment {cid} posted as {actor}; no daemon can start to deliver "
+                  "it until the hooks declaration loads")
+            return 0
         if not args.wait:
             print(f"{ref}: comment {cid} posted as {actor}; the poller delivers it "
                   "(--wait to see what happened)")
@@ -214,6 +236,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
         ref = loop.tracker.resolve(_work_item(args))
         loop.ask(ref, args.text, summary=args.summary,
                  session_id=agent_session(loop.db, loop.settings.state_dir / "sessions"))
+        if unmended(loop, "your question"):
+            print(f"asked: your question on {ref} is queued; no daemon can start to post it "
+                  "until the hooks declaration loads")
+            return 0
     finally:
         loop.close()
     print(f"asked: the loop posts your question on {ref}; answers resume this work")
