@@ -195,9 +195,15 @@ class TheirWayServer:
 
 
 def _ours(point: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Their server reads our params tolerantly: keep the keys its catalog has (ours)."""
+    """Their server reads our params tolerantly: it keeps the keys its catalog has, and a
+    work item's tracker is what it reads as `provider` (it has no `tracker`)."""
     names = {f.name for f in SPECS[point].fields}
-    return {k: v for k, v in params.items() if k in names}
+    out = {k: v for k, v in params.items() if k in names}
+    for key in ("work_item", "endpoint"):
+        if isinstance(out.get(key), dict):
+            record = {k: v for k, v in out[key].items() if k not in ("tracker", "provider")}
+            out[key] = {**record, "tracker": out[key].get("provider", "")}
+    return out
 
 
 OUR_CONTEXTS: dict[str, dict[str, Any]] = {
@@ -235,9 +241,40 @@ def test_our_client_applies_a_server_answering_their_way(
         changed = {d.name: getattr(out, d.name) for d in SPECS[point].decisions
                    if getattr(out, d.name) != getattr(ctx, d.name)}
         assert changed == EXPECTED[point]
-        assert server.received[0]["params"]["work_item"]["tracker"] == "github"
+        sent = server.received[0]["params"]["work_item"]
+        assert (sent["tracker"], sent["provider"]) == ("github", "github")
     finally:
         server.close()
+
+
+def test_our_client_sends_provider_and_our_own_server_reports_nothing_ignored(
+    tmp_path: Path
+) -> None:
+    """Both names of the tracker travel; a server of ours reads them as one field."""
+    from the_loop.hooks.server import HookServer
+    from the_loop.sdk.hooks import LifecycleHooks
+
+    seen: list[Any] = []
+    calls: list[Any] = []
+
+    class Spy(LifecycleHooks):
+        def session_spawn(self, ctx: Any) -> None:
+            seen.append(ctx.work_item)
+
+    with HookServer(Spy(), on_call=calls.append) as server:
+        out = load_chain(_declare_open(tmp_path, server.url)).run(context_from_json(
+            "session_spawn", {"work_item": WorkItem.from_ref("github:acme/app#7").to_json(),
+                              "endpoint": WorkItem.from_ref("local:acme/app#8").to_json()}))
+    assert out.proceed is True
+    assert [(w.tracker, w.provider) for w in seen] == [("github", "github")]
+    assert [c.ignored for c in calls] == [()], calls
+
+
+def _declare_open(tmp_path: Path, url: str) -> Path:
+    config = tmp_path / "cli-config.yaml"
+    config.write_text(f"loop: acme\nstateDir: state\nhooks:\n  - name: ours\n    url: {url}\n"
+                      "    required: true\n", encoding="utf-8")
+    return config
 
 
 def test_their_servers_error_code_fails_the_hook_and_required_refuses(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,3 +110,20 @@ def test_ignored_keys_reach_the_log_printable_and_bounded() -> None:
     listed = calls[0].ignored
     assert len(listed) == 21 and listed[-1] == "… 31 more"
     assert all("\n" not in name for name in listed)
+
+
+def test_the_dialect_table_in_any_loop_md_names_every_key_their_requests_carry_that_we_ignore(
+) -> None:
+    """docs/any-loop.md's table says, per point, what becomes of each key only the other
+    loop sends; every key our reader ignores in their requests has its row there."""
+    text = (Path(__file__).parents[2] / "docs" / "any-loop.md").read_text(encoding="utf-8")
+    table = text.split("## The dialect", 1)[1].split("\n\n| the other loop sends", 1)[1]
+    documented: dict[str, set[str]] = {point: set() for point in PARAMS}
+    for row in table.split("\n\n", 1)[0].splitlines()[2:]:
+        keys, points, _ = row.strip("|").split("|")
+        names = re.findall(r"`([a-z_.]+)", keys)
+        for point in re.findall(r"`([a-z_]+)`", points) if "every" not in points else PARAMS:
+            documented[point].update(names)
+    for point, params in PARAMS.items():
+        _, ignored = read_params(point, params)
+        assert set(ignored) <= documented[point], (point, set(ignored) - documented[point])

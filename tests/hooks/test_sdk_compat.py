@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +17,7 @@ from the_loop.hooks.points import POINTS, SPECS
 from the_loop.sdk.hooks import (
     Context,
     DecisionTypeError,
+    HookServer,
     LifecycleHooks,
     SessionSpawn,
     WorkItem,
@@ -42,12 +46,46 @@ def test_from_ref_takes_our_ref_formats_apart(
         assert getattr(item, key) == value, key
 
 
-def test_provider_is_a_read_only_alias_of_tracker() -> None:
+def test_provider_is_a_read_only_alias_of_tracker_and_to_params_carries_both() -> None:
     item = WorkItem(tracker="local")
     assert item.provider == "local"
     with pytest.raises(dataclasses.FrozenInstanceError):
         item.provider = "github"  # type: ignore[misc]
-    assert "provider" not in item.to_params() and item.to_params()["tracker"] == "local"
+    params = SessionSpawn(work_item=item).to_params()["work_item"]
+    assert (params["tracker"], params["provider"]) == ("local", "local")
+
+
+@pytest.mark.parametrize(("ref", "kind", "expected"), [
+    ("github:acme/app#7", "", "issue-7"),
+    ("github:acme/app#8", "pull-request", "issue-8"),
+    ("github:git.acme.example/acme/app#3", "", "issue-3"),
+    ("local:acme/app#12", "", "local:acme/app#12"),
+    ("issue-9", "", "issue-9"),
+])
+def test_from_ref_without_an_id_gives_the_id_the_other_loop_gives(
+    ref: str, kind: str, expected: str
+) -> None:
+    assert WorkItem.from_ref(ref, kind=kind).id == expected
+
+
+def test_context_itself_cannot_be_built_only_a_points_context() -> None:
+    with pytest.raises(TypeError, match="build a point's context instead"):
+        Context()
+    assert WorkItemStart().POINT == "work_item_start"
+
+
+def test_hook_server_points_are_the_points_its_health_check_lists() -> None:
+    class Only(LifecycleHooks):
+        def session_spawn(self, ctx: SessionSpawn) -> None:
+            return None
+
+        def phase_changed(self, ctx: Any) -> None:
+            return None
+
+    with HookServer(Only()) as server:
+        assert server.points == ("session_spawn", "phase_changed")
+        with urllib.request.urlopen(server.url + "health", timeout=10) as answer:
+            assert json.loads(answer.read())["points"] == list(server.points)
 
 
 def test_handles_is_what_the_class_overrides() -> None:

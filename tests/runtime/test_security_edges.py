@@ -61,6 +61,7 @@ def test_issue11_rule1_input_under_a_broken_file_goes_through_the_daemons_loaded
         mallory = ld.cli("reply", ref, "/approve", "--actor", "mallory", "--wait", "30")
         assert mallory.stdout.strip() == (
             f"{ref}: refused by hook `house`: only alice may approve (mallory tried)")
+        assert "a daemon started before the edit keeps the hooks it loaded" in mallory.stderr
         assert ld.work(ref)["state"] == "gate"
         alice = ld.cli("reply", ref, "/approve", "--actor", "alice", "--wait", "30")
         assert alice.stdout.strip() == f"{ref}: approved"

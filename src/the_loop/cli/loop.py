@@ -166,13 +166,11 @@ def cmd_reply(args: argparse.Namespace) -> int:
             print(f"{ref}: comment {cid} posted as {actor}; {target} is not an active work "
                   "item, so nothing acts on it")
             return 0
-        if unmended(loop, f"comment {cid}"):
-            print(f"{ref}: comment {cid} posted as {actor}; no daemon can start to deliver "
-                  "it until the hooks declaration loads")
-            return 0
+        broken = unmended(loop, f"comment {cid}")  # a running daemon may still deliver it
         if not args.wait:
-            print(f"{ref}: comment {cid} posted as {actor}; the poller delivers it "
-                  "(--wait to see what happened)")
+            then = ("no daemon can start to deliver it until the hooks declaration loads"
+                    if broken else "the poller delivers it (--wait to see what happened)")
+            print(f"{ref}: comment {cid} posted as {actor}; {then}")
             return 0
         return _wait_for(loop, f"input:{ref}:{cid}", ref, args.wait)
     finally:

@@ -2,9 +2,11 @@
 
 Mixed into `points.Context` and `points.WorkItem` (this module imports nothing of ours, so
 the catalog can use it): `ctx.to_params()`, `Ctx.decisions()` / `Ctx.facts()`,
-`ctx.apply(result)` raising `DecisionTypeError`, `item.to_params()`, the read-only alias
-`item.provider` (our `tracker`) and `WorkItem.from_ref(ref, kind, id)` for our ref formats:
-`local:owner/repo#N`, and `<tracker>:[host/]owner/repo#N` (e.g. `github:acme/app#12`).
+`ctx.apply(result)` raising `DecisionTypeError`, `item.to_params()` (which carries `tracker`
+also as `provider`), the read-only alias `item.provider` (our `tracker`) and
+`WorkItem.from_ref(ref, kind, id)` for our ref formats: `local:owner/repo#N`, and
+`<tracker>:[host/]owner/repo#N` (e.g. `github:acme/app#12`). As there, `Context` itself
+cannot be built (only a point's context can).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 DECISION = "decision"
 _REF_RE = re.compile(
@@ -29,6 +31,13 @@ class DecisionTypeError(TypeError):
 
 class ContextMethods:
     """Methods every point's context carries besides its fields."""
+
+    POINT: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        if not type(self).POINT:
+            raise TypeError("Context is the base of the points' contexts; build a point's "
+                            "context instead (e.g. WorkItemStart(), SessionSpawn(prompt=...))")
 
     @classmethod
     def decisions(cls) -> tuple[str, ...]:
@@ -86,20 +95,21 @@ class WorkItemMethods:
         return self.tracker
 
     def to_params(self) -> dict[str, Any]:
-        """The record as a JSON object."""
-        return dict(vars(self))
+        """The record as a JSON object, `tracker` also as `provider` (both loops' name)."""
+        return {**vars(self), "provider": self.tracker}
 
     @classmethod
     def from_ref(cls, ref: str, kind: str = "", id: str = "") -> Self:
         """The record a ref names: `local:owner/repo#N` or `<tracker>:[host/]owner/repo#N`.
 
         A string that is no such ref gives a record with only `ref`, `kind` and `id` set:
-        a fact for the hooks is never a failure of the operation.
+        a fact for the hooks is never a failure of the operation. Without `id`, the id is
+        what the other the-loop gives: `issue-N` for a `github:` ref, else the ref itself.
         """
         kind = kind or "issue"
         m = _REF_RE.match(ref)
         if m is None:
-            return cls(ref=ref, kind=kind, id=id)  # type: ignore[call-arg]
+            return cls(ref=ref, kind=kind, id=id or ref)  # type: ignore[call-arg]
         tracker, owner, repo, number = m["tracker"], m["owner"], m["repo"], int(m["number"])
         host = m["host"] or _DEFAULT_HOSTS.get(tracker, "")
         repository = f"{owner}/{repo}"
@@ -112,4 +122,4 @@ class WorkItemMethods:
             url = ""
         return cls(ref=ref, tracker=tracker, host="" if tracker == "local" else host,  # type: ignore[call-arg]
                    owner=owner, repo=repo, repository=repository, number=number, kind=kind,
-                   url=url, id=id)
+                   url=url, id=id or (f"issue-{number}" if tracker == "github" else ref))

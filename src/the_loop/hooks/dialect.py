@@ -7,7 +7,8 @@ this one). `read_params(point, params)` builds the point's context from what it 
 - keys this catalog does not know, in `params` and inside a work-item record, are ignored
   and returned as dotted names (`instance`, `work_item.extra`) for the server's own log;
 - names with the same meaning under another name map to ours (`ALIASES` per point,
-  `RECORD_ALIASES` inside a work item); our name wins when both are sent;
+  `RECORD_ALIASES` inside a work item); our name wins when both are sent (and the other
+  name is reported as ignored only when its value differs);
 - a `kind` of `""` (the other loop's "not known") means our default for that field;
 - the work item's `kind` comes from `work_item_complete`'s top-level `kind` when the record
   does not say (the other loop puts it there);
@@ -92,7 +93,8 @@ def _record(value: Any, ignored: list[str], *, prefix: str) -> Any:
         key = str(raw_key)
         name = RECORD_ALIASES.get(key, key)
         if name not in _RECORD_TYPES or (name != key and name in value):
-            ignored.append(prefix + key)
+            if name == key or value[name] != item:  # our own client sends both, the same
+                ignored.append(prefix + key)
             continue
         if name in EMPTY_MEANS_DEFAULT and item == "":
             continue

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 from the_loop import __version__
 from the_loop.hooks.executor import Decisions, HookError
-from the_loop.hooks.points import POINTS, SPECS, Context, context_to_json
+from the_loop.hooks.points import POINTS, SPECS, Context
 from the_loop.hooks.remote_http import (
     MAX_RESPONSE,
     MAX_TEXT,
@@ -143,7 +143,9 @@ class RemoteExecutor:
     def _call(self, point: str, ctx: Context, token: str) -> Decisions | None:
         req_id = next(self._ids)
         body = json.dumps(
-            {"jsonrpc": "2.0", "method": point, "params": context_to_json(ctx), "id": req_id},
+            # to_params: each work-item record carries `tracker` and, for the other the-loop's
+            # hooks, the same value as `provider` (issue 20, item 16)
+            {"jsonrpc": "2.0", "method": point, "params": ctx.to_params(), "id": req_id},
             separators=(",", ":"),
         ).encode("ascii")
         head = self._head

@@ -18,7 +18,13 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from the_loop.hooks.jsonrpc import AnyExecutor, OnCall, handle_request, health_body
+from the_loop.hooks.jsonrpc import (
+    AnyExecutor,
+    OnCall,
+    handle_request,
+    health_body,
+    served_points,
+)
 from the_loop.hooks.wire import Reply, error_reply, http_reply, reason_of
 
 #: Connections the kernel queues before the server accepts them (capped by net.core.somaxconn;
@@ -156,7 +162,8 @@ class HookServer:
     any free port, see `.url`); `.serve_forever()` blocks, `.serve_in_thread()` returns the
     started thread, `.shutdown()` stops serving, closes the socket and open connections.
     With `token_env`, every POST needs `Authorization: Bearer $token_env` (read per request).
-    `on_call` hears one `CallRecord` per call (point, status, time, keys ignored).
+    `on_call` hears one `CallRecord` per call (point, status, time, keys ignored); `.points`
+    are the points the executor answers (as the other the-loop's HookServer names them).
     """
 
     def __init__(self, executor: AnyExecutor, host: str = "127.0.0.1", port: int = 0,
@@ -184,6 +191,11 @@ class HookServer:
             raise
         self.host = host
         self.port = int(self._httpd.server_address[1])
+
+    @property
+    def points(self) -> tuple[str, ...]:
+        """The points the executor answers with its own code (what `/health` lists)."""
+        return served_points(self.executor)
 
     def answer(self, body: bytes) -> bytes:
         """The JSON-RPC answer to one request body."""
