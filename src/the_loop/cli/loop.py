@@ -154,13 +154,14 @@ def cmd_reply(args: argparse.Namespace) -> int:
     """Write the input on the work item; the daemon holding the hooks delivers it."""
     from the_loop.runtime.identity import acting_as
     from the_loop.runtime.poller import input_target
+    from the_loop.runtime.stepkinds import StepKind
     from the_loop.runtime.store import ACTIVE
 
     loop = one_shot(args, "reply")
     try:
         ref = loop.tracker.resolve(args.ref)
         actor = acting_as(loop.db, loop.settings.state_dir, args.actor, _operator())
-        cid = loop.tracker.comment(ref, args.text, author=actor)
+        cid = loop.tracker.comment(ref, args.text, author=actor, source="reply")
         target, _ = input_target(loop, ref)
         if (loop.work(target) or {}).get("state") not in ACTIVE:
             print(f"{ref}: comment {cid} posted as {actor}; {target} is not an active work "
@@ -172,7 +173,7 @@ def cmd_reply(args: argparse.Namespace) -> int:
                     if broken else "the poller delivers it (--wait to see what happened)")
             print(f"{ref}: comment {cid} posted as {actor}; {then}")
             return 0
-        return _wait_for(loop, f"input:{ref}:{cid}", ref, args.wait)
+        return _wait_for(loop, StepKind.INPUT.key(ref, cid), ref, args.wait)
     finally:
         loop.close()
 

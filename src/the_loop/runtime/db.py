@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS labels(
     item INTEGER NOT NULL, label TEXT NOT NULL, PRIMARY KEY(item, label));
 CREATE TABLE IF NOT EXISTS comments(
     id INTEGER PRIMARY KEY AUTOINCREMENT, item INTEGER NOT NULL, author TEXT NOT NULL,
-    body TEXT NOT NULL, created REAL NOT NULL);
+    body TEXT NOT NULL, created REAL NOT NULL, source TEXT NOT NULL DEFAULT 'comment');
 CREATE TABLE IF NOT EXISTS work(
     ref TEXT PRIMARY KEY, state TEXT NOT NULL, arm_seq INTEGER NOT NULL DEFAULT 0,
     node TEXT NOT NULL DEFAULT '', session_id TEXT NOT NULL DEFAULT '',
@@ -58,6 +58,7 @@ _ADDED = (
     ("work", "epoch", "INTEGER NOT NULL DEFAULT 0"),
     ("work", "claim", "TEXT NOT NULL DEFAULT ''"),
     ("sessions", "step", "TEXT NOT NULL DEFAULT ''"),
+    ("comments", "source", "TEXT NOT NULL DEFAULT 'comment'"),
 )
 
 

@@ -217,12 +217,12 @@ def reply(loop: Loop, ref: str, text: str, *, actor: str, source: str = "reply")
     delivered at once. Returns what was done (`queued` while another process holds the
     item; the poller delivers it)."""
     ref = loop.tracker.resolve(ref)
-    cid = loop.tracker.comment(ref, text, author=actor)
+    cid = loop.tracker.comment(ref, text, author=actor, source=source)
     target, _ = input_target(loop, ref)
     if (loop.work(target) or {}).get("state") not in ACTIVE:
         return "ignored"
     deliver(loop, ref)
-    step = loop.store.step(f"input:{ref}:{cid}")
+    step = loop.store.step(StepKind.INPUT.key(ref, cid))
     return step.outcome if step is not None and step.state == "done" else "queued"
 
 

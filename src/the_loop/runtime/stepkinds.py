@@ -71,7 +71,7 @@ SPECS: dict[StepKind, KindSpec] = {
                              "post the agent's question on"),
     StepKind.DONE: _spec("node epoch actor summary", "phase.changed",
                          "take in the agent's completion of"),
-    StepKind.INPUT: _spec("endpoint comment actor", "input.delivered",
+    StepKind.INPUT: _spec("endpoint comment actor source", "input.delivered",
                           "take in input on"),
     StepKind.PHASE: _spec("from_node to_node from_phase to_phase outcome terminal actor",
                           "phase.published", "tell the channels about the phase of"),

@@ -309,6 +309,7 @@ def take_input(loop: Loop, step: Step) -> None:
     """input_received, then deliver, read by the gate, or run."""
     ref, p = step.ref, step.payload
     actor, endpoint = str(p["actor"]), str(p["endpoint"])
+    source = str(p.get("source") or "comment")  # a step queued before sources were kept
     w = loop.work(ref)
     if "input_received" not in step.decisions and (w is None or w["state"] not in ACTIVE):
         loop.store.finish(step, "ignored", "the work item is not active")
@@ -326,7 +327,7 @@ def take_input(loop: Loop, step: Step) -> None:
     else:
         kind = "comment"
     d = loop.decide(step, lambda: InputReceived(
-        **loop.base(ref), kind=kind, actor=actor, source="comment", control=control,
+        **loop.base(ref), kind=kind, actor=actor, source=source, control=control,
         node=node.name, phase=node.phase, text=text))
     failpoint("input")
     if d.refused:
@@ -342,7 +343,7 @@ def take_input(loop: Loop, step: Step) -> None:
     final = str(d["text"])
     done = _act(loop, step, w, node, control, final, kind)
     loop.log.emit("input.delivered", work_item=ref, kind=kind, actor=actor, done=done,
-                  source="comment")
+                  source=source)
 
 
 def _act(loop: Loop, step: Step, w: dict[str, object], node: object, control: str,

@@ -255,7 +255,8 @@ class Store:
                 if c.author == skip:
                     continue
                 self.add_step(conn, StepKind.INPUT.key(endpoint, c.id), target, StepKind.INPUT,
-                              {"endpoint": endpoint, "comment": c.id, "actor": c.author})
+                              {"endpoint": endpoint, "comment": c.id, "actor": c.author,
+                               "source": c.source})
                 n += 1
             conn.execute("INSERT INTO cursors VALUES (?, ?) ON CONFLICT(ref) DO UPDATE SET "
                          "last=MAX(last, excluded.last)", (endpoint, last))

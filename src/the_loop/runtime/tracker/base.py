@@ -15,6 +15,8 @@ class Comment:
     author: str
     body: str
     created: float
+    #: How the text came in: `comment` (written on the tracker), `reply` (the CLI), `api`.
+    source: str = "comment"
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "author": self.author, "body": self.body,
@@ -59,7 +61,7 @@ class Tracker(Protocol):
     def add(self, title: str, *, body: str = "", kind: str = "issue", parent: str = "",
             labels: list[str] | None = None, author: str = "") -> str: ...
 
-    def comment(self, ref: str, body: str, *, author: str) -> int: ...
+    def comment(self, ref: str, body: str, *, author: str, source: str = "comment") -> int: ...
 
     def comments_after(self, ref: str, after_id: int) -> list[Comment]: ...
 

@@ -129,19 +129,21 @@ class LocalTracker:
                              (cur.lastrowid, label))
         return f"local:{self.repository}#{number}"
 
-    def comment(self, ref: str, body: str, *, author: str) -> int:
+    def comment(self, ref: str, body: str, *, author: str, source: str = "comment") -> int:
+        """Write a comment; `source` records how it came in (a reply, the API)."""
         item_id, _, _ = self._row(ref)
         with self.db.transaction() as conn:
             cur = conn.execute(
-                "INSERT INTO comments(item, author, body, created) VALUES (?,?,?,?)",
-                (item_id, author, body, time.time()),
+                "INSERT INTO comments(item, author, body, created, source) VALUES (?,?,?,?,?)",
+                (item_id, author, body, time.time(), source),
             )
         return int(cur.lastrowid or 0)
 
     def comments_after(self, ref: str, after_id: int) -> list[Comment]:
         item_id, _, _ = self._row(ref)
         return [
-            Comment(int(c["id"]), str(c["author"]), str(c["body"]), float(c["created"]))
+            Comment(int(c["id"]), str(c["author"]), str(c["body"]), float(c["created"]),
+                    str(c["source"]))
             for c in self.db.conn.execute(
                 "SELECT * FROM comments WHERE item=? AND id>? ORDER BY id", (item_id, after_id))
         ]
