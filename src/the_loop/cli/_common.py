@@ -13,6 +13,32 @@ from typing import Any
 from the_loop.config import Config, find_config, read_config
 from the_loop.errors import LoopError
 
+#: The longest wait a duration flag takes (a day): past it a poller is not polling.
+MAX_SECONDS = 86_400.0
+
+
+def seconds(text: str, *, zero: bool = True) -> float:
+    """A duration flag's value: a finite number of seconds up to a day (`zero`: 0 allowed).
+
+    `float()` alone takes "inf", "nan" and "-1", which a poller then spins on or crashes on.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    low_ok = value >= 0 if zero else value > 0
+    if not (low_ok and value <= MAX_SECONDS):  # also refuses nan and inf
+        span = "from 0" if zero else "above 0 and"
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds {span} up to {MAX_SECONDS:g} (e.g. 5 or 0.5), "
+            f"got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """`seconds` for an interval, where 0 would be a busy loop."""
+    return seconds(text, zero=False)
+
 
 def config_of(args: argparse.Namespace) -> Config:
     """The cli-config.yaml in effect for this invocation (an empty one when none exists)."""

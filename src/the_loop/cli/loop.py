@@ -14,7 +14,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from the_loop.cli._common import add_json, config_of, print_json
+from the_loop.cli._common import add_json, config_of, positive_seconds, print_json, seconds
 from the_loop.errors import HooksConfigError, LoopError, UsageError
 
 if TYPE_CHECKING:
@@ -33,14 +33,14 @@ def register(sub: Any) -> None:
     r.add_argument("text", help="an answer, a comment, or /approve, /reject REASON, /stop")
     r.add_argument("--actor", default=None, metavar="LOGIN",
                    help="the person you write for (default: $USER)")
-    r.add_argument("--wait", nargs="?", type=float, const=60.0, default=0.0, metavar="S",
+    r.add_argument("--wait", nargs="?", type=seconds, const=60.0, default=0.0, metavar="S",
                    help="wait (up to S seconds, default 60) for the loop to deliver it and "
                         "print what happened")
     r.set_defaults(func=cmd_reply)
 
     p = sub.add_parser("poll", help="the poller daemon: start armed items, read input")
     p.add_argument("--once", action="store_true", help="run one cycle and exit")
-    p.add_argument("--interval", type=float, default=5.0, metavar="S",
+    p.add_argument("--interval", type=positive_seconds, default=5.0, metavar="S",
                    help="seconds between cycles (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no line per thing the loop does")
     add_json(p)
