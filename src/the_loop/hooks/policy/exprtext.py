@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 OPS = {"eq": "==", "ne": "!=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
@@ -30,55 +30,133 @@ def literal(value: Any) -> str:
 
 def show(node: Mapping[str, Any]) -> str:
     """The expression `node` was parsed from (up to spacing and parentheses)."""
-    kind = node.get("type")
-    children = node.get("children", [])
-    if kind == "field":
-        name = str(node["value"])
-        return name if _NAME.match(name) else json.dumps(name, ensure_ascii=False)
-    if kind == "literal":
-        return literal(node["value"])
-    if kind in ("identity", "current"):
-        return "@"
-    if kind == "subexpression":
-        return ".".join(_wrap(c, 9) for c in children)
-    if kind == "comparator":
-        return f"{_wrap(children[0], 6)} {OPS[node['value']]} {_wrap(children[1], 6)}"
-    if kind == "and_expression":
-        return f"{_wrap(children[0], 3)} && {_wrap(children[1], 4)}"
-    if kind == "or_expression":
-        return f"{_wrap(children[0], 2)} || {_wrap(children[1], 3)}"
-    if kind == "not_expression":
-        return "!" + _wrap(children[0], 8)
-    if kind == "pipe":
-        return f"{show(children[0])} | {show(children[1])}"
-    if kind == "function_expression":
-        return f"{node['value']}({', '.join(show(c) for c in children)})"
-    if kind == "expref":
-        return "&" + show(children[0])
-    if kind == "index_expression":
-        return _wrap(children[0], 9) + _bracket(children[1])
-    if kind == "flatten":
-        return _wrap(children[0], 9) + "[]"
-    if kind == "projection":
-        left = children[0]
-        sliced = left.get("type") == "index_expression" and \
-            left["children"][1].get("type") == "slice"
-        if left.get("type") == "flatten":
-            base = _wrap(left["children"][0], 9) + "[]"
-        elif sliced:
-            base = show(left)
-        else:
-            base = _wrap(left, 9) + "[*]"
-        return base + _tail(children[1])
-    if kind == "value_projection":
-        return _wrap(children[0], 9) + ".*" + _tail(children[1])
-    if kind == "filter_projection":
-        return f"{_wrap(children[0], 9)}[?{show(children[2])}]" + _tail(children[1])
-    if kind == "multi_select_list":
-        return "[" + ", ".join(show(c) for c in children) + "]"
-    if kind == "multi_select_dict":
-        return "{" + ", ".join(f"{c['value']}: {show(c['children'][0])}" for c in children) + "}"
+    return SHOW.get(str(node.get("type")), _unknown)(node, node.get("children", []))
+
+
+#: Prints a node given the node and its children.
+Printer = Callable[[Mapping[str, Any], Any], str]
+
+
+def _field(node: Mapping[str, Any], ch: Any) -> str:
+    name = str(node["value"])
+    return name if _NAME.match(name) else json.dumps(name, ensure_ascii=False)
+
+
+def _literal(node: Mapping[str, Any], ch: Any) -> str:
+    return literal(node["value"])
+
+
+def _current(node: Mapping[str, Any], ch: Any) -> str:
+    return "@"
+
+
+def _subexpression(node: Mapping[str, Any], ch: Any) -> str:
+    return ".".join(_wrap(c, 9) for c in ch)
+
+
+def _comparator(node: Mapping[str, Any], ch: Any) -> str:
+    return f"{_wrap(ch[0], 6)} {OPS[node['value']]} {_wrap(ch[1], 6)}"
+
+
+def _and(node: Mapping[str, Any], ch: Any) -> str:
+    return f"{_wrap(ch[0], 3)} && {_wrap(ch[1], 4)}"
+
+
+def _or(node: Mapping[str, Any], ch: Any) -> str:
+    return f"{_wrap(ch[0], 2)} || {_wrap(ch[1], 3)}"
+
+
+def _not(node: Mapping[str, Any], ch: Any) -> str:
+    return "!" + _wrap(ch[0], 8)
+
+
+def _pipe(node: Mapping[str, Any], ch: Any) -> str:
+    return f"{show(ch[0])} | {show(ch[1])}"
+
+
+def _function(node: Mapping[str, Any], ch: Any) -> str:
+    return f"{node['value']}({', '.join(show(c) for c in ch)})"
+
+
+def _expref(node: Mapping[str, Any], ch: Any) -> str:
+    return "&" + show(ch[0])
+
+
+def _index_expression(node: Mapping[str, Any], ch: Any) -> str:
+    return _wrap(ch[0], 9) + _bracket(ch[1])
+
+
+def _index_or_slice(node: Mapping[str, Any], ch: Any) -> str:
+    """Printed by its index_expression (`a[0]`, `a[1:2]`); on its own, the brackets."""
+    return _bracket(node)
+
+
+def _flatten(node: Mapping[str, Any], ch: Any) -> str:
+    return _wrap(ch[0], 9) + "[]"
+
+
+def _projection(node: Mapping[str, Any], ch: Any) -> str:
+    left = ch[0]
+    sliced = left.get("type") == "index_expression" and \
+        left["children"][1].get("type") == "slice"
+    if left.get("type") == "flatten":
+        base = _wrap(left["children"][0], 9) + "[]"
+    elif sliced:
+        base = show(left)
+    else:
+        base = _wrap(left, 9) + "[*]"
+    return base + _tail(ch[1])
+
+
+def _value_projection(node: Mapping[str, Any], ch: Any) -> str:
+    return _wrap(ch[0], 9) + ".*" + _tail(ch[1])
+
+
+def _filter_projection(node: Mapping[str, Any], ch: Any) -> str:
+    return f"{_wrap(ch[0], 9)}[?{show(ch[2])}]" + _tail(ch[1])
+
+
+def _multi_select_list(node: Mapping[str, Any], ch: Any) -> str:
+    return "[" + ", ".join(show(c) for c in ch) + "]"
+
+
+def _multi_select_dict(node: Mapping[str, Any], ch: Any) -> str:
+    return "{" + ", ".join(show(c) for c in ch) + "}"
+
+
+def _key_val_pair(node: Mapping[str, Any], ch: Any) -> str:
+    return f"{node['value']}: {show(ch[0])}"
+
+
+def _unknown(node: Mapping[str, Any], ch: Any) -> str:
     return "…"
+
+
+#: How each node type is printed: the one dispatch table (`show`).
+SHOW: dict[str, Printer] = {
+    "field": _field,
+    "literal": _literal,
+    "identity": _current,
+    "current": _current,
+    "subexpression": _subexpression,
+    "comparator": _comparator,
+    "and_expression": _and,
+    "or_expression": _or,
+    "not_expression": _not,
+    "pipe": _pipe,
+    "function_expression": _function,
+    "expref": _expref,
+    "index_expression": _index_expression,
+    "index": _index_or_slice,
+    "slice": _index_or_slice,
+    "flatten": _flatten,
+    "projection": _projection,
+    "value_projection": _value_projection,
+    "filter_projection": _filter_projection,
+    "multi_select_list": _multi_select_list,
+    "multi_select_dict": _multi_select_dict,
+    "key_val_pair": _key_val_pair,
+}
 
 
 def _bracket(node: Mapping[str, Any]) -> str:

@@ -18,7 +18,7 @@ constant the operator can read. Literals count as 1: their size is the rule's ow
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from the_loop.hooks.policy.functions import POLICY_FUNCTION_RECORDS
@@ -58,43 +58,87 @@ def growth(node: Mapping[str, Any], memo: dict[int, int] | None = None) -> int:
 
 
 def _growth(node: Mapping[str, Any], memo: dict[int, int]) -> int:
-    def growth_of(child: Mapping[str, Any]) -> int:
-        return memo[id(child)]  # children are done first
+    """`node`'s growth from its children's (done first): its handler in `GROWTH`."""
+    grown = [memo[id(c)] for c in node.get("children", ()) if isinstance(c, Mapping)]
+    return GROWTH.get(str(node.get("type")), _parts)(node, grown)
 
-    kind = node.get("type")
-    children = [c for c in node.get("children", ()) if isinstance(c, Mapping)]
-    if kind in ("current", "identity", "field", "literal", "index", "slice", "comparator",
-                "not_expression"):
-        # A comparison's value is a boolean; what it walks is bounded by its operands,
-        # whose own growth is checked by `worst` below.
+
+#: A node's growth from the node and the growth of each of its child nodes, in order.
+Rule = Callable[[Mapping[str, Any], list[int]], int]
+
+
+def _one(node: Mapping[str, Any], grown: list[int]) -> int:
+    """A value of bounded size. A comparison's value is a boolean; what it walks is bounded
+    by its operands, whose own growth is checked by `worst`."""
+    return 1
+
+
+def _sum(node: Mapping[str, Any], grown: list[int]) -> int:
+    """Its parts side by side (a multi-select)."""
+    return _cap(sum(grown))
+
+
+def _first(node: Mapping[str, Any], grown: list[int]) -> int:
+    """As large as its one operand."""
+    return grown[0] if grown else 1
+
+
+def _chain(node: Mapping[str, Any], grown: list[int]) -> int:
+    """Left to right: each part runs on the value (or each element) of the one before; a
+    filter's condition (third child) only selects."""
+    total = 1
+    for g in grown[:2]:
+        total = _cap(total * g)
+    return total
+
+
+def _widest(node: Mapping[str, Any], grown: list[int]) -> int:
+    """One operand or the other (`||`, `&&`)."""
+    return max(grown, default=1)
+
+
+def _call(node: Mapping[str, Any], grown: list[int]) -> int:
+    name = node.get("value")
+    if name in _SCALAR:
         return 1
-    if kind in ("multi_select_list", "multi_select_dict"):
-        return _cap(sum(growth_of(c) for c in children))
-    if kind == "key_val_pair":
-        return growth_of(children[0]) if children else 1
-    if kind in ("subexpression", "pipe", "index_expression", "projection", "value_projection",
-                "filter_projection"):
-        # Left to right: each part runs on the value (or each element) of the one before;
-        # a filter's condition (third child) only selects.
+    if name in _MAPPING:
         total = 1
-        for child in children[:2]:
-            total = _cap(total * growth_of(child))
+        for g in grown:
+            total = _cap(total * g)
         return total
-    if kind in ("flatten", "expref"):
-        return growth_of(children[0]) if children else 1
-    if kind in ("or_expression", "and_expression"):
-        return max((growth_of(c) for c in children), default=1)
-    if kind == "function_expression":
-        name = node.get("value")
-        if name in _SCALAR:
-            return 1
-        if name in _MAPPING:
-            total = 1
-            for child in children:
-                total = _cap(total * growth_of(child))
-            return total
-        return _cap(sum(growth_of(c) for c in children))  # to_string, join, merge, values, …
-    return _cap(sum(growth_of(c) for c in children) or 1)  # anything new: its parts together
+    return _cap(sum(grown))  # to_string, join, merge, values, …
+
+
+def _parts(node: Mapping[str, Any], grown: list[int]) -> int:
+    """Anything new: its parts together."""
+    return _cap(sum(grown) or 1)
+
+
+#: How each node type grows: the one dispatch table (`growth`).
+GROWTH: dict[str, Rule] = {
+    "current": _one,
+    "identity": _one,
+    "field": _one,
+    "literal": _one,
+    "index": _one,
+    "slice": _one,
+    "comparator": _one,
+    "not_expression": _one,
+    "multi_select_list": _sum,
+    "multi_select_dict": _sum,
+    "key_val_pair": _first,
+    "flatten": _first,
+    "expref": _first,
+    "subexpression": _chain,
+    "pipe": _chain,
+    "index_expression": _chain,
+    "projection": _chain,
+    "value_projection": _chain,
+    "filter_projection": _chain,
+    "or_expression": _widest,
+    "and_expression": _widest,
+    "function_expression": _call,
+}
 
 
 def worst(node: Mapping[str, Any]) -> int:
@@ -109,4 +153,4 @@ def _cap(value: int) -> int:
     return value if value < _CAP else _CAP
 
 
-__all__ = ["MAX_GROWTH", "growth", "worst"]
+__all__ = ["GROWTH", "MAX_GROWTH", "growth", "worst"]

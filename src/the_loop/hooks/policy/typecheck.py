@@ -12,7 +12,7 @@ rejected (`tests/policy/test_policy_types.py` generates them to prove it).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,63 +112,90 @@ class Checker:
     problems: list[tuple[str, str]] = field(default_factory=list)
 
     def infer(self, node: Node, cur: T) -> T:
-        kind = node.get("type")
-        ch = node.get("children", [])
-        if kind == "field":
-            if OBJ not in cur.kinds:
-                return T(kinds(NULL), truth=False)
-            if cur.fields is None:
-                return UNKNOWN
-            return cur.fields.get(str(node["value"]), UNKNOWN)
-        if kind == "subexpression":
-            for child in ch:
-                cur = self.infer(child, cur)
-            return cur
-        if kind in ("identity", "current"):
-            return cur
-        if kind == "literal":
-            return _of_literal(node["value"])
-        if kind == "comparator":
-            return self._compare(node, self.infer(ch[0], cur), self.infer(ch[1], cur))
-        if kind == "not_expression":
-            t = self.infer(ch[0], cur)
-            return T(kinds(BOOL), truth=None if t.truth is None else not t.truth)
-        if kind in ("and_expression", "or_expression"):
-            return self._logic(kind, self.infer(ch[0], cur), self.infer(ch[1], cur))
-        if kind == "pipe":
-            return self.infer(ch[1], self.infer(ch[0], cur))
-        if kind == "function_expression":
-            return self._call(node, [self.infer(c, cur) for c in ch])
-        if kind == "expref":
-            self.infer(ch[0], UNKNOWN)
-            return T(EXPREF)
-        if kind == "index_expression":
-            left = self.infer(ch[0], cur)
-            if left.elem is not None and ARR in left.kinds:
-                ks = left.elem | kinds(NULL)
-                return T(ks, truth=_truth_of(ks))
+        """The type of `node` applied to a value of type `cur` (its handler in `INFER`)."""
+        return INFER.get(str(node.get("type")), Checker._opaque)(self, node, cur)
+
+    # ------------------------------------------------------------------ one per node type
+
+    def _field(self, node: Node, cur: T) -> T:
+        if OBJ not in cur.kinds:
+            return T(kinds(NULL), truth=False)
+        if cur.fields is None:
             return UNKNOWN
-        if kind in ("projection", "filter_projection"):
-            left = self.infer(ch[0], cur)
-            each = T(left.elem, truth=_truth_of(left.elem)) if left.elem else UNKNOWN
-            if kind == "filter_projection":
-                self.infer(ch[2], each)
-            self.infer(ch[1], each)
-            return T(kinds(ARR, NULL))
-        if kind == "flatten":
-            self.infer(ch[0], cur)
-            return T(kinds(ARR, NULL))
-        if kind == "multi_select_list":  # [a, b]: a list of their values; null on null
-            elem = frozenset().union(*(self.infer(c, cur).kinds for c in ch))
-            ks = kinds(ARR) if cur.kinds <= kinds(OBJ, ARR, STR, NUM, BOOL) else kinds(ARR, NULL)
-            return T(ks, elem=elem, truth=True if ks == kinds(ARR) and ch else None)
-        if kind in ("value_projection", "multi_select_dict"):
-            for child in ch:
-                if isinstance(child, Mapping):
-                    self.infer(child, UNKNOWN if kind == "value_projection" else cur)
-            return UNKNOWN
-        if kind == "key_val_pair":
-            return self.infer(ch[0], cur)
+        return cur.fields.get(str(node["value"]), UNKNOWN)
+
+    def _subexpression(self, node: Node, cur: T) -> T:
+        for child in _children(node):
+            cur = self.infer(child, cur)
+        return cur
+
+    def _current(self, node: Node, cur: T) -> T:
+        return cur
+
+    def _literal(self, node: Node, cur: T) -> T:
+        return _of_literal(node["value"])
+
+    def _comparator(self, node: Node, cur: T) -> T:
+        ch = _children(node)
+        return self._compare(node, self.infer(ch[0], cur), self.infer(ch[1], cur))
+
+    def _not(self, node: Node, cur: T) -> T:
+        t = self.infer(_children(node)[0], cur)
+        return T(kinds(BOOL), truth=None if t.truth is None else not t.truth)
+
+    def _and_or(self, node: Node, cur: T) -> T:
+        ch = _children(node)
+        return self._logic(node["type"], self.infer(ch[0], cur), self.infer(ch[1], cur))
+
+    def _pipe(self, node: Node, cur: T) -> T:
+        ch = _children(node)
+        return self.infer(ch[1], self.infer(ch[0], cur))
+
+    def _function(self, node: Node, cur: T) -> T:
+        return self._call(node, [self.infer(c, cur) for c in _children(node)])
+
+    def _expref(self, node: Node, cur: T) -> T:
+        self.infer(_children(node)[0], UNKNOWN)
+        return T(EXPREF)
+
+    def _index_expression(self, node: Node, cur: T) -> T:
+        left = self.infer(_children(node)[0], cur)
+        if left.elem is not None and ARR in left.kinds:
+            ks = left.elem | kinds(NULL)
+            return T(ks, truth=_truth_of(ks))
+        return UNKNOWN
+
+    def _projection(self, node: Node, cur: T) -> T:  # and filter_projection
+        ch = _children(node)
+        left = self.infer(ch[0], cur)
+        each = T(left.elem, truth=_truth_of(left.elem)) if left.elem else UNKNOWN
+        if node["type"] == "filter_projection":
+            self.infer(ch[2], each)
+        self.infer(ch[1], each)
+        return T(kinds(ARR, NULL))
+
+    def _flatten(self, node: Node, cur: T) -> T:
+        self.infer(_children(node)[0], cur)
+        return T(kinds(ARR, NULL))
+
+    def _multi_select_list(self, node: Node, cur: T) -> T:
+        """[a, b]: a list of their values; null on null."""
+        ch = _children(node)
+        elem = frozenset().union(*(self.infer(c, cur).kinds for c in ch))
+        ks = kinds(ARR) if cur.kinds <= kinds(OBJ, ARR, STR, NUM, BOOL) else kinds(ARR, NULL)
+        return T(ks, elem=elem, truth=True if ks == kinds(ARR) and ch else None)
+
+    def _parts_unknown(self, node: Node, cur: T) -> T:  # value_projection, multi_select_dict
+        for child in _children(node):
+            if isinstance(child, Mapping):
+                self.infer(child, UNKNOWN if node["type"] == "value_projection" else cur)
+        return UNKNOWN
+
+    def _key_val_pair(self, node: Node, cur: T) -> T:
+        return self.infer(_children(node)[0], cur)
+
+    def _opaque(self, node: Node, cur: T) -> T:
+        """Nothing known (an index or slice, read by its index_expression, or a type unknown)."""
         return UNKNOWN
 
     # ------------------------------------------------------------------ the rules
@@ -268,6 +295,37 @@ class Checker:
 _ON_STRINGS = frozenset(
     r.name for r in POLICY_FUNCTION_RECORDS if all(p.types == ("string",) for p in r.params)
 )
+#: How the checker infers each node type: the one dispatch table (`Checker.infer`).
+INFER: dict[str, Callable[[Checker, Node, T], T]] = {
+    "field": Checker._field,
+    "subexpression": Checker._subexpression,
+    "identity": Checker._current,
+    "current": Checker._current,
+    "literal": Checker._literal,
+    "comparator": Checker._comparator,
+    "not_expression": Checker._not,
+    "and_expression": Checker._and_or,
+    "or_expression": Checker._and_or,
+    "pipe": Checker._pipe,
+    "function_expression": Checker._function,
+    "expref": Checker._expref,
+    "index_expression": Checker._index_expression,
+    "index": Checker._opaque,
+    "slice": Checker._opaque,
+    "projection": Checker._projection,
+    "filter_projection": Checker._projection,
+    "flatten": Checker._flatten,
+    "multi_select_list": Checker._multi_select_list,
+    "multi_select_dict": Checker._parts_unknown,
+    "value_projection": Checker._parts_unknown,
+    "key_val_pair": Checker._key_val_pair,
+}
+
+
+def _children(node: Node) -> Any:
+    return node.get("children", [])
+
+
 _TYPE_WORDS = {"string": "a string", "number": "a number", "array": "a list",
                "object": "an object", "boolean": "a boolean", "null": "null",
                "expref": "an &expression", "array-string": "a list of strings",
