@@ -76,16 +76,19 @@ def test_r2_7_r7_1_announce_false_skips_the_session_comment_only(ld: LoopDir) ->
     assert Path(session["log"]).read_text().startswith("recorder: got")
 
 
+PR_POLICY = """
+    rules:
+      - name: no-pr-sessions
+        on: session_spawn
+        when: "endpoint.kind == 'pull-request'"
+        set: {proceed: false, reason: "pull requests are handled in the ticket's session"}
+"""
+
+
 def test_r2_6_pull_request_session_refused_goes_to_the_ticket_session(ld: LoopDir) -> None:
     """A review on the ticket's pull request would launch the PR's own session (endpoint =
     the PR); a rule refuses it, so the review is delivered into the ticket's session."""
-    ld.write("policies/prs.yaml", """
-        rules:
-          - name: no-pr-sessions
-            on: session_spawn
-            when: "endpoint.kind == 'pull-request'"
-            set: {proceed: false, reason: "pull requests are handled in the ticket's session"}
-    """)
+    ld.write("policies/prs.yaml", PR_POLICY)
     ld.write_config("hooks:\n  - {name: house, policy: policies}\n" + ld.add_recorder())
     ticket = ld.add("Add a login page")
     pr = ld.add("Login page", "--kind", "pull-request", "--for", ticket)
@@ -110,6 +113,35 @@ def test_r2_6_pull_request_session_refused_goes_to_the_ticket_session(ld: LoopDi
     assert [r["endpoint"] for r in ld.query("SELECT endpoint FROM sessions ORDER BY started")] \
         == [ticket, ticket]
     assert ld.comments(pr, author="the-loop") == []
+    [said] = [c for c in ld.comments(ticket) if "refused" in c]  # one, naming hook and reason
+    assert f"session of pull request {pr} was refused by hook `house` at `session_spawn`: " \
+           "pull requests are handled in the ticket's session." in said
+    assert ld.work(ticket)["state"] == "running"
+
+
+def test_r2_6_a_refused_pull_request_session_is_said_once_on_the_ticket_after_a_crash(
+        ld: LoopDir) -> None:
+    """The redirected launch posts one marked comment on the ticket naming the hook and its
+    reason: a loop killed just after posting it redoes the step without posting it again."""
+    ld.write("policies/prs.yaml", PR_POLICY)
+    ld.write_config("hooks:\n  - {name: house, policy: policies}\n")
+    ticket = ld.add("Add a login page")
+    pr = ld.add("Login page", "--kind", "pull-request", "--for", ticket)
+    ld.start(ticket)
+    ld.poll()
+    ld.ok("items", "comment", pr, "Please rename the button.", "--author", "bob")
+    crashed = ld.cli("poll", "--once", env={"THE_LOOP_FAILPOINT": "after-refusal-comment"},
+                     ok=False)
+    assert crashed.returncode == 86, crashed.stderr
+    ld.poll()  # redoes the refused launch: the ticket's session takes the review
+
+    said = [c for c in ld.comments(ticket) if "refused" in c]
+    assert said == [f"A session of pull request {pr} was refused by hook `house` at "
+                    "`session_spawn`: pull requests are handled in the ticket's session. Its "
+                    "input goes to this work item's session instead."]
+    assert ld.comments(pr) == []
+    launches = ld.launches()
+    assert len(launches) == 2 and "Please rename the button." in launches[1]["prompt"]
     assert ld.work(ticket)["state"] == "running"
 
 

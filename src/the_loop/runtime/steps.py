@@ -202,11 +202,15 @@ def launch(loop: Loop, step: Step) -> None:
 
 def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
     """A refused launch: the item is blocked with one comment, or a pull request's own
-    session is delivered into the ticket's session instead."""
+    session is delivered into the ticket's session instead (said in one comment there)."""
     ref, endpoint = step.ref, step.payload["endpoint"]
     loop.log.emit("session.refused", work_item=ref, endpoint=target, hook=d.refused_by,
                   reason=d.reason)
     if endpoint and endpoint != ref:
+        loop.post_once(ref, step.key, f"A session of pull request {target} was refused by "
+                                      f"hook `{d.refused_by}` at `session_spawn`: {d.reason}. "
+                                      "Its input goes to this work item's session instead.")
+        failpoint("after-refusal-comment")
         with loop.db.transaction() as conn:
             loop.store.add_step(conn, StepKind.LAUNCH.key("ticket", name=step.key), ref,
                                 StepKind.LAUNCH,
@@ -216,6 +220,7 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
     loop.set_work(ref, state="blocked")
     loop.post_once(ref, step.key, f"A session launch for this work item was refused by "
                                   f"hook `{d.refused_by}` at `session_spawn`: {d.reason}")
+    failpoint("after-refusal-comment")
     loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
 
 
