@@ -20,9 +20,9 @@ from typing import Any
 import pluggy
 
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.executor import LifecycleHooks
-from the_loop.hooks.points import SessionSpawn, WorkItem
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.executor import LifecycleHooks
+from the_loop.hooks.engine.points import SessionSpawn, WorkItem
 
 CTX = SessionSpawn(
     work_item=WorkItem(ref="local:acme/app#7", tracker="local", repository="acme/app",

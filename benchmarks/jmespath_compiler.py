@@ -34,8 +34,8 @@ from jmespath.visitor import Options
 
 from the_loop.hooks.policy.expressions import compile_expression
 from the_loop.hooks.policy.functions import PolicyFunctions
-from the_loop.hooks.policy.jmes import compile_stats
-from the_loop.hooks.policy.jmes.emitter import CODE_CACHE
+from the_loop.jmes import compile_stats
+from the_loop.jmes.emitter import CODE_CACHE
 
 SUITE = Path(__file__).resolve().parent.parent / "tests" / "data" / "jmespath-compliance"
 

@@ -29,10 +29,10 @@ from typing import Any
 
 from jmespath_compiler import expression_rows, print_expression_table
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link, copy_context
-from the_loop.hooks.executor import LifecycleHooks
-from the_loop.hooks.points import SessionSpawn, WorkItem
-from the_loop.hooks.policy import load_policy
+from the_loop.hooks.engine.chain import Chain, Link, copy_context
+from the_loop.hooks.engine.executor import LifecycleHooks
+from the_loop.hooks.engine.points import SessionSpawn, WorkItem
+from the_loop.hooks.executors.policy import load_policy
 
 QUICK = "--quick" in sys.argv
 SIZES = (10, 100) if QUICK else (10, 100, 1000)
@@ -63,7 +63,7 @@ def rules_yaml(n: int) -> str:
 def rules_python(n: int) -> str:
     """The rules as an operator writes them by hand: one plain `if` per rule."""
     out = [
-        "from the_loop.hooks.executor import LifecycleHooks",
+        "from the_loop.hooks.engine.executor import LifecycleHooks",
         "",
         "class Rules(LifecycleHooks):",
         "    def session_spawn(self, ctx):",

@@ -41,10 +41,10 @@ from typing import Any
 
 from served_policy import print_served, served_rows
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.points import POINTS, SessionSpawn, WorkItem, context_to_json
-from the_loop.hooks.remote import RemoteExecutor
-from the_loop.hooks.server import HookServer
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.points import POINTS, SessionSpawn, WorkItem, context_to_json
+from the_loop.hooks.executors.remote import RemoteExecutor
+from the_loop.hooks.serving.server import HookServer
 from the_loop.sdk.hooks import LifecycleHooks
 
 STALL_MS = 40.0
@@ -248,7 +248,7 @@ def _gunicorn(folder: Path, worker_class: str, serve: dict[str, str] | None = No
                  "THE_LOOP_HOOK_TOKEN_ENV": "BENCH_TOKEN"}
     env = {**os.environ, **serve}
     args = [sys.executable, "-m", "gunicorn", "-w", "2", "-b", f"127.0.0.1:{port}",
-            "-k", worker_class, "the_loop.hooks.wsgi:app_from_env()"]
+            "-k", worker_class, "the_loop.hooks.serving.wsgi:app_from_env()"]
     if worker_class == "gthread":
         args[5:5] = ["--threads", "4"]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL,

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.points import SessionSpawn, WorkItem
-from the_loop.hooks.policy import load_policy
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.points import SessionSpawn, WorkItem
+from the_loop.hooks.executors.policy import load_policy
 from the_loop.runtime.db import Database
 from the_loop.runtime.decisionlog import (
     DecisionLog,

@@ -74,7 +74,7 @@ def free_port() -> int:
 @contextlib.contextmanager
 def gunicorn(env: dict[str, str], cwd: Path, *, worker_class: str = "sync",
              workers: int = 2) -> Iterator[str]:
-    """gunicorn serving `the_loop.hooks.wsgi:app_from_env()` with `env`; yields its URL.
+    """gunicorn serving `the_loop.hooks.serving.wsgi:app_from_env()` with `env`; yields its URL.
 
     Its stderr is in `cwd/gunicorn.log`."""
     port = free_port()
@@ -85,7 +85,7 @@ def gunicorn(env: dict[str, str], cwd: Path, *, worker_class: str = "sync",
         args += ["--threads", "4"]
     with log.open("wb") as err:
         proc = subprocess.Popen(
-            [*args, "the_loop.hooks.wsgi:app_from_env()"], env={**os.environ, **env},
+            [*args, "the_loop.hooks.serving.wsgi:app_from_env()"], env={**os.environ, **env},
             stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
         )
     url = f"http://127.0.0.1:{port}/"

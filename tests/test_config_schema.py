@@ -21,7 +21,7 @@ from the_loop.cli import main
 from the_loop.config import TOP_LEVEL_KEYS, read_config
 from the_loop.config_schema import CONFIG, config_schema
 from the_loop.errors import ConfigError
-from the_loop.hooks.declaration import parse_hooks
+from the_loop.hooks.declaring.declaration import parse_hooks
 from the_loop.runtime.graph import parse_graph
 from the_loop.runtime.settings import settings_of
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from the_loop.hooks.points import POINTS, SPECS, WORK_ITEM_FIELDS
-from the_loop.hooks.policy import load_policy
+from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_FIELDS
+from the_loop.hooks.executors.policy import load_policy
 from the_loop.hooks.policy.checks import check_fields
 from the_loop.hooks.policy.expressions import compile_expression
-from the_loop.hooks.policy.jmes import root_paths
 from the_loop.hooks.policy.typecheck import type_problems
+from the_loop.jmes import root_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -15,11 +15,11 @@ import the_loop
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError
 from the_loop.events import EVENT_TYPES, EventLog, read_events
-from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.declaration import parse_hooks
-from the_loop.hooks.executor import LifecycleHooks
-from the_loop.hooks.loading import chain_from_config
-from the_loop.hooks.points import POINTS, SessionSpawn, context_from_json
+from the_loop.hooks.declaring.declaration import parse_hooks
+from the_loop.hooks.declaring.loading import chain_from_config
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.executor import LifecycleHooks
+from the_loop.hooks.engine.points import POINTS, SessionSpawn, context_from_json
 
 SRC = Path(the_loop.__file__).parent
 # `log.emit("…")`, or the chain's guarded `self._record("…")`. An event name is dotted
@@ -149,7 +149,7 @@ def test_no_declared_token_value_reaches_the_event_log(
     token = "tok-9f8e7d6c5b4a"
     monkeypatch.setenv("COMPLIANCE_TOKEN", token)
     (tmp_path / "leaky.py").write_text(
-        "import os\nfrom the_loop.hooks.executor import LifecycleHooks\n"
+        "import os\nfrom the_loop.hooks.engine.executor import LifecycleHooks\n"
         "class Leaky(LifecycleHooks):\n"
         "    def session_spawn(self, ctx):\n"
         "        raise RuntimeError('token is ' + os.environ['COMPLIANCE_TOKEN'])\n",

@@ -123,7 +123,7 @@ def test_the_engine_imports_nothing_from_the_runtime_or_the_cli() -> None:
     assert bad == []
 
 
-COMPILER = "the_loop.hooks.policy.jmes"
+COMPILER = "the_loop.jmes"
 
 
 def test_the_jmespath_compiler_imports_nothing_of_ours_outside_itself() -> None:

@@ -17,8 +17,8 @@ from types import ModuleType
 
 import pytest
 
-from the_loop.hooks.executor import LifecycleHooks
-from the_loop.hooks.points import CONTEXT_CLASSES, POINTS, SPECS, Context, point_doc
+from the_loop.hooks.engine.executor import LifecycleHooks
+from the_loop.hooks.engine.points import CONTEXT_CLASSES, POINTS, SPECS, Context, point_doc
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXED_POINTS = [

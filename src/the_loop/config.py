@@ -1,6 +1,6 @@
 """Finds and reads cli-config.yaml (the whole file, once, with a safe loader).
 
-Each section is validated by its owner: `hooks` by `the_loop.hooks.declaration`, the
+Each section is validated by its owner: `hooks` by `the_loop.hooks.declaring.declaration`, the
 runtime keys by `the_loop.runtime.settings`. Relative paths resolve against the folder of
 the config file, never the working directory.
 """

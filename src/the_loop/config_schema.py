@@ -1,8 +1,8 @@
 """The JSON Schema of the whole cli-config.yaml, derived from each section's description.
 
-`the-loop hooks schema` prints it. The `hooks` section comes from `hooks.declaration.HOOKS`,
-the runtime keys from `runtime.settings.SETTINGS`, the top-level key list from
-`config.TOP_LEVEL_KEYS`; nothing here restates a rule.
+`the-loop hooks schema` prints it. The `hooks` section comes from
+`hooks.declaring.declaration.HOOKS`, the runtime keys from `runtime.settings.SETTINGS`, the
+top-level key list from `config.TOP_LEVEL_KEYS`; nothing here restates a rule.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from the_loop.config import TOP_LEVEL_KEYS
 from the_loop.configspec import Field, Mapping, Str
-from the_loop.hooks.declaration import HOOKS
+from the_loop.hooks.declaring.declaration import HOOKS
 from the_loop.runtime.settings import SETTINGS
 
 #: cli-config.yaml as a whole: every top-level key, each section's own description.

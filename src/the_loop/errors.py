@@ -15,22 +15,24 @@ Foreign and internal exceptions are converted once, at one boundary each, and ne
 user: jmespath's parse errors become `ExpressionError` where the policy compiles an expression
 (`hooks.policy.expressions`); YAML errors (`yamlsafe`'s bounds included) become the reading
 file's `ConfigError` or `PolicyError`; socket, HTTP and JSON errors of a remote hook become
-`HookError` in `hooks.remote`; whatever a hook raises becomes a `hooks.failed` record in the
-chain. Anything else reaching the CLI's last guard is a bug of ours, said in one line.
+`HookError` in `hooks.executors.remote`; whatever a hook raises becomes a `hooks.failed`
+record in the chain. Anything else reaching the CLI's last guard is a bug of ours, said in one line.
 
 Internal exceptions, each caught where it is named and never seen by a user:
 
     yamlsafe.TooLargeError (a yaml.YAMLError)   → ConfigError / PolicyError, with line and column
     yamlsafe.UnreadableError (an OSError)       → ConfigError / PolicyError ("cannot read: …")
-    remote_http.Closed                          → HookError (remote.py)
+    executors.remote_http.Closed                → HookError (executors/remote.py)
     functions.InvalidValueError (JMESPathError) → HookError at run time; ExpressionError at load
-    point_rules.RuntimeFailure                  → HookError (policy/executor.py)
+    point_rules.RuntimeFailure                  → HookError (executors/policy.py)
     jmes.batch.ConditionFailed                  → HookError naming the rule (policy/fast.py)
     jmes.ir.Unsupported                         → that expression falls back to the reference
     compat.DecisionTypeError (a TypeError)      → raised into a hook written for the other
                                                   the-loop's API; the chain records it
 
-`quote(value)` is how every message shows a value: a bounded prefix, never a whole repr.
+`quote(value)` is how every message shows a value: a bounded prefix, never a whole repr;
+`exception_line(exc)` and `describe_exception(exc)` are how one shows what was raised: one
+bounded line, never a traceback (the CLI's last guard, the chain, the hook server).
 """
 
 from __future__ import annotations
@@ -39,8 +41,13 @@ import json
 import reprlib
 from typing import Any
 
+from the_loop.interrupt import reraise_if_real
+
 #: The most characters of a value any error message quotes.
 QUOTE_LIMIT = 80
+#: The longest description of an exception we record or print (a hook may raise with a
+#: message of any size; the event log and a refusal's reason quote only this much).
+MAX_ERROR = 500
 
 
 class LoopError(Exception):
@@ -170,6 +177,33 @@ def one_line(text: str, limit: int = QUOTE_LIMIT) -> str:
     return clip(text, limit)
 
 
+def exception_line(exc: BaseException, *, plain: bool = False) -> str:
+    """`Type: message` for any exception, never raising, at most `MAX_ERROR` characters."""
+    kind = type(exc).__name__
+    try:
+        text = str(exc)
+    except BaseException as inner:  # an exception whose message itself raises
+        reraise_if_real(inner)
+        text = "(its message could not be printed)"
+    if plain:
+        return clip(text, MAX_ERROR) or kind
+    return clip(f"{kind}: {text}" if text else kind, MAX_ERROR)
+
+
+def describe_exception(exc: BaseException, *, plain: bool = False) -> str:
+    """What a hook raised, in one line (never a traceback): `exception_line`, except that a
+    `SystemExit` is said as the `sys.exit` call it was. Just the message when `plain`."""
+    if isinstance(exc, SystemExit):
+        try:
+            code = exc.code
+            shown = repr(code) if isinstance(code, (int, type(None))) else repr(str(code))
+        except BaseException as inner:  # a code whose str() raises
+            reraise_if_real(inner)
+            shown = "…"
+        return clip(f"the hook called sys.exit({shown})", MAX_ERROR)
+    return exception_line(exc, plain=plain)
+
+
 def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
     """A bounded repr of `value` for an error message: at most about `limit` characters.
 
@@ -197,6 +231,7 @@ def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
 
 __all__ = [
     "EXPRESSION_ERROR_KINDS",
+    "MAX_ERROR",
     "QUOTE_LIMIT",
     "ConfigError",
     "ExpressionError",
@@ -207,5 +242,7 @@ __all__ = [
     "TrackerError",
     "UsageError",
     "clip",
+    "describe_exception",
+    "exception_line",
     "quote",
 ]

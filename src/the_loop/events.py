@@ -1,7 +1,7 @@
 """The event catalog and the append-only JSONL event log (one write per line, multi-process safe).
 
 Events are records of what happened. They are never hook points: `EVENT_TYPES` and the
-catalog in `the_loop.hooks.points` are disjoint, and a test keeps them so.
+catalog in `the_loop.hooks.engine.points` are disjoint, and a test keeps them so.
 """
 
 from __future__ import annotations

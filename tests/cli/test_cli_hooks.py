@@ -14,14 +14,14 @@ import pytest
 
 from the_loop.cli import main
 from the_loop.errors import HooksConfigError
-from the_loop.hooks.declaration import parse_hooks
-from the_loop.hooks.points import POINTS, SPECS
-from the_loop.hooks.schema import hooks_schema
+from the_loop.hooks.declaring.declaration import parse_hooks
+from the_loop.hooks.declaring.schema import hooks_schema
+from the_loop.hooks.engine.points import POINTS, SPECS
 
 WriteConfig = Callable[..., Path]
 
 PREFIX_HOOK = """
-from the_loop.hooks.executor import LifecycleHooks
+from the_loop.hooks.engine.executor import LifecycleHooks
 
 
 class PrefixHooks(LifecycleHooks):
@@ -216,7 +216,7 @@ def planted(tmp_path: Path) -> dict[str, Path]:
     write(checkout / "hooks" / "p.py", f"""
         with open({str(marker)!r}, "w") as fh:
             fh.write("pwned")
-        from the_loop.hooks.executor import LifecycleHooks
+        from the_loop.hooks.engine.executor import LifecycleHooks
         class PrefixHooks(LifecycleHooks):
             def __init__(self, prefix=""):
                 pass
@@ -263,7 +263,7 @@ def test_abuse_1_without_the_operators_file_the_load_fails_and_the_plant_stays_c
 def prefix_config(tmp_path: Path, write_config: WriteConfig) -> Path:
     write(tmp_path / "hooks" / "prefix.py", PREFIX_HOOK)
     write(tmp_path / "hooks" / "broken.py", """
-        from the_loop.hooks.executor import LifecycleHooks
+        from the_loop.hooks.engine.executor import LifecycleHooks
         class Broken(LifecycleHooks):
             def session_spawn(self, ctx):
                 raise ConnectionError("compliance is down")
@@ -585,7 +585,7 @@ def test_abuse_1_a_module_planted_in_the_working_directory_is_never_imported(
     """)
     write(checkout / "acme_planted_hooks.py", f"""
         open({str(marker)!r}, "w").close()
-        from the_loop.hooks.executor import LifecycleHooks
+        from the_loop.hooks.engine.executor import LifecycleHooks
         class Planted(LifecycleHooks):
             def session_spawn(self, ctx):
                 return None

@@ -145,7 +145,7 @@ def test_i13_3_every_error_a_user_meets_is_a_loop_error_drawn_in_the_docstring()
     for cls in _error_classes():
         assert issubclass(cls, LoopError), cls
         assert re.search(rf"[├└]── {cls.__name__}\b", doc) or cls is LoopError, cls.__name__
-    from the_loop.hooks.executor import HookError
+    from the_loop.hooks.engine.executor import HookError
     from the_loop.hooks.policy import PolicyError
     from the_loop.runtime.tracker import TrackerError
 

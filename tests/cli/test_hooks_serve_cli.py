@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from the_loop.hooks import load_chain
-from the_loop.hooks.points import SessionSpawn, WorkItem, WorkItemStart
+from the_loop.hooks.engine.points import SessionSpawn, WorkItem, WorkItemStart
 
 HOOKS = """\
 from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn, WorkItemStart

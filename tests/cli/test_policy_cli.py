@@ -318,7 +318,7 @@ def _names(cell: str) -> list[str]:
 
 
 def test_i5_9_guide_table_of_readable_and_settable_fields_matches_the_catalog() -> None:
-    from the_loop.hooks.points import SPECS
+    from the_loop.hooks.engine.points import SPECS
     from the_loop.hooks.policy.rules import settable
 
     rows = _table_after("<!-- policy-settable")
@@ -331,12 +331,12 @@ def test_i5_9_guide_table_of_readable_and_settable_fields_matches_the_catalog() 
 
 
 def test_i5_5_guide_documents_every_function_with_an_example_that_loads() -> None:
-    from the_loop.hooks.points import POINTS
+    from the_loop.hooks.engine.points import POINTS
     from the_loop.hooks.policy.checks import check_fields
     from the_loop.hooks.policy.expressions import compile_expression
     from the_loop.hooks.policy.functions import POLICY_FUNCTIONS
-    from the_loop.hooks.policy.jmes import root_paths
     from the_loop.hooks.policy.rules import field_types
+    from the_loop.jmes import root_paths
 
     rows = _table_after("<!-- policy-functions")
     documented = {r[0].strip("`"): r[2].strip("`") for r in rows}
@@ -352,7 +352,7 @@ def test_i5_5_guide_documents_every_function_with_an_example_that_loads() -> Non
 def test_i5_9_guide_rule_examples_load_and_match_the_shipped_files(tmp_path: Path) -> None:
     import yaml
 
-    from the_loop.hooks.policy import load_policy
+    from the_loop.hooks.executors.policy import load_policy
 
     blocks = re.findall(r"```yaml\n(.*?)```", GUIDE.read_text(encoding="utf-8"), re.S)
     rule_blocks = [b for b in blocks if "\nrules:" in "\n" + b]

@@ -20,7 +20,7 @@ import pytest
 from any_loop_data import EXPECTED, RULES, THEIR_STYLE_HOOK, upstream_request
 from serving_helpers import Served, get, gunicorn, post
 from the_loop.hooks import load_chain
-from the_loop.hooks.points import POINTS, SPECS, WorkItem, context_from_json
+from the_loop.hooks.engine.points import POINTS, SPECS, WorkItem, context_from_json
 
 TOKEN = "any-loop-bearer-1"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -251,7 +251,7 @@ def test_our_client_sends_provider_and_our_own_server_reports_nothing_ignored(
     tmp_path: Path
 ) -> None:
     """Both names of the tracker travel; a server of ours reads them as one field."""
-    from the_loop.hooks.server import HookServer
+    from the_loop.hooks.serving.server import HookServer
     from the_loop.sdk.hooks import LifecycleHooks
 
     seen: list[Any] = []

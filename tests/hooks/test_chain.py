@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from hook_helpers import at
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link, Outcome
-from the_loop.hooks.executor import Decisions, HookError, LifecycleHooks
-from the_loop.hooks.points import (
+from the_loop.hooks.engine.chain import Chain, Link, Outcome
+from the_loop.hooks.engine.executor import Decisions, HookError, LifecycleHooks
+from the_loop.hooks.engine.points import (
     POINTS,
     SPECS,
     InputReceived,

@@ -13,16 +13,17 @@ import pytest
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError
 from the_loop.events import read_events
-from the_loop.hooks import load_chain, loading
-from the_loop.hooks.chain import Chain
-from the_loop.hooks.declaration import parse_hooks
-from the_loop.hooks.loading import chain_from_config, chain_once
-from the_loop.hooks.points import POINTS, SessionSpawn, WorkItemStart
+from the_loop.hooks import load_chain
+from the_loop.hooks.declaring import loading
+from the_loop.hooks.declaring.declaration import parse_hooks
+from the_loop.hooks.declaring.loading import chain_from_config, chain_once
+from the_loop.hooks.engine.chain import Chain
+from the_loop.hooks.engine.points import POINTS, SessionSpawn, WorkItemStart
 
 WriteConfig = Callable[..., Path]
 
 PREFIX_HOOK = """
-from the_loop.hooks.executor import LifecycleHooks
+from the_loop.hooks.engine.executor import LifecycleHooks
 
 
 class PrefixHooks(LifecycleHooks):
@@ -264,14 +265,14 @@ BAD_MODULES = [
     ("def broken(:\n", "path", "cannot import 'hooks/bad.py': SyntaxError: "),
     ("X = 1\n", "path", "'hooks/bad.py' defines no LifecycleHooks subclass; subclass "
      "the_loop.sdk.hooks.LifecycleHooks"),
-    ("from the_loop.hooks.executor import LifecycleHooks\n"
+    ("from the_loop.hooks.engine.executor import LifecycleHooks\n"
      "class A(LifecycleHooks): pass\nclass B(LifecycleHooks): pass\n", "executor",
      "'hooks/bad.py' defines several LifecycleHooks subclasses (A, B); name one with "
      "executor:"),
-    ("from the_loop.hooks.executor import LifecycleHooks\n"
+    ("from the_loop.hooks.engine.executor import LifecycleHooks\n"
      "class A(LifecycleHooks):\n    def __init__(self):\n        raise ValueError('no db')\n",
      "", "constructing A(**with) failed: ValueError: no db"),
-    ("from the_loop.hooks.executor import LifecycleHooks\n"
+    ("from the_loop.hooks.engine.executor import LifecycleHooks\n"
      "class A(LifecycleHooks):\n    def __init__(self):\n        raise SystemExit(1)\n",
      "", "constructing A(**with) failed: the hook called sys.exit(1) (at "),
 ]
@@ -305,7 +306,7 @@ def test_r3_5_executor_must_name_a_subclass_that_constructs(
     tmp_path: Path, write_config: WriteConfig, executor: str, with_: str, says: str
 ) -> None:
     write(tmp_path / "hooks" / "two.py", """
-        from the_loop.hooks.executor import LifecycleHooks
+        from the_loop.hooks.engine.executor import LifecycleHooks
         class A(LifecycleHooks):
             def session_spawn(self, ctx):
                 return None
@@ -534,8 +535,8 @@ import json, sys
 from pathlib import Path
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError
-from the_loop.hooks.loading import chain_once
-from the_loop.hooks.points import WorkItemStart
+from the_loop.hooks.declaring.loading import chain_once
+from the_loop.hooks.engine.points import WorkItemStart
 
 config = read_config(Path(sys.argv[1]))
 try:
@@ -576,7 +577,7 @@ def test_abuse_6_a_daemon_refuses_to_start_on_a_declaration_that_fails(
 
 def test_embedding_api_load_chain_then_run(tmp_path: Path, write_config: WriteConfig) -> None:
     write(tmp_path / "refuse.py", """
-        from the_loop.hooks.executor import LifecycleHooks
+        from the_loop.hooks.engine.executor import LifecycleHooks
         class Refuse(LifecycleHooks):
             def work_item_start(self, ctx):
                 ctx.proceed = False

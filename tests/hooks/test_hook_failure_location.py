@@ -19,10 +19,10 @@ from hook_helpers import line_of
 from serving_helpers import Served, free_port, post
 from the_loop.errors import HooksConfigError
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.loading import load_chain
-from the_loop.hooks.points import SessionSpawn
-from the_loop.hooks.remote import RemoteExecutor
+from the_loop.hooks.declaring.loading import load_chain
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.points import SessionSpawn
+from the_loop.hooks.executors.remote import RemoteExecutor
 from the_loop.sdk.hooks import LifecycleHooks
 
 # A hook that fails in a helper function of its own, one that fails inside the standard library,
@@ -213,7 +213,7 @@ def test_issue15_a_virtualenv_inside_the_hooks_folder_is_not_the_hooks_code(
 ) -> None:
     """A project with its .venv under the hook's folder: a library's raise inside it is
     blamed on the hook's line that called the library."""
-    import the_loop.hooks.location as location
+    import the_loop.hooks.engine.location as location
 
     lib = tmp_path / ".venv" / "site-packages"
     lib.mkdir(parents=True)

@@ -16,8 +16,8 @@ import pytest
 from werkzeug.test import Client
 
 from serving_helpers import gunicorn, post, raw
-from the_loop.hooks.server import BACKLOG, HookServer
-from the_loop.hooks.wsgi import make_wsgi_app
+from the_loop.hooks.serving.server import BACKLOG, HookServer
+from the_loop.hooks.serving.wsgi import make_wsgi_app
 from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
 
 DEEP = b'{"jsonrpc":"2.0","method":"session_spawn","id":1,"params":{"prompt":' + (

@@ -19,12 +19,13 @@ import pytest
 
 from hook_helpers import at, line_of
 from runtime_helpers import LoopDir, until
+from the_loop.errors import MAX_ERROR
 from the_loop.events import EventLog
-from the_loop.hooks.chain import MAX_ERROR, Chain, Link
-from the_loop.hooks.executor import Decisions, LifecycleHooks
-from the_loop.hooks.jsonrpc import handle_request
-from the_loop.hooks.points import SessionSpawn, WorkItemStart
-from the_loop.hooks.wire import HOOK_RAISED
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.executor import Decisions, LifecycleHooks
+from the_loop.hooks.engine.points import SessionSpawn, WorkItemStart
+from the_loop.hooks.serving.jsonrpc import handle_request
+from the_loop.hooks.serving.wire import HOOK_RAISED
 
 
 class Custom(BaseException):

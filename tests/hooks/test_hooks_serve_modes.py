@@ -18,7 +18,7 @@ import pytest
 from any_loop_data import upstream_request
 from serving_helpers import Served, post
 from the_loop.errors import HooksConfigError
-from the_loop.hooks.wsgi import app_from_env
+from the_loop.hooks.serving.wsgi import app_from_env
 
 PREFIX_RULES = """\
 rules:

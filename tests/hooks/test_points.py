@@ -14,7 +14,7 @@ import pytest
 
 from the_loop import __version__
 from the_loop.cli import main
-from the_loop.hooks.points import (
+from the_loop.hooks.engine.points import (
     DECISION,
     FACT,
     POINTS,

@@ -19,11 +19,11 @@ import pytest
 from serving_helpers import free_port
 from the_loop.events import EventLog, read_events
 from the_loop.hooks import load_chain
-from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.executor import HookError
-from the_loop.hooks.points import POINTS, SessionSpawn, WorkItem, WorkItemStart
-from the_loop.hooks.remote import MAX_RESPONSE, RemoteExecutor
-from the_loop.hooks.server import HookServer
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.executor import HookError
+from the_loop.hooks.engine.points import POINTS, SessionSpawn, WorkItem, WorkItemStart
+from the_loop.hooks.executors.remote import MAX_RESPONSE, RemoteExecutor
+from the_loop.hooks.serving.server import HookServer
 from the_loop.sdk.hooks import LifecycleHooks
 
 TOKEN = "tok-9f8e7d6c5b4a-secret"

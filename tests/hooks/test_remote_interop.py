@@ -18,10 +18,10 @@ from werkzeug.wrappers import Request, Response
 from serving_helpers import gunicorn as serve_with_gunicorn
 from the_loop import __version__
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.points import POINTS, SessionSpawn, WorkItem, WorkItemStart
-from the_loop.hooks.remote import RemoteExecutor
-from the_loop.hooks.server import HookServer
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.points import POINTS, SessionSpawn, WorkItem, WorkItemStart
+from the_loop.hooks.executors.remote import RemoteExecutor
+from the_loop.hooks.serving.server import HookServer
 from the_loop.sdk.hooks import LifecycleHooks
 
 ITEM = WorkItem(ref="local:acme/app#3", repository="acme/app", number=3, kind="pull-request")

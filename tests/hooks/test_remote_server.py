@@ -17,12 +17,12 @@ from werkzeug.test import Client
 
 from the_loop import __version__
 from the_loop.errors import HooksConfigError
-from the_loop.hooks.executor import HookError
-from the_loop.hooks.jsonrpc import handle_request
-from the_loop.hooks.points import POINTS, SPECS
-from the_loop.hooks.server import HookServer
-from the_loop.hooks.wire import MAX_REQUEST
-from the_loop.hooks.wsgi import app_from_env, make_wsgi_app
+from the_loop.hooks.engine.executor import HookError
+from the_loop.hooks.engine.points import POINTS, SPECS
+from the_loop.hooks.serving.jsonrpc import handle_request
+from the_loop.hooks.serving.server import HookServer
+from the_loop.hooks.serving.wire import MAX_REQUEST
+from the_loop.hooks.serving.wsgi import app_from_env, make_wsgi_app
 from the_loop.sdk.hooks import (
     InputReceived,
     LifecycleHooks,

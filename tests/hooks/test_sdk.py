@@ -35,7 +35,7 @@ def test_r4_5_sdk_is_re_exports_only() -> None:
     assert public == set(sdk.__all__)
     for name in sdk.__all__:
         obj = getattr(sdk, name)
-        home = getattr(obj, "__module__", None) or "the_loop.hooks.points"
+        home = getattr(obj, "__module__", None) or "the_loop.hooks.engine.points"
         assert home.startswith("the_loop.hooks."), (name, home)
 
 
@@ -56,7 +56,7 @@ def test_r4_5_importing_the_sdk_loads_no_fastapi_uvicorn_starlette_or_mcp() -> N
 
 
 def test_r4_1_a_hook_written_against_the_sdk_runs_in_a_chain() -> None:
-    from the_loop.hooks.chain import Chain
+    from the_loop.hooks.engine.chain import Chain
     from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn, WorkItem
 
     class Prefix(LifecycleHooks):

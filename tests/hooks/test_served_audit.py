@@ -16,7 +16,7 @@ from werkzeug.test import Client
 from any_loop_data import upstream_request
 from serving_helpers import Served, post
 from the_loop.errors import HooksConfigError
-from the_loop.hooks.wsgi import app_from_env
+from the_loop.hooks.serving.wsgi import app_from_env
 
 TOKEN = "s3rv3r-t0ken-value"
 RULES = """\
@@ -172,7 +172,7 @@ def test_the_servers_token_never_reaches_its_stderr_nor_a_declared_chains_event_
 
 def test_a_servers_log_keeps_nothing_in_memory(tmp_path: Path) -> None:
     """A long-running server must not grow with its callers: records go to the file only."""
-    from the_loop.hooks.hosted import served_log
+    from the_loop.hooks.serving.hosted import served_log
 
     log = served_log(tmp_path / "events.jsonl")
     for _ in range(3):
@@ -184,7 +184,7 @@ def test_a_servers_log_keeps_nothing_in_memory(tmp_path: Path) -> None:
 def test_a_log_that_cannot_be_written_never_changes_an_answer() -> None:
     """stderr gone (a closed pipe): each request still gets its own answer, a notification
     none; the log costs its line only."""
-    from the_loop.hooks.jsonrpc import CallRecord, handle_request
+    from the_loop.hooks.serving.jsonrpc import CallRecord, handle_request
     from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
 
     class Prefix(LifecycleHooks):

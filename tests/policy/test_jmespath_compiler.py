@@ -1,4 +1,4 @@
-"""Tests for the JMESPath compiler of the policy engine (the_loop.hooks.policy.jmes).
+"""Tests for the JMESPath compiler of the policy engine (the_loop.jmes).
 
 1. The official compliance suite (tests/data/jmespath-compliance, copied from the jmespath.py
    project with its licence), compiled and on the corrected reference interpreter.
@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from jmespath import exceptions
 from jmespath.visitor import Options, TreeInterpreter
 
-from the_loop.hooks.policy import jmes
+from the_loop import jmes
 from the_loop.hooks.policy.expressions import COMPILER as jmes_api
 from the_loop.hooks.policy.expressions import compile_expression
 from the_loop.hooks.policy.functions import (
@@ -38,8 +38,8 @@ from the_loop.hooks.policy.functions import (
     InvalidValueError,
     PolicyFunctions,
 )
-from the_loop.hooks.policy.jmes import compile_stats, root_paths
-from the_loop.hooks.policy.jmes.batch import (
+from the_loop.jmes import compile_stats, root_paths
+from the_loop.jmes.batch import (
     Condition,
     ConditionFailed,
     RecordType,
@@ -47,7 +47,7 @@ from the_loop.hooks.policy.jmes.batch import (
     compile_matcher,
     compile_value,
 )
-from the_loop.hooks.policy.jmes.semantics import truthy
+from the_loop.jmes.semantics import truthy
 
 SUITE = Path(__file__).parents[1] / "data" / "jmespath-compliance"
 
@@ -216,7 +216,7 @@ def test_compliance_expressions_compile() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# 1b. The suite through the batch compiler (policy.jmes.batch): the document is an object whose
+# 1b. The suite through the batch compiler (jmes.batch): the document is an object whose
 #     scalar, list-of-string and flat-object members are read straight from its attributes.
 # --------------------------------------------------------------------------------------------
 

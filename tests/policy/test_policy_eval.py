@@ -9,17 +9,17 @@ from typing import Any
 import pytest
 
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.executor import LifecycleHooks
-from the_loop.hooks.loading import load_chain
-from the_loop.hooks.points import (
+from the_loop.hooks.declaring.loading import load_chain
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.executor import LifecycleHooks
+from the_loop.hooks.engine.points import (
     InputReceived,
     PhaseChanged,
     SessionSpawn,
     WorkItem,
     WorkItemStart,
 )
-from the_loop.hooks.policy import PolicyExecutor, load_policy
+from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 
 ITEM = WorkItem(ref="local:acme/app#1", tracker="local", owner="acme", repo="app",
                 repository="acme/app", number=1, kind="issue")

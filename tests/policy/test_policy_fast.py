@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.points import POINTS, SPECS, WORK_ITEM_FIELDS, Context, WorkItem
-from the_loop.hooks.policy import PolicyExecutor, load_policy
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_FIELDS, Context, WorkItem
+from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 ITEM = WorkItem(ref="local:acme/app#1", tracker="local", owner="acme", repo="app",

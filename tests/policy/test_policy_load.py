@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from the_loop.errors import HooksConfigError, LoopError
-from the_loop.hooks.loading import load_chain
-from the_loop.hooks.policy import PolicyError, load_policy
+from the_loop.hooks.declaring.loading import load_chain
+from the_loop.hooks.executors.policy import load_policy
+from the_loop.hooks.policy import PolicyError
 
 
 def write(folder: Path, name: str, text: str) -> Path:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jmespath.parser import Parser
 
-from the_loop.hooks.points import POINTS, SPECS, WORK_ITEM_FIELDS, context_from_json
+from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_FIELDS, context_from_json
 from the_loop.hooks.policy import PolicyError, read_policy
 from the_loop.hooks.policy.expressions import compile_expression
 from the_loop.hooks.policy.exprtext import show
@@ -302,7 +302,7 @@ def test_what_the_checker_rejects_is_false_on_every_context(
     point, when, facts = case
     ast = Parser().parse(when).parsed
     assert type_problems(ast, point, when=True) != []
-    from the_loop.hooks.points import context_to_json
+    from the_loop.hooks.engine.points import context_to_json
 
     data = context_to_json(context_from_json(point, facts))
     assert compile_expression(when).search(data) in (False, None)

@@ -20,8 +20,8 @@ from serving_helpers import free_port
 from the_loop.config import read_config
 from the_loop.errors import ConfigError, LoopError
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain
-from the_loop.hooks.points import SessionSpawn, WorkItemStart
+from the_loop.hooks.engine.chain import Chain
+from the_loop.hooks.engine.points import SessionSpawn, WorkItemStart
 from the_loop.runtime.decisionlog import DecisionLog, read_points
 from the_loop.runtime.service import Loop
 from the_loop.runtime.settings import settings_of
@@ -80,7 +80,7 @@ def test_hidden_state_in_a_local_hook_shows_up_as_a_difference(ld: LoopDir) -> N
 def test_call_remote_calls_the_hook_and_its_failure_is_a_difference(ld: LoopDir) -> None:
     """Recorded with a remote hook that answered; replayed against one that is down."""
     from the_loop.demo.hooks import Compliance
-    from the_loop.hooks.server import HookServer
+    from the_loop.hooks.serving.server import HookServer
 
     ld.write("policies/rules.yaml", PREFIX)
     server = HookServer(Compliance(), port=0)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from runtime_helpers import PYCACHE
 from the_loop.demo.scenario import fresh_dir
-from the_loop.hooks.points import POINTS
+from the_loop.hooks.engine.points import POINTS
 
 TOKEN = "demo-token-that-must-not-leak"
 

@@ -20,8 +20,8 @@ import pytest
 
 from runtime_helpers import LoopDir
 from the_loop.demo.hooks import STAMP_HOOK, Compliance
-from the_loop.hooks.points import POINTS
-from the_loop.hooks.server import HookServer
+from the_loop.hooks.engine.points import POINTS
+from the_loop.hooks.serving.server import HookServer
 from the_loop.runtime.decisionlog import read_points
 
 TOKEN_ENV = "I16_COMPLIANCE_TOKEN"

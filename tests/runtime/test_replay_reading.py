@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
-from the_loop.hooks.points import POINTS, SPECS, WorkItem, context_from_json
+from the_loop.hooks.engine.points import POINTS, SPECS, WorkItem, context_from_json
 from the_loop.runtime.decisionlog import DecisionLog, context_json, read_points
 from the_loop.runtime.replay import rebuild
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime_helpers import LoopDir
-from the_loop.hooks.points import POINTS
+from the_loop.hooks.engine.points import POINTS
 from the_loop.runtime.graph import PHASES
 
 ANSWER = "Admins first, then everyone else."

@@ -79,7 +79,7 @@ def completes_points(action: argparse.Action) -> None:
     """The shell completes `action` with the lifecycle points (argcomplete reads the
     action's `completer`; choices= would replace our did-you-mean error with argparse's)."""
     def point_names(**_: Any) -> tuple[str, ...]:
-        from the_loop.hooks.points import POINTS
+        from the_loop.hooks.engine.points import POINTS
 
         return tuple(POINTS)
 

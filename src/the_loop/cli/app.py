@@ -17,9 +17,8 @@ from typing import Any
 from the_loop import __version__
 from the_loop.cli import completion, demo, events, hooks, init, items, loop, policy, replay, serve
 from the_loop.cli.helptext import decorate
-from the_loop.errors import LoopError
-from the_loop.hooks.chain import exception_line
-from the_loop.hooks.interrupt import install as install_interrupt
+from the_loop.errors import LoopError, exception_line
+from the_loop.interrupt import install as install_interrupt
 
 Register = Callable[[Any], None]
 

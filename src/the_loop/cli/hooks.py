@@ -11,8 +11,8 @@ from the_loop.cli._common import add_json, completes_points, config_of, print_js
 from the_loop.cli.serve_hooks import register_serve
 from the_loop.errors import UsageError
 from the_loop.events import EventLog
-from the_loop.hooks.declaration import parse_hooks
-from the_loop.hooks.points import (
+from the_loop.hooks.declaring.declaration import parse_hooks
+from the_loop.hooks.engine.points import (
     POINTS,
     SPECS,
     WORK_ITEM_FIELDS,
@@ -78,7 +78,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_points(args: argparse.Namespace) -> int:
     if args.point is not None and args.point not in POINTS:
-        from the_loop.hooks.points import unknown_point_message
+        from the_loop.hooks.engine.points import unknown_point_message
 
         raise UsageError(unknown_point_message(args.point))
     specs = [SPECS[args.point]] if args.point else list(SPECS.values())
@@ -122,8 +122,8 @@ def _read_context_arg(source: str | None) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from the_loop.hooks.loading import chain_from_config
-    from the_loop.hooks.points import unknown_point_message
+    from the_loop.hooks.declaring.loading import chain_from_config
+    from the_loop.hooks.engine.points import unknown_point_message
 
     if args.point not in POINTS:
         raise UsageError(unknown_point_message(args.point))

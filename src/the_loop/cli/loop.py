@@ -88,7 +88,7 @@ def unmended(loop: Loop, what: str) -> bool:
     """Whether the hooks declaration fails to load, so no daemon can start to act on `what`
     (said on stderr with the error). Loads it as a daemon would, firing nothing."""
     from the_loop.events import EventLog
-    from the_loop.hooks.loading import chain_from_config
+    from the_loop.hooks.declaring.loading import chain_from_config
 
     try:
         chain_from_config(loop.config, log=EventLog(keep=0))

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from the_loop.cli._common import add_json, config_of, print_json, require_path
 from the_loop.errors import LoopError, PolicyError
-from the_loop.hooks.declaration import parse_hooks
-from the_loop.hooks.points import POINTS
+from the_loop.hooks.declaring.declaration import parse_hooks
+from the_loop.hooks.engine.points import POINTS
 from the_loop.util import shown_path
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]]:
     from the_loop.hooks.policy import PolicyError
-    from the_loop.hooks.policy.jmes import compile_stats
+    from the_loop.jmes import compile_stats
 
     folder = target.folder
     before = dict(compile_stats())

@@ -17,7 +17,7 @@ from typing import Any
 
 from the_loop.cli._common import add_json, completes_points, config_of, print_json
 from the_loop.errors import UsageError
-from the_loop.hooks.points import POINTS, unknown_point_message
+from the_loop.hooks.engine.points import POINTS, unknown_point_message
 
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}

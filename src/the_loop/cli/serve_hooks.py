@@ -1,15 +1,15 @@
 """`the-loop hooks serve`: host a hook class, a policy folder or the declared chain over JSON-RPC.
 
-What is served is loaded exactly as the loop loads it (`hooks.hosted`, `hooks.loading`):
-a class as a `path:`/`module:` entry, a folder as a `policy:` entry (any error refuses to
-start, every error listed), `--declared` as the whole chain of the config in effect. The
-URL is printed on stdout, one flushed line, so a script can read it; everything else goes
-to stderr: one line per call (point, status, milliseconds, fields ignored, where a hook
-raised) and one per audit finding unless `--quiet`, and under `--quiet` each ignored field
-still once. `--events FILE` also appends the findings (`hooks.audit`, and for
-`--declared` the chain's `hooks.failed`, `hooks.refused`, …) to FILE as JSON lines. A
-non-loopback host needs `--token-env` (exit 2); SIGTERM and Ctrl-C stop the server cleanly
-(exit 0).
+What is served is loaded exactly as the loop loads it (`hooks.serving.hosted`,
+`hooks.declaring.loading`): a class as a `path:`/`module:` entry, a folder as a `policy:`
+entry (any error refuses to start, every error listed), `--declared` as the whole chain of
+the config in effect. The URL is printed on stdout, one flushed line, so a script can read
+it; everything else goes to stderr: one line per call (point, status, milliseconds, fields
+ignored, where a hook raised) and one per audit finding unless `--quiet`, and under
+`--quiet` each ignored field still once. `--events FILE` also appends the findings
+(`hooks.audit`, and for `--declared` the chain's `hooks.failed`, `hooks.refused`, …) to FILE
+as JSON lines. A non-loopback host needs `--token-env` (exit 2); SIGTERM and Ctrl-C stop the
+server cleanly (exit 0).
 """
 
 from __future__ import annotations
@@ -27,23 +27,23 @@ from typing import Any
 from the_loop.cli._common import config_of, require_path
 from the_loop.errors import LoopError, UsageError, one_line
 from the_loop.events import EventLog
-from the_loop.hooks.declaration import ENV_RE
-from the_loop.hooks.hosted import (
+from the_loop.hooks.declaring.declaration import ENV_RE
+from the_loop.hooks.declaring.loading import load_executor
+from the_loop.hooks.serving.hosted import (
     ChainExecutor,
     declared_executor,
     policy_executor,
     redactor,
     served_log,
 )
-from the_loop.hooks.jsonrpc import (
+from the_loop.hooks.serving.jsonrpc import (
     AnyExecutor,
     CallRecord,
     OnCall,
     first_sighting_log,
     served_points,
 )
-from the_loop.hooks.loading import load_executor
-from the_loop.hooks.server import HookServer
+from the_loop.hooks.serving.server import HookServer
 from the_loop.runtime.narrate import line_of
 from the_loop.util import is_loopback
 

@@ -1,7 +1,13 @@
-"""The hooks engine: catalog, executors, chain, declaration loader (embedding API)."""
+"""The hooks engine (embedding API): `load_chain`, `Chain`, `Outcome`, `HooksConfigError`.
+
+One folder per part: `engine/` (the catalog of points, the executor protocol, the chain),
+`declaring/` (the `hooks:` declaration, its schema and the loader), `executors/` (the remote
+client and the policy executor), `serving/` (the hook server: JSON-RPC, HTTP, WSGI, dialect),
+`policy/` (the policy language). The JMESPath compiler is `the_loop.jmes`.
+"""
 
 from the_loop.errors import HooksConfigError
-from the_loop.hooks.chain import Chain, Outcome
-from the_loop.hooks.loading import load_chain
+from the_loop.hooks.declaring.loading import load_chain
+from the_loop.hooks.engine.chain import Chain, Outcome
 
 __all__ = ["Chain", "HooksConfigError", "Outcome", "load_chain"]

@@ -20,9 +20,9 @@ import yaml
 
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link, Outcome
-from the_loop.hooks.points import SPECS, Context
-from the_loop.hooks.policy.executor import PolicyExecutor
+from the_loop.hooks.engine.chain import Chain, Link, Outcome
+from the_loop.hooks.engine.points import SPECS, Context
+from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.runtime.decisionlog import Recorded, context_json
 
 __all__ = ["CaseWriter"]

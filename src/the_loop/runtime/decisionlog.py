@@ -24,8 +24,8 @@ from typing import Any
 
 from the_loop.errors import LoopError
 from the_loop.events import EventLog, redact
-from the_loop.hooks.chain import Chain, Outcome
-from the_loop.hooks.points import SPECS, Context, WorkItem
+from the_loop.hooks.engine.chain import Chain, Outcome
+from the_loop.hooks.engine.points import SPECS, Context, WorkItem
 
 __all__ = ["TABLE", "DecisionLog", "Recorded", "count_points", "read_points"]
 
@@ -53,8 +53,8 @@ _DECISIONS: dict[str, tuple[str, ...]] = {
 
 def kind_of(executor: object) -> str:
     """local | remote | policy: what kind of hook an executor is."""
-    from the_loop.hooks.policy.executor import PolicyExecutor
-    from the_loop.hooks.remote import RemoteExecutor
+    from the_loop.hooks.executors.policy import PolicyExecutor
+    from the_loop.hooks.executors.remote import RemoteExecutor
 
     if isinstance(executor, PolicyExecutor):
         return "policy"

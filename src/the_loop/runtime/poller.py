@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from the_loop.hooks.interrupt import is_real as is_real_interrupt
+from the_loop.interrupt import is_real as is_real_interrupt
 from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, failpoint, render
 from the_loop.runtime.stepkinds import StepKind, UnknownStepKind
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback
@@ -92,7 +92,7 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
         try:
             RUN[step.kind](loop, step)
         except BaseException as exc:  # a step's failure is the step's
-            if is_real_interrupt(exc):  # the CLI's SIGINT handler marks it (hooks/interrupt.py)
+            if is_real_interrupt(exc):  # the CLI's SIGINT handler marks it (the_loop/interrupt.py)
                 raise  # a real Ctrl-C of a one-shot `poll --once`
             _step_failed(loop, step, exc)
             return n

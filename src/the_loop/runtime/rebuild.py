@@ -21,7 +21,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, cast
 
-from the_loop.hooks.points import (
+from the_loop.hooks.engine.points import (
     POINTS,
     SPECS,
     WORK_ITEM_FIELDS,

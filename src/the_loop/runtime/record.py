@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from the_loop.hooks.chain import Outcome
-from the_loop.hooks.points import SPECS, Context, WorkItem
+from the_loop.hooks.engine.chain import Outcome
+from the_loop.hooks.engine.points import SPECS, Context, WorkItem
 
 _DECISIONS: dict[str, frozenset[str]] = {
     point: frozenset(d.name for d in spec.decisions) for point, spec in SPECS.items()

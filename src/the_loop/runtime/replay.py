@@ -20,12 +20,12 @@ from typing import Any
 
 from the_loop.config import Config
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link, Outcome
-from the_loop.hooks.declaration import parse_hooks
-from the_loop.hooks.executor import Decisions, HookError
-from the_loop.hooks.loading import build_chain
-from the_loop.hooks.points import SPECS, Context
-from the_loop.hooks.policy.executor import PolicyExecutor
+from the_loop.hooks.declaring.declaration import parse_hooks
+from the_loop.hooks.declaring.loading import build_chain
+from the_loop.hooks.engine.chain import Chain, Link, Outcome
+from the_loop.hooks.engine.executor import Decisions, HookError
+from the_loop.hooks.engine.points import SPECS, Context
+from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.policy.rules import AFFIXES
 from the_loop.runtime.decisionlog import Recorded, kind_of
 from the_loop.runtime.rebuild import rebuild

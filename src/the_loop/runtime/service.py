@@ -22,9 +22,9 @@ from typing import Any
 from the_loop.config import Config
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Outcome
-from the_loop.hooks.loading import chain_once
-from the_loop.hooks.points import SPECS, Context
+from the_loop.hooks.declaring.loading import chain_once
+from the_loop.hooks.engine.chain import Chain, Outcome
+from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.runtime import harness as harness_mod
 from the_loop.runtime.channels import Channels
 from the_loop.runtime.db import Database

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from the_loop.errors import LoopError
-from the_loop.hooks.points import (
+from the_loop.hooks.engine.points import (
     InputReceived,
     PhaseChanged,
     SessionSpawn,

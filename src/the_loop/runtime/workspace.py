@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from the_loop.errors import LoopError
-from the_loop.hooks.points import WorkItem
+from the_loop.hooks.engine.points import WorkItem
 
 
 def workspace_path(state_dir: Path, item: WorkItem) -> Path:

@@ -1,9 +1,8 @@
 """The public SDK for hook authors: re-exports only (the names existing hook modules import)."""
 
-from the_loop.hooks.compat import DecisionTypeError
-from the_loop.hooks.executor import LifecycleHooks
-from the_loop.hooks.jsonrpc import handle_request
-from the_loop.hooks.points import (
+from the_loop.hooks.engine.compat import DecisionTypeError
+from the_loop.hooks.engine.executor import LifecycleHooks
+from the_loop.hooks.engine.points import (
     POINTS,
     Context,
     InputReceived,
@@ -15,7 +14,8 @@ from the_loop.hooks.points import (
     WorkItemComplete,
     WorkItemStart,
 )
-from the_loop.hooks.server import HookServer
+from the_loop.hooks.serving.jsonrpc import handle_request
+from the_loop.hooks.serving.server import HookServer
 
 __all__ = [
     "POINTS",

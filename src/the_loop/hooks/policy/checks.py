@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from the_loop.errors import ExpressionError
-from the_loop.hooks.points import SPECS, WORK_ITEM_FIELDS, closest
+from the_loop.hooks.engine.points import SPECS, WORK_ITEM_FIELDS, closest
 from the_loop.hooks.policy.functions import PolicyFunctions
 
 

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from the_loop.hooks.chain import Chain, Outcome
-from the_loop.hooks.points import Context, context_to_json
+from the_loop.hooks.engine.chain import Chain, Outcome
+from the_loop.hooks.engine.points import Context, context_to_json
 from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.exprtext import show
-from the_loop.hooks.policy.jmes import root_paths
-from the_loop.hooks.policy.jmes.semantics import truthy
 from the_loop.hooks.policy.point_rules import RuntimeFailure, point_rules
 from the_loop.hooks.policy.rules import Policy
+from the_loop.jmes import root_paths
+from the_loop.jmes.semantics import truthy
 
 MATCHED, NOT_MATCHED, FAILED = "matched", "not matched", "failed"
 
@@ -87,7 +87,7 @@ def _json(value: Any) -> str:
 def explain_chain(chain: Chain, outcome: Outcome) -> dict[str, list[RuleTrace]]:
     """Per policy hook of a chain run, its rules explained on the context as it entered that
     hook (the caller's context with the decisions of the hooks before it applied)."""
-    from the_loop.hooks.policy.executor import PolicyExecutor
+    from the_loop.hooks.executors.policy import PolicyExecutor
 
     ctx = outcome.given if outcome.given is not None else outcome.context
     links = {link.name: link for link in chain.links}

@@ -22,7 +22,7 @@ from jmespath import exceptions as jmes_errors
 from the_loop.errors import ExpressionError
 from the_loop.hooks.policy.functions import POLICY_FUNCTION_SPECS, InvalidValueError, regex
 from the_loop.hooks.policy.growth import MAX_GROWTH, worst
-from the_loop.hooks.policy.jmes import CompiledExpression, Compiler
+from the_loop.jmes import CompiledExpression, Compiler
 
 #: The compiler of policy expressions: JMESPath's built-ins plus the policy functions.
 COMPILER = Compiler(POLICY_FUNCTION_SPECS.values())

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from the_loop.hooks.executor import HookError
+from the_loop.hooks.engine.executor import HookError
 from the_loop.hooks.policy.expressions import COMPILER
-from the_loop.hooks.policy.jmes.api import COMPILE_ERRORS
-from the_loop.hooks.policy.jmes.batch import Condition, ConditionFailed
-from the_loop.hooks.policy.jmes.ir import Unsupported
 from the_loop.hooks.policy.point_rules import PointRule, root_type_of
+from the_loop.jmes.api import COMPILE_ERRORS
+from the_loop.jmes.batch import Condition, ConditionFailed
+from the_loop.jmes.ir import Unsupported
 
 __all__ = ["FastPlan", "Found", "fast_plan"]
 

@@ -10,7 +10,7 @@ of these fails at import, naming what is missing. From the records come:
   interpreter, its ``@signature`` methods generated from the parameters:
   ``jmespath.search(expr, data, Options(custom_functions=PolicyFunctions()))``;
 * :data:`POLICY_FUNCTION_SPECS`: the compiler's and the type checker's view (``FunctionSpec``:
-  arity, argument and return types, the handler). The compiler (:mod:`the_loop.hooks.policy.jmes`)
+  arity, argument and return types, the handler). The compiler (:mod:`the_loop.jmes`)
   knows no policy function: they are passed in, see ``expressions.COMPILER``;
 * :data:`POLICY_FUNCTIONS`: name -> (signature text, description, example), for documentation:
   ``scripts/gen_docs.py`` writes the function table of ``docs/policy-guide.md`` from it. The
@@ -40,7 +40,7 @@ from jmespath.exceptions import JMESPathError
 from jmespath.functions import REVERSE_TYPES_MAP, Functions, signature
 
 from the_loop.errors import quote
-from the_loop.hooks.policy.jmes import FunctionSpec
+from the_loop.jmes import FunctionSpec
 
 __all__ = [
     "POLICY_FUNCTIONS",

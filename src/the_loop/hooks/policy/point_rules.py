@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from the_loop.hooks.points import SPECS, WorkItem, context_to_json
+from the_loop.hooks.engine.points import SPECS, WorkItem, context_to_json
 from the_loop.hooks.policy.expressions import COMPILER
-from the_loop.hooks.policy.jmes.api import COMPILE_ERRORS
-from the_loop.hooks.policy.jmes.batch import RecordType, RootType
 from the_loop.hooks.policy.rules import AFFIXES, Rule, Template, Value
+from the_loop.jmes.api import COMPILE_ERRORS
+from the_loop.jmes.batch import RecordType, RootType
 
 __all__ = [
     "Effects",

@@ -3,7 +3,8 @@
 A rule file is YAML with one key, `rules:`, a list of rules. Each rule is parsed, its
 expressions compiled once per point it names (with that point's field types), every field an
 expression reads checked against that point's context, and `set` checked against the point's
-decisions. Nothing is evaluated here; the executor (`executor.py`) runs what this module built.
+decisions. Nothing is evaluated here; the executor (`hooks/executors/policy.py`) runs what
+this module built.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from the_loop.configspec import (
 )
 from the_loop.errors import ExpressionError, quote
 from the_loop.errors import PolicyError as PolicyError
-from the_loop.hooks.points import (
+from the_loop.hooks.engine.points import (
     DECISION,
     POINTS,
     SPECS,
@@ -40,9 +41,9 @@ from the_loop.hooks.points import (
 )
 from the_loop.hooks.policy.checks import check_fields, describe_compile_error
 from the_loop.hooks.policy.expressions import compile_policy_expression
-from the_loop.hooks.policy.jmes import CompiledExpression, root_paths
 from the_loop.hooks.policy.typecheck import type_messages
 from the_loop.hooks.policy.yamlhints import yaml_hint
+from the_loop.jmes import CompiledExpression, root_paths
 
 FILE_KEYS = ("rules",)
 MODES = ("enforce", "audit")

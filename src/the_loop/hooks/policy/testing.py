@@ -29,8 +29,8 @@ from the_loop.configspec import (
     Str,
 )
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link
-from the_loop.hooks.points import (
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.points import (
     DECISION,
     POINTS,
     SPECS,
@@ -41,7 +41,7 @@ from the_loop.hooks.points import (
     context_to_json,
     unknown_point_message,
 )
-from the_loop.hooks.policy.executor import PolicyExecutor
+from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.policy.explain import RuleTrace
 from the_loop.hooks.policy.explain import explain as explain_rules
 from the_loop.hooks.policy.rules import Policy, read_policy, rule_files

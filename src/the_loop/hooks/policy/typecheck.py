@@ -16,12 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from the_loop.hooks.points import SPECS, WORK_ITEM_FIELDS
+from the_loop.hooks.engine.points import SPECS, WORK_ITEM_FIELDS
 from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.exprtext import OPS, literal, show
 from the_loop.hooks.policy.functions import POLICY_FUNCTION_RECORDS, POLICY_FUNCTION_SPECS
-from the_loop.hooks.policy.jmes.ir import NO_LITERAL
-from the_loop.hooks.policy.jmes.kinds import (
+from the_loop.jmes.ir import NO_LITERAL
+from the_loop.jmes.kinds import (
     ANY,
     ARR,
     BOOL,
@@ -35,7 +35,7 @@ from the_loop.hooks.policy.jmes.kinds import (
     kind_of,
     kinds,
 )
-from the_loop.hooks.policy.jmes.semantics import eq, truthy
+from the_loop.jmes.semantics import eq, truthy
 
 Node = Mapping[str, Any]
 FUNCTION_TABLE = COMPILER.library.table  # every function a policy expression may call

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from the_loop.errors import TrackerError as TrackerError
-from the_loop.hooks.points import WorkItem
+from the_loop.hooks.engine.points import WorkItem
 
 
 @dataclass(frozen=True)

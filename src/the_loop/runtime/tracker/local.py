@@ -6,7 +6,7 @@ import re
 import time
 
 from the_loop.errors import quote
-from the_loop.hooks.points import WorkItem
+from the_loop.hooks.engine.points import WorkItem
 from the_loop.runtime.db import Database
 from the_loop.runtime.tracker.base import Comment, Item, TrackerError
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from the_loop.config import Config
 from the_loop.errors import HooksConfigError, LoopError
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain
-from the_loop.hooks.executor import Executor
-from the_loop.hooks.loading import chain_from_config
-from the_loop.hooks.points import POINTS, Context
-from the_loop.hooks.policy import load_policy
+from the_loop.hooks.declaring.loading import chain_from_config
+from the_loop.hooks.engine.chain import Chain
+from the_loop.hooks.engine.executor import Executor
+from the_loop.hooks.engine.points import POINTS, Context
+from the_loop.hooks.executors.policy import load_policy
 
 
 class ChainExecutor:

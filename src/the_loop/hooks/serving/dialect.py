@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from the_loop.hooks.points import SPECS, WORK_ITEM_FIELDS, Context, WorkItem, check_value
+from the_loop.hooks.engine.points import SPECS, WORK_ITEM_FIELDS, Context, WorkItem, check_value
 
 #: Per point: the other loop's field name → ours (same meaning, same type).
 ALIASES: dict[str, dict[str, str]] = {

@@ -39,9 +39,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from the_loop import __version__
-from the_loop.hooks.executor import Decisions, HookError
-from the_loop.hooks.points import POINTS, SPECS, Context
-from the_loop.hooks.remote_http import (
+from the_loop.hooks.engine.executor import Decisions, HookError
+from the_loop.hooks.engine.points import POINTS, SPECS, Context
+from the_loop.hooks.executors.remote_http import (
     MAX_RESPONSE,
     MAX_TEXT,
     Answer,

@@ -15,9 +15,9 @@ from typing import Any
 
 from jmespath.functions import Functions, signature
 
-from the_loop.hooks.policy.jmes.helpers import HELPERS
-from the_loop.hooks.policy.jmes.reference import Reference
-from the_loop.hooks.policy.jmes.semantics import check_type
+from the_loop.jmes.helpers import HELPERS
+from the_loop.jmes.reference import Reference
+from the_loop.jmes.semantics import check_type
 
 __all__ = ["FunctionSpec", "Library"]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from the_loop.errors import HookError as HookError
-from the_loop.hooks.points import (
+from the_loop.hooks.engine.points import (
     Context,
     InputReceived,
     PhaseChanged,
@@ -87,7 +87,7 @@ class LifecycleHooks:
     @classmethod
     def overridden_points(cls) -> tuple[str, ...]:
         """The points this class overrides, in lifecycle order."""
-        from the_loop.hooks.points import POINTS
+        from the_loop.hooks.engine.points import POINTS
 
         return tuple(
             p for p in POINTS if getattr(cls, p) is not getattr(LifecycleHooks, p)
@@ -96,7 +96,7 @@ class LifecycleHooks:
 
 def _document_methods() -> None:
     """Each point's method carries the catalog's description of that point (R2.5)."""
-    from the_loop.hooks.points import SPECS, point_doc
+    from the_loop.hooks.engine.points import SPECS, point_doc
 
     for point, spec in SPECS.items():
         getattr(LifecycleHooks, point).__doc__ = point_doc(spec).replace(

@@ -26,15 +26,15 @@ in (``Compiler(functions)``, each a ``FunctionSpec``). Read it in this order, on
 
 from __future__ import annotations
 
-from the_loop.hooks.policy.jmes.api import (
+from the_loop.jmes.api import (
     CompiledExpression,
     Compiler,
     compile_expression,
     compile_stats,
 )
-from the_loop.hooks.policy.jmes.kinds import FIELD_TYPES
-from the_loop.hooks.policy.jmes.library import FunctionSpec
-from the_loop.hooks.policy.jmes.paths import root_paths
+from the_loop.jmes.kinds import FIELD_TYPES
+from the_loop.jmes.library import FunctionSpec
+from the_loop.jmes.paths import root_paths
 
 __all__ = [
     "FIELD_TYPES",

@@ -1,8 +1,8 @@
 """Where a hook's exception came from: the file and line a hook author opens to fix it.
 
-A hook's failure is reported as one line (`chain.exception_line`), never a traceback; this
-adds ` (at hooks/acme.py:12)` to it. The line chosen is the deepest frame of the traceback
-that belongs to the hook:
+A hook's failure is reported as one line (`errors.describe_exception`), never a traceback;
+`failure_line` adds ` (at hooks/acme.py:12)` to it. The line chosen is the deepest frame of
+the traceback that belongs to the hook:
 
 1. in the folder of the code the chain called (the hook's own file, or its package; not a
    virtualenv inside that folder), else
@@ -23,11 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from the_loop.errors import one_line
+from the_loop.errors import describe_exception, one_line
+from the_loop.interrupt import reraise_if_real
 from the_loop.util import shown_path
 
 #: Our own package: frames here are the chain, the loader or an executor, never the hook.
-_OURS = str(Path(__file__).resolve().parent.parent) + os.sep
+_OURS = str(Path(__file__).resolve().parents[2]) + os.sep
 #: The standard library and installed packages: a hook's call into them is blamed on the hook.
 _LIBRARIES = tuple(sorted({
     os.path.realpath(p) + os.sep
@@ -35,7 +36,7 @@ _LIBRARIES = tuple(sorted({
     if (p := sysconfig.get_paths().get(key))
 }))
 #: The longest a location's path is shown (a hook may name its code's file anything); with
-#: the line number, a location stays within about `chain.MAX_ERROR` characters.
+#: the line number, a location stays within about `errors.MAX_ERROR` characters.
 MAX_PATH = 480
 #: A traceback is walked at most this deep (a RecursionError's is about 1,000 frames).
 MAX_FRAMES = 5000
@@ -86,3 +87,29 @@ def raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
         return ""
     # A file name is the hook's to choose (`compile(src, "x\ny", …)`): one line, always.
     return f"{one_line(shown_path(picked[0]), MAX_PATH)}:{picked[1]}"
+
+
+def failure_line(
+    exc: BaseException, fn: Callable[..., Any] | None = None, *, plain: bool = False
+) -> str:
+    """What a hook raised, then where in the hook's own code: `ValueError: x (at hooks/a.py:3)`.
+
+    The location comes after the (bounded) message, so a long message never cuts it off.
+    """
+    text = describe_exception(exc, plain=plain)
+    site = hook_raise_site(exc, fn)
+    return located(text, site)
+
+
+def located(text: str, site: str) -> str:
+    """`text (at path:line)`, or `text` when there is no location."""
+    return f"{text} (at {site})" if site else text
+
+
+def hook_raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
+    """`path:line` in the hook's own code where `exc` came from, or '' (never raises)."""
+    try:
+        return raise_site(exc, fn)  # bounded there (`MAX_PATH`)
+    except BaseException as inner:  # a hook's odd traceback must not break its failure
+        reraise_if_real(inner)
+        return ""

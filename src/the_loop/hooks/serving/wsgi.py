@@ -8,7 +8,7 @@ gunicorn loads what to serve from environment variables through `app_from_env()`
 
     THE_LOOP_HOOK_POLICY=/srv/policies \\
     THE_LOOP_HOOK_TOKEN_ENV=COMPLIANCE_TOKEN \\
-    gunicorn -w 2 -k gthread -b 127.0.0.1:8765 'the_loop.hooks.wsgi:app_from_env()'
+    gunicorn -w 2 -k gthread -b 127.0.0.1:8765 'the_loop.hooks.serving.wsgi:app_from_env()'
 
 - exactly one of: `THE_LOOP_HOOK_PATH` (a .py file) or `THE_LOOP_HOOK_MODULE` (a dotted
   module) naming a hook class; `THE_LOOP_HOOK_POLICY` (a policy folder);
@@ -33,16 +33,16 @@ from typing import TYPE_CHECKING, Any
 
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError, LoopError
-from the_loop.hooks.hosted import declared_executor, policy_executor, redactor, served_log
-from the_loop.hooks.jsonrpc import (
+from the_loop.hooks.declaring.loading import load_executor
+from the_loop.hooks.serving.hosted import declared_executor, policy_executor, redactor, served_log
+from the_loop.hooks.serving.jsonrpc import (
     AnyExecutor,
     OnCall,
     first_sighting_log,
     handle_request,
     health_body,
 )
-from the_loop.hooks.loading import load_executor
-from the_loop.hooks.wire import http_reply, reason_of
+from the_loop.hooks.serving.wire import http_reply, reason_of
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment

@@ -32,18 +32,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from the_loop import __version__
-from the_loop.hooks.chain import copy_context, describe_exception, hook_raise_site, read_answer
-from the_loop.hooks.dialect import read_params
-from the_loop.hooks.executor import (
+from the_loop.errors import describe_exception
+from the_loop.hooks.engine.chain import copy_context, read_answer
+from the_loop.hooks.engine.executor import (
     Executor,
     HookError,
     LifecycleHooks,
     default_points,
     handler_for,
 )
-from the_loop.hooks.interrupt import reraise_if_real
-from the_loop.hooks.points import POINTS, unknown_point_message
-from the_loop.hooks.wire import (
+from the_loop.hooks.engine.location import hook_raise_site
+from the_loop.hooks.engine.points import POINTS, unknown_point_message
+from the_loop.hooks.serving.dialect import read_params
+from the_loop.hooks.serving.wire import (
     HOOK_RAISED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -51,6 +52,7 @@ from the_loop.hooks.wire import (
     METHOD_NOT_FOUND,
     PARSE_ERROR,
 )
+from the_loop.interrupt import reraise_if_real
 
 MAX_BATCH = 50
 _MAX_MESSAGE = 2000

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from the_loop.hooks.policy.jmes.semantics import (
+from the_loop.jmes.semantics import (
     all_num,
     all_str,
     check_type,

@@ -13,8 +13,8 @@ Rules, each tested by name in tests/hooks/test_chain.py:
   never raises into its caller. A sync hook cannot receive a real task cancellation (that
   arrives at an `await`, never inside a call), so a `CancelledError` is always the hook's own.
 - The one exception that leaves the chain is a real Ctrl-C of our own process, told apart
-  by `interrupt.is_real` (see `interrupt.py`: our SIGINT handler marks the object it raises;
-  the daemons' handlers never raise at all).
+  by `interrupt.is_real` (see `the_loop/interrupt.py`: our SIGINT handler marks the object it
+  raises; the daemons' handlers never raise at all).
 - An error message quotes at most `MAX_ERROR` characters of what the hook raised, then the
   file and line in the hook's own code it came from (`location.py`).
 - A failing `required` executor at a point with `proceed` refuses, naming the hook.
@@ -29,10 +29,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from the_loop.errors import clip as _clip
-from the_loop.errors import quote
+from the_loop.errors import describe_exception, quote
 from the_loop.events import EventLog
-from the_loop.hooks.executor import (
+from the_loop.hooks.engine.executor import (
     Decisions,
     Executor,
     HookError,
@@ -40,17 +39,14 @@ from the_loop.hooks.executor import (
     default_points,
     handler_for,
 )
-from the_loop.hooks.interrupt import install as _install_interrupt
-from the_loop.hooks.interrupt import reraise_if_real
-from the_loop.hooks.location import raise_site
-from the_loop.hooks.points import POINTS, SPECS, Context, WorkItem
+from the_loop.hooks.engine.location import hook_raise_site, located
+from the_loop.hooks.engine.points import POINTS, SPECS, Context, WorkItem
+from the_loop.interrupt import install as _install_interrupt
+from the_loop.interrupt import reraise_if_real
 
 C = TypeVar("C", bound=Context)
 
 _PY_TYPES: dict[str, type] = {"str": str, "bool": bool}
-#: The longest description of a hook's exception the chain records (a hook may raise with a
-#: message of any size; the event log and a refusal's reason quote only this much).
-MAX_ERROR = 500
 
 
 class _Shape:
@@ -217,10 +213,11 @@ class Chain:
             try:
                 answer = fn(work)
             except HookError as exc:
-                answer, error, site = None, _describe(exc, plain=True), hook_raise_site(exc, fn)
+                error = describe_exception(exc, plain=True)
+                answer, site = None, hook_raise_site(exc, fn)
             except BaseException as exc:  # anything a hook raises is its own failure (rule 3)
                 reraise_if_real(exc)
-                answer, error, site = None, _describe(exc), hook_raise_site(exc, fn)
+                answer, error, site = None, describe_exception(exc), hook_raise_site(exc, fn)
             else:
                 if answer is None and not trace:
                     continue
@@ -365,68 +362,6 @@ def read_answer(state: Context, answer: Any) -> tuple[dict[str, Any], list[str],
     return changes, dropped, error
 
 
-def describe_exception(exc: BaseException) -> str:
-    """A one-line description of what a hook raised (never a traceback)."""
-    return _describe(exc)
-
-
-def clip(text: str, limit: int = MAX_ERROR) -> str:
-    """`text` cut to `limit` characters (default `MAX_ERROR`), saying how much was left out."""
-    return _clip(text, limit)
-
-
-def failure_line(
-    exc: BaseException, fn: Callable[..., Any] | None = None, *, plain: bool = False
-) -> str:
-    """What a hook raised, then where in the hook's own code: `ValueError: x (at hooks/a.py:3)`.
-
-    The location comes after the (bounded) message, so a long message never cuts it off.
-    """
-    text = _describe(exc, plain=plain)
-    site = hook_raise_site(exc, fn)
-    return located(text, site)
-
-
-def located(text: str, site: str) -> str:
-    """`text (at path:line)`, or `text` when there is no location."""
-    return f"{text} (at {site})" if site else text
-
-
-def hook_raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
-    """`path:line` in the hook's own code where `exc` came from, or '' (never raises)."""
-    try:
-        return raise_site(exc, fn)  # bounded there (`location.MAX_PATH`)
-    except BaseException as inner:  # a hook's odd traceback must not break its failure
-        reraise_if_real(inner)
-        return ""
-
-
-def _describe(exc: BaseException, *, plain: bool = False) -> str:
-    """`Type: message` (just the message when `plain`), at most `MAX_ERROR` characters."""
-    if isinstance(exc, SystemExit):
-        try:
-            code = exc.code
-            shown = repr(code) if isinstance(code, (int, type(None))) else repr(str(code))
-        except BaseException as inner:  # a code whose str() raises
-            reraise_if_real(inner)
-            shown = "…"
-        return clip(f"the hook called sys.exit({shown})")
-    return exception_line(exc, plain=plain)
-
-
-def exception_line(exc: BaseException, *, plain: bool = False) -> str:
-    """`Type: message` for any exception, never raising, at most `MAX_ERROR` characters."""
-    kind = type(exc).__name__
-    try:
-        text = str(exc)
-    except BaseException as inner:  # an exception whose message itself raises
-        reraise_if_real(inner)
-        text = "(its message could not be printed)"
-    if plain:
-        return clip(text) or kind
-    return clip(f"{kind}: {text}" if text else kind)
-
-
 def _wrong_answer(cls: type[Context], answer: object) -> str:
     if isinstance(answer, Context):
         return (
@@ -488,5 +423,4 @@ def _read_patch(
     return ""
 
 
-__all__ = ["MAX_ERROR", "Chain", "Link", "Outcome", "Step", "WorkItem", "clip", "copy_context",
-           "exception_line", "failure_line", "hook_raise_site"]
+__all__ = ["Chain", "Link", "Outcome", "Step", "WorkItem", "copy_context"]

@@ -18,14 +18,14 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from the_loop.hooks.jsonrpc import (
+from the_loop.hooks.serving.jsonrpc import (
     AnyExecutor,
     OnCall,
     handle_request,
     health_body,
     served_points,
 )
-from the_loop.hooks.wire import Reply, error_reply, http_reply, reason_of
+from the_loop.hooks.serving.wire import Reply, error_reply, http_reply, reason_of
 
 #: Connections the kernel queues before the server accepts them (capped by net.core.somaxconn;
 #: socketserver's default of 5 made callers in a burst of 200 time out on connect).

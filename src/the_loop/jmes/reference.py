@@ -15,7 +15,7 @@ from typing import Any
 from jmespath.functions import Functions, signature
 from jmespath.visitor import Options, TreeInterpreter
 
-from the_loop.hooks.policy.jmes.semantics import (
+from the_loop.jmes.semantics import (
     ORDERING_OPS,
     contains,
     eq,

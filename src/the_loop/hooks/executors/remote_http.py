@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from the_loop.hooks.executor import HookError
+from the_loop.hooks.engine.executor import HookError
 
 MAX_RESPONSE = 1 << 20  # bytes of body
 MAX_HEAD = 64 * 1024  # bytes of status line + headers

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from the_loop.hooks.policy.jmes.kinds import Kind
+from the_loop.jmes.kinds import Kind
 
 __all__ = ["MAX_DEPTH", "MAX_LOOPS", "NO_LITERAL", "Fn", "Node", "Unsupported", "Val", "pending"]
 

@@ -1,4 +1,7 @@
-"""The policy executor: evaluates checked rules at a point and hands back a Decisions patch.
+"""The `policy` executor: evaluates checked rules at a point and hands back a Decisions patch.
+
+`load_policy(name, folder)` reads, compiles and checks a policy folder (`hooks.policy`) and
+returns the `PolicyExecutor` the chain runs like any other executor.
 
 Every `when` and template reads the context as it entered the executor, so no rule sees
 another's changes. Matching enforce rules apply in order: a refusal sticks (the first refusing
@@ -22,14 +25,16 @@ same decisions.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from the_loop.events import EventLog
-from the_loop.hooks.executor import Decisions, HookError
-from the_loop.hooks.points import POINTS, Context, context_to_json
+from the_loop.hooks.engine.executor import Decisions, HookError
+from the_loop.hooks.engine.points import POINTS, Context, context_to_json
+from the_loop.hooks.policy import idle_rules
 from the_loop.hooks.policy.fast import FastPlan, Found, fast_plan
 from the_loop.hooks.policy.point_rules import PointRule, RuntimeFailure, effects_of, point_rules
-from the_loop.hooks.policy.rules import Policy
+from the_loop.hooks.policy.rules import Policy, PolicyError, read_policy
 
 #: The longest string a policy may set a decision to (past what the decision already held):
 #: a template quoting a large fact cannot post megabytes as a comment or a prompt.
@@ -200,3 +205,23 @@ def _match_json(steps: tuple[PointRule, ...], data: dict[str, Any]) -> Found:
 
 def _pass(ctx: Context) -> None:
     return None
+
+
+def load_policy(
+    name: str,
+    folder: Path,
+    *,
+    points: tuple[str, ...] | None = None,
+    reference: bool = False,
+) -> PolicyExecutor:
+    """Read, compile and check `folder`; raises `PolicyError` (a `LoopError`) on any error.
+
+    `points` narrows the points handled to those listed (an entry's `on`); `reference` runs
+    expressions with jmespath's reference interpreter instead of the compiler.
+    """
+    policy = read_policy(Path(folder), reference=reference, lazy=True)
+    if points is not None:
+        idle = idle_rules(policy, points)
+        if idle:
+            raise PolicyError(idle, folder=str(folder))
+    return PolicyExecutor(name, policy, points=points)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from the_loop.configspec import Enum, ListOf
 from the_loop.errors import quote
-from the_loop.hooks.compat import ContextMethods, WorkItemMethods
+from the_loop.hooks.engine.compat import ContextMethods, WorkItemMethods
 from the_loop.util import closest as closest  # re-exported: the policy modules import it here
 
 FACT = "fact"

@@ -18,12 +18,13 @@ from typing import Any
 from the_loop.configspec import Invalid
 from the_loop.errors import ConfigError, HooksConfigError, LoopError
 from the_loop.events import EventLog
-from the_loop.hooks.chain import Chain, Link, failure_line
-from the_loop.hooks.declaration import CLASS_NAME, MODULE_NAME, HookEntry, parse_hooks
-from the_loop.hooks.executor import Executor, LifecycleHooks, default_points
-from the_loop.hooks.interrupt import install as install_interrupt
-from the_loop.hooks.interrupt import reraise_if_real
-from the_loop.hooks.points import POINTS
+from the_loop.hooks.declaring.declaration import CLASS_NAME, MODULE_NAME, HookEntry, parse_hooks
+from the_loop.hooks.engine.chain import Chain, Link
+from the_loop.hooks.engine.executor import Executor, LifecycleHooks, default_points
+from the_loop.hooks.engine.location import failure_line
+from the_loop.hooks.engine.points import POINTS
+from the_loop.interrupt import install as install_interrupt
+from the_loop.interrupt import reraise_if_real
 
 
 def build_chain(entries: list[HookEntry], *, log: EventLog | None = None) -> Chain:
@@ -73,14 +74,14 @@ def construct(
     """
     names = names or YAML_KEYS
     if entry.kind == "url":
-        from the_loop.hooks.remote import RemoteExecutor
+        from the_loop.hooks.executors.remote import RemoteExecutor
 
         return RemoteExecutor(
             name=entry.name, url=entry.target, token_env=entry.token_env,
             headers=entry.headers, timeout=entry.timeout,
         )
     if entry.kind == "policy":
-        from the_loop.hooks.policy import load_policy
+        from the_loop.hooks.executors.policy import load_policy
 
         try:
             return load_policy(entry.name, Path(entry.resolved), points=entry.on)

@@ -34,7 +34,7 @@ from the_loop.configspec import (
     got,
 )
 from the_loop.errors import HooksConfigError, quote
-from the_loop.hooks.points import POINTS, point_list
+from the_loop.hooks.engine.points import POINTS, point_list
 from the_loop.util import TOKEN_URL_PATTERN, url_problem
 from the_loop.util import is_loopback as is_loopback  # re-exported: cli/serve.py imports it here
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from the_loop.hooks.policy.jmes.emitter import Emitter
-from the_loop.hooks.policy.jmes.ir import Fn, Node, Unsupported, Val, pending
-from the_loop.hooks.policy.jmes.kinds import (
+from the_loop.jmes.emitter import Emitter
+from the_loop.jmes.ir import Fn, Node, Unsupported, Val, pending
+from the_loop.jmes.kinds import (
     ANY,
     BOOL,
     EXPREF,
@@ -29,7 +29,7 @@ from the_loop.hooks.policy.jmes.kinds import (
     Kind,
     kinds,
 )
-from the_loop.hooks.policy.jmes.library import FunctionSpec
+from the_loop.jmes.library import FunctionSpec
 
 __all__ = ["SPECIALISED", "function_call"]
 

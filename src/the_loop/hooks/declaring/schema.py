@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from the_loop.hooks.declaration import HOOKS
+from the_loop.hooks.declaring.declaration import HOOKS
 
 
 def hooks_section_schema() -> dict[str, Any]:

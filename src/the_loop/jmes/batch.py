@@ -27,12 +27,12 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
-from the_loop.hooks.policy.jmes.emitter import Emitter
-from the_loop.hooks.policy.jmes.ir import Fn, Node, Unsupported, Val
-from the_loop.hooks.policy.jmes.kinds import ANY, BOOL, K_ARR, K_NUM, K_OBJ, K_STR, Kind, kinds
-from the_loop.hooks.policy.jmes.library import Library
-from the_loop.hooks.policy.jmes.nodes import NODES
-from the_loop.hooks.policy.jmes.semantics import truthy
+from the_loop.jmes.emitter import Emitter
+from the_loop.jmes.ir import Fn, Node, Unsupported, Val
+from the_loop.jmes.kinds import ANY, BOOL, K_ARR, K_NUM, K_OBJ, K_STR, Kind, kinds
+from the_loop.jmes.library import Library
+from the_loop.jmes.nodes import NODES
+from the_loop.jmes.semantics import truthy
 
 __all__ = [
     "Condition", "ConditionFailed", "RecordType", "RootType", "compile_matcher", "compile_value",

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from the_loop.hooks.policy.jmes.ir import (
+from the_loop.jmes.ir import (
     MAX_DEPTH,
     MAX_LOOPS,
     Fn,
@@ -28,9 +28,9 @@ from the_loop.hooks.policy.jmes.ir import (
     Val,
     pending,
 )
-from the_loop.hooks.policy.jmes.kinds import ANY, K_NUM, K_STR, NULL, NUM, kind_of
-from the_loop.hooks.policy.jmes.library import Library
-from the_loop.hooks.policy.jmes.semantics import truthy
+from the_loop.jmes.kinds import ANY, K_NUM, K_STR, NULL, NUM, kind_of
+from the_loop.jmes.library import Library
+from the_loop.jmes.semantics import truthy
 
 __all__ = ["CODE_CACHE", "Binder", "Emitter", "NodeCompiler"]
 

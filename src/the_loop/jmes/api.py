@@ -58,12 +58,12 @@ from typing import Any, cast
 from jmespath import exceptions
 from jmespath.parser import Parser
 
-from the_loop.hooks.policy.jmes import batch
-from the_loop.hooks.policy.jmes.emitter import Emitter
-from the_loop.hooks.policy.jmes.ir import Node, Unsupported
-from the_loop.hooks.policy.jmes.kinds import FIELD_TYPES
-from the_loop.hooks.policy.jmes.library import FunctionSpec, Library
-from the_loop.hooks.policy.jmes.nodes import NODES
+from the_loop.jmes import batch
+from the_loop.jmes.emitter import Emitter
+from the_loop.jmes.ir import Node, Unsupported
+from the_loop.jmes.kinds import FIELD_TYPES
+from the_loop.jmes.library import FunctionSpec, Library
+from the_loop.jmes.nodes import NODES
 
 __all__ = [
     "COMPILE_ERRORS", "CompiledExpression", "Compiler", "compile_expression", "compile_stats",

@@ -12,10 +12,10 @@ import math
 from collections.abc import Callable
 from contextlib import nullcontext
 
-from the_loop.hooks.policy.jmes import calls
-from the_loop.hooks.policy.jmes.emitter import Emitter, NodeCompiler
-from the_loop.hooks.policy.jmes.ir import Fn, Node, Unsupported, Val, pending
-from the_loop.hooks.policy.jmes.kinds import (
+from the_loop.jmes import calls
+from the_loop.jmes.emitter import Emitter, NodeCompiler
+from the_loop.jmes.ir import Fn, Node, Unsupported, Val, pending
+from the_loop.jmes.kinds import (
     ANY,
     ARR,
     BOOL,
@@ -31,7 +31,7 @@ from the_loop.hooks.policy.jmes.kinds import (
     OBJ,
     kinds,
 )
-from the_loop.hooks.policy.jmes.semantics import ORDERING, ORDERING_PY, eq, get_index, truthy
+from the_loop.jmes.semantics import ORDERING, ORDERING_PY, eq, get_index, truthy
 
 
 def literal(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:

@@ -1,0 +1,1 @@
+"""The engine: the catalog of points, the executor protocol and base class, and the chain."""
