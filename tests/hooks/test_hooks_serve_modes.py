@@ -189,6 +189,16 @@ def test_wsgi_policy_and_config_modes_name_the_variable(
     assert expected in str(info.value)
 
 
+def test_the_wsgi_app_keeps_the_gunicorn_address_written_before_the_move() -> None:
+    """`gunicorn 'the_loop.hooks.wsgi:app_from_env()'` still names the same app factory."""
+    import importlib
+
+    old = importlib.import_module("the_loop.hooks.wsgi")
+    assert old.app_from_env is app_from_env
+    with pytest.raises(HooksConfigError, match="THE_LOOP_HOOK_POLICY: /nonexistent/rules"):
+        old.app_from_env({"THE_LOOP_HOOK_POLICY": "/nonexistent/rules"})
+
+
 def test_serve_logs_a_line_for_every_request_even_one_naming_no_point(
     tmp_path: Path, serve: Any
 ) -> None:
