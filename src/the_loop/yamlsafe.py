@@ -17,7 +17,9 @@ caller's existing "not valid YAML at line L, column C: …" message covers it.
 from __future__ import annotations
 
 import errno
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -167,16 +169,41 @@ def load(text: str) -> Any:
     return yaml.load(text, Loader=OperatorLoader)
 
 
-def read_text(path: Path) -> str:
-    """The file as text; raises `OSError` (`UnreadableError` for a file too large or not
-    UTF-8, with the offset of the first bad byte)."""
-    with path.open("rb") as fh:
-        data = fh.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
+#: What a FIFO, socket or device is called wherever a regular file was expected.
+NOT_REGULAR = "not a regular file (a FIFO, socket or device)"
+
+
+def read_bytes(path: Path, limit: int = MAX_BYTES) -> bytes:
+    """A regular file's bytes, at most `limit`; raises `OSError` (`UnreadableError` for a
+    FIFO, socket or device, or a file past `limit`).
+
+    The file is opened without blocking and its kind checked on the open descriptor before
+    anything is read: a FIFO would block the open (or the read) until some writer came, and
+    a device like /dev/zero never ends (issue 20, item 9).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise UnreadableError(f"{NOT_REGULAR}; name a regular file")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        size = f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit} bytes"
         raise UnreadableError(
-            f"larger than {MAX_BYTES // (1024 * 1024)} MiB; an operator file is far smaller "
-            "(is this the right file?)"
-        )
+            f"larger than {size}; an operator file is far smaller (is this the right file?)")
+    return data
+
+
+def read_text(path: Path) -> str:
+    """The file as text; raises `OSError` (`UnreadableError` for a file too large, not
+    regular (`read_bytes`), or not UTF-8, with the offset of the first bad byte)."""
+    return decoded(read_bytes(path))
+
+
+def decoded(data: bytes) -> str:
+    """`data` as UTF-8 text; raises `UnreadableError` naming the first bad byte."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

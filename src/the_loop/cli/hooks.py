@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from the_loop import yamlsafe
 from the_loop.cli._common import add_json, completes_points, config_of, print_json
 from the_loop.cli.serve_hooks import register_serve
 from the_loop.errors import UsageError
@@ -106,11 +108,7 @@ def _read_context_arg(source: str | None) -> Any:
     if source is None:
         return {}
     try:
-        if source == "-":
-            text = sys.stdin.read()
-        else:
-            with open(source, encoding="utf-8") as fh:
-                text = fh.read()
+        text = _context_text(source)
     except OSError as exc:
         raise UsageError(f"--context {source}: cannot read: {exc.strerror}") from None
     try:
@@ -119,6 +117,19 @@ def _read_context_arg(source: str | None) -> Any:
         raise UsageError(
             f"--context {source}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+
+
+def _context_text(source: str) -> str:
+    """The --context file (a regular file) or standard input, bounded and UTF-8."""
+    if source != "-":
+        return yamlsafe.read_text(Path(source))
+    limit = yamlsafe.MAX_BYTES
+    data = sys.stdin.buffer.read(limit + 1)
+    if len(data) > limit:
+        raise yamlsafe.UnreadableError(f"more than {limit // (1024 * 1024)} MiB on standard "
+                                       "input; a context is far smaller (is this the right "
+                                       "input?)")
+    return yamlsafe.decoded(data)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -149,8 +149,8 @@ def unsafe_entries(folder: Path) -> list[str]:
         if stat.S_ISDIR(st.st_mode):
             continue
         if not stat.S_ISREG(st.st_mode):
-            errors.append(f"{entry}: not a regular file (a FIFO, socket or device); a policy "
-                          "folder holds only rule files; remove it")
+            errors.append(f"{entry}: {yamlsafe.NOT_REGULAR}; a policy folder holds only "
+                          "rule files; remove it")
             continue
         if entry.suffix in (".yaml", ".yml") and not entry.name.startswith("."):
             real = entry.resolve()
