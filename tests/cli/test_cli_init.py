@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import resource
 import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from the_loop.cli import main
 from the_loop.hooks.policy.testing import run_tests
 from the_loop.scaffold import FILES
 
@@ -117,3 +123,47 @@ def test_init_with_config_says_to_name_the_folder_instead(tmp_path: Path, run_cl
     assert done.returncode == 2
     assert "init writes DIR/cli-config.yaml and takes no --config" in done.stderr
     assert not (tmp_path / ".the-loop").exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_init_on_a_full_disk_leaves_nothing_and_says_what_failed(tmp_path: Path) -> None:
+    """Writes past 600 bytes fail in the child (RLIMIT_FSIZE, as a full disk would fail
+    them): init names the file and the reason, and leaves no half-written file behind."""
+    def small_files() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a killed child
+        resource.setrlimit(resource.RLIMIT_FSIZE, (600, 600))
+
+    env = {k: v for k, v in os.environ.items() if k != "THE_LOOP_CLI_CONFIG"}
+    env["HOME"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "the_loop", "init", "ops/loop"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+                          check=False, preexec_fn=small_files)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == ("the-loop: ops/loop: cannot write cli-config.yaml: File too large; "
+                           "nothing was written: free some space, or pass a DIR you may "
+                           "write to\n")
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_init_that_fails_midway_removes_the_files_it_had_already_put_in_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The disk fills while the files are renamed into place (the fourth rename fails):
+    the three already in place are removed too, and the folder init made with them."""
+    renamed: list[str] = []
+    real_rename = os.rename
+
+    def rename(src: Any, dst: Any) -> None:
+        if len(renamed) == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_rename(src, dst)
+        renamed.append(str(dst))
+
+    (tmp_path / "mine").mkdir()
+    monkeypatch.setattr(os, "rename", rename)
+    assert main(["init", str(tmp_path / "mine" / "loop")]) == 1
+    assert capsys.readouterr().err == (
+        f"the-loop: {tmp_path}/mine/loop: cannot write policies/30-notifications.yaml: No "
+        "space left on device; nothing was written: free some space, or pass a DIR you may "
+        "write to\n")
+    assert len(renamed) == 3
+    assert list((tmp_path / "mine").iterdir()) == []

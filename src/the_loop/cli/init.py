@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 from pathlib import Path
@@ -24,6 +25,52 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_init)
 
 
+def write_all(folder: Path, files: dict[str, str]) -> None:
+    """Write every file, or none: each goes to a temporary name beside it, and only when all
+    are written are they renamed into place. On any failure (a full disk, a read-only
+    folder) what this call made is removed, folders included, and `LoopError` names the
+    file and the reason (issue 20, item 12: a full disk left half a config behind)."""
+    made: list[Path] = []  # folders this call created, outermost first
+    temporaries: dict[str, Path] = {}
+    renamed: list[Path] = []
+    name = ""
+    try:
+        for name, text in files.items():
+            _make_folders((folder / name).parent, made)
+            temporaries[name] = _temporary(folder / name, text)
+        for name, tmp in temporaries.items():
+            tmp.rename(folder / name)
+            renamed.append(folder / name)
+    except OSError as exc:
+        for path in [*temporaries.values(), *renamed]:
+            path.unlink(missing_ok=True)
+        for made_folder in reversed(made):
+            with contextlib.suppress(OSError):
+                made_folder.rmdir()
+        raise LoopError(f"{folder}: cannot write {name}: {exc.strerror or exc}; nothing was "
+                        "written: free some space, or pass a DIR you may write to") from None
+
+
+def _make_folders(path: Path, made: list[Path]) -> None:
+    """Create `path` and its missing parents, adding each one created to `made`."""
+    for missing in [p for p in (path, *path.parents) if not p.exists()][::-1]:
+        missing.mkdir()
+        made.append(missing)
+
+
+def _temporary(path: Path, text: str) -> Path:
+    """`text` written to a new hidden file beside `path` (removed again if that fails)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from the_loop.scaffold import FILES
 
@@ -38,14 +85,7 @@ def cmd_init(args: argparse.Namespace) -> int:
             f"{folder}: not written, it already holds {', '.join(present)}; init never "
             "overwrites a file: pass another DIR, or move those away"
         )
-    try:
-        for name, text in FILES.items():
-            path = folder / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("x", encoding="utf-8") as fh:
-                fh.write(text)
-    except OSError as exc:
-        raise LoopError(f"{folder}: cannot write: {exc.strerror} ({exc.filename})") from None
+    write_all(folder, FILES)
     config = (folder / "cli-config.yaml").absolute()
     rules = sum(1 for n in FILES if n.startswith("policies/") and n.count("/") == 1)
     print(f"wrote {folder}/: cli-config.yaml, policies/ ({rules} rules, each with a test "
