@@ -8,7 +8,7 @@ in (``Compiler(functions)``, each a ``FunctionSpec``). Read it in this order, on
    back to the reference; optimistic code and its guarded twin.
 2. ``kinds.py``: the type lattice: the JMESPath types a value may have (``kinds(STR, NULL)``).
 3. ``ir.py``: the intermediate representation: a compiled value (``Val``: Python code and its
-   kind) inside a generated function (``Fn``).
+   kind) inside a generated function (``Fn``); ``NODE_TYPES``, every node type the parser builds.
 4. ``emitter.py``: ``Emitter``, which walks the AST and writes Python source, and ``NODES``,
    the one dispatch table from node type to node compiler; then the node compilers themselves:
    ``nodes.py`` (fields, comparisons, logic, projections) and ``calls.py`` (function calls).
@@ -32,12 +32,14 @@ from the_loop.jmes.api import (
     compile_expression,
     compile_stats,
 )
+from the_loop.jmes.ir import NODE_TYPES
 from the_loop.jmes.kinds import FIELD_TYPES
 from the_loop.jmes.library import FunctionSpec
 from the_loop.jmes.paths import root_paths
 
 __all__ = [
     "FIELD_TYPES",
+    "NODE_TYPES",
     "CompiledExpression",
     "Compiler",
     "FunctionSpec",

@@ -15,9 +15,21 @@ from typing import Any, NamedTuple
 
 from the_loop.jmes.kinds import Kind
 
-__all__ = ["MAX_DEPTH", "MAX_LOOPS", "NO_LITERAL", "Fn", "Node", "Unsupported", "Val", "pending"]
+__all__ = [
+    "MAX_DEPTH", "MAX_LOOPS", "NODE_TYPES", "NO_LITERAL", "Fn", "Node", "Unsupported", "Val",
+    "pending",
+]
 
 Node = Mapping[str, Any]
+#: Every node type jmespath's parser builds (the ``type`` of the dicts ``jmespath.ast`` makes).
+#: Each walker over the AST dispatches through a table with one entry per type (the emitter's is
+#: ``nodes.NODES``); a test checks this set against the parser and every walker's table against it.
+NODE_TYPES = frozenset((
+    "and_expression", "comparator", "current", "expref", "field", "filter_projection",
+    "flatten", "function_expression", "identity", "index", "index_expression", "key_val_pair",
+    "literal", "multi_select_dict", "multi_select_list", "not_expression", "or_expression",
+    "pipe", "projection", "slice", "subexpression", "value_projection",
+))
 
 MAX_LOOPS = 8  # nested loops in one generated function (CPython allows 20 blocks)
 MAX_DEPTH = 40  # indentation levels in one generated function (CPython allows 100)

@@ -248,6 +248,11 @@ def multi_select(e: Emitter, node: Node, cur: Val, fn: Fn, *, is_dict: bool) -> 
     return Val(t, kind | K_NULL if nullable else kind)
 
 
+def key_val_pair(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
+    """A pair's value (``multi_select`` reads its pairs itself; this mirrors the reference)."""
+    return e.expr(node["children"][0], cur, fn)
+
+
 def project(e: Emitter, base: Val, right: Node, fn: Fn, condition: Node | None = None) -> Val:
     """A projection (or filter) loop over the simple iterable ``base``; drops nulls."""
     x = e.name("e")
@@ -339,7 +344,8 @@ def expref(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
     raise Unsupported("an expression reference used as a value")
 
 
-#: Which function compiles which node type: the emitter's one dispatch table.
+#: Which function compiles which node type: the emitter's one dispatch table (one entry per
+#: type in ``ir.NODE_TYPES``).
 NODES: dict[str, NodeCompiler] = {
     "literal": literal,
     "current": current,
@@ -356,6 +362,7 @@ NODES: dict[str, NodeCompiler] = {
     "not_expression": not_expression,
     "multi_select_list": multi_select_list,
     "multi_select_dict": multi_select_dict,
+    "key_val_pair": key_val_pair,
     "projection": projection,
     "filter_projection": filter_projection,
     "value_projection": value_projection,
