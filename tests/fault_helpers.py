@@ -5,6 +5,9 @@ own record and the recorder hook (shared by test_runtime_faults.py and scripts/s
 `hold(ld, extra)` rewrites a `LoopDir`'s config so each session records what it was given
 (one JSON line: session id, work item, prompt) and then stays alive for two minutes: a
 session that ends on its own would be respawned by the poller and blur what a crash did.
+With `asking=True` a first session instead asks the agent's question itself (`the-loop ask`
+from inside the session), records, and ends; `agents_settled(ld)` says when every session
+launched so far has recorded itself and each that asked has ended.
 `broken(ld, expected)` returns one sentence per invariant a run broke (empty when none).
 """
 
@@ -12,21 +15,29 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections import Counter
 from typing import Any
 
 from runtime_helpers import HARNESSES, LoopDir, alive
 from the_loop.runtime.harness import session_alive
 
-#: Records its launch, then holds the session (and its lock) until it is killed.
+#: Records its launch, then holds the session (and its lock) until it is killed. Asking
+#: (argv[3]), a session whose prompt carries no person's input asks first and then ends.
 HOLD_HARNESS = '''\
-import json, os, sys, time
+import json, os, subprocess, sys, time
 prompt = sys.stdin.read()
 record = {"session": os.environ.get("THE_LOOP_SESSION", ""), "prompt": prompt,
           "work_item": os.environ.get("THE_LOOP_WORK_ITEM", "")}
+asks = sys.argv[3:] == ["ask"] and "Input from @" not in prompt
+if asks:
+    done = subprocess.run([sys.executable, "-m", "the_loop", "ask", "Which users first?"],
+                          capture_output=True, text=True)
+    record.update(asked=done.returncode == 0, said=(done.stdout + done.stderr).strip())
 with open(sys.argv[1], "a", encoding="utf-8") as f:
     f.write(json.dumps(record) + "\\n")
-time.sleep(float(sys.argv[2]))
+if not asks:
+    time.sleep(float(sys.argv[2]))
 '''
 
 #: Drops mallory's input and refuses the start of an item labelled `frozen`.
@@ -50,8 +61,10 @@ MARK_RE = re.compile(r"<!-- the-loop:([^>]*) -->")
 ANSWER = "Admins first, then everyone else."
 
 
-def hold(ld: LoopDir, extra: str = "", *, seconds: float = 120.0, policy: bool = True) -> None:
-    """Configure `ld` with the holding harness, the recorder hook and the house policy."""
+def hold(ld: LoopDir, extra: str = "", *, seconds: float = 120.0, policy: bool = True,
+         asking: bool = False) -> None:
+    """Configure `ld` with the holding harness (`asking`: whose first session asks and
+    ends), the recorder hook and the house policy."""
     script = ld.root / "hold_harness.py"
     script.write_text(HOLD_HARNESS, encoding="utf-8")
     hooks = "hooks:\n" + ld.add_recorder()
@@ -59,11 +72,24 @@ def hold(ld: LoopDir, extra: str = "", *, seconds: float = 120.0, policy: bool =
         ld.write("policies/house.yaml", HOUSE_POLICY)
         hooks += "  - {name: house, policy: policies}\n"
     ld.write_config(hooks + extra, harness="sleep")
-    command = (f"[python3, -S, {json.dumps(str(script))}, {json.dumps(str(ld.recorded))}, "
-               f"'{seconds:g}']")
+    python = json.dumps(sys.executable) if asking else "python3"  # asking runs the CLI
+    command = (f"[{python}, -S, {json.dumps(str(script))}, {json.dumps(str(ld.recorded))}, "
+               f"'{seconds:g}'{', ask' if asking else ''}]")
     text = ld.config.read_text(encoding="utf-8")
     assert HARNESSES["sleep"] in text
     ld.config.write_text(text.replace(HARNESSES["sleep"], command), encoding="utf-8")
+
+
+def agents_settled(ld: LoopDir) -> bool:
+    """Every session launched so far (a lock file) has recorded itself or ended, and each
+    that asked its question has ended: what a poll after it must cope with is in place."""
+    sessions = ld.state / "sessions"
+    records = {r["session"]: r for r in ld.launches()}
+    for lock in sessions.glob("*.lock") if sessions.exists() else []:
+        record = records.get(lock.stem)
+        if (record is None or "asked" in record) and session_alive(sessions, lock.stem, 0):
+            return False
+    return True
 
 
 def live_sessions(ld: LoopDir, *, probe: bool = False) -> Counter[str]:

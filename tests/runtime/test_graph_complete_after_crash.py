@@ -1,6 +1,7 @@
-"""An agent's `graph complete` counts even when the loop that launched it died before it
-recorded the session: the node moves on once, its work is not done again, and a session of
-an earlier launch is still refused.
+"""An agent's `graph complete`, question or input counts even when the loop that launched it
+died before it recorded the session: the session is launched once (issue 20.5), the node
+moves on once, its work is not done again, and a session of an earlier launch is still
+refused.
 
 Real parts: a SQLite file, `poll --once` processes killed at a failpoint (`os._exit(86)`),
 and a harness that runs `the-loop graph complete` from inside its session at once, before
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -18,9 +20,10 @@ import pytest
 from runtime_helpers import LoopDir, alive, until
 from the_loop.runtime.service import session_id_for
 
-#: Records its launch, runs `graph complete` from inside the session at once and records
-#: what that said. On a launch whose prompt carries a person's feedback it holds the session
-#: instead (so the item sits at an agent node with a live current session).
+#: Records its launch, runs `graph complete` (or, as argv[2] says, `ask` or `reply`) from
+#: inside the session at once and records what that said. On a launch whose prompt carries a
+#: person's feedback it holds the session instead (so the item sits at an agent node with a
+#: live current session).
 PROMPT_AGENT = '''\
 import json, os, subprocess, sys, time
 prompt = sys.stdin.read()
@@ -32,8 +35,11 @@ if "Feedback from @" in prompt:
         f.write(json.dumps(record) + "\\n")
     time.sleep(120)
     sys.exit(0)
-done = subprocess.run([sys.executable, "-m", "the_loop", "graph", "complete", "--summary",
-                       "Wrote the page."], capture_output=True, text=True)
+args = {"complete": ["graph", "complete", "--summary", "Wrote the page."],
+        "ask": ["ask", "Which users first?"],
+        "reply": ["reply", os.environ["THE_LOOP_WORK_ITEM"], "I renamed the button."]}
+done = subprocess.run([sys.executable, "-m", "the_loop", *args[sys.argv[2]]],
+                      capture_output=True, text=True)
 record.update(code=done.returncode, said=(done.stdout + done.stderr).strip())
 with open(sys.argv[1], "a", encoding="utf-8") as f:
     f.write(json.dumps(record) + "\\n")
@@ -45,11 +51,11 @@ with open(sys.argv[1], "a", encoding="utf-8") as f:
 WINDOW = ["launch", "spawn"]
 
 
-def prompt_agent(ld: LoopDir) -> None:
+def prompt_agent(ld: LoopDir, action: str = "complete") -> None:
     """Configure `ld` with the prompt agent as its harness (this interpreter runs it)."""
     script = ld.write("prompt_agent.py", PROMPT_AGENT)
     command = (f"[{json.dumps(sys.executable)}, -S, {json.dumps(str(script))}, "
-               f"{json.dumps(str(ld.recorded))}]")
+               f"{json.dumps(str(ld.recorded))}, {action}]")
     text = ld.config.read_text(encoding="utf-8")
     old = f"[python3, {json.dumps(str(ld.script))}, {json.dumps(str(ld.recorded))}]"
     assert old in text
@@ -116,6 +122,38 @@ def test_a_completion_sent_before_the_crashed_loop_recorded_its_session_moves_th
         assert "session.respawned" not in ld.names()
         assert len(ld.seen("session_spawn")) == 1
         assert [p["session_id"] for p in ld.seen("session_spawned")] == [record["session"]]
+
+
+@pytest.mark.parametrize("action", ["ask", "reply"])
+def test_a_session_that_asked_or_wrote_before_the_crashed_loop_recorded_it_is_launched_once(
+        tmp_path: Path, action: str) -> None:
+    """`THE_LOOP_FAILPOINT=launch poll --once`, the agent asks (or replies) and ends, then
+    `poll --once` twice: its question is posted once, its input taken once, and its session
+    id launched once (registered with pid 0: it ran, its pid was never written)."""
+    with LoopDir(tmp_path) as ld:
+        prompt_agent(ld, action)
+        ref = ld.add("Add a login page")
+        record = crash_while_launching(ld, ref, "launch")
+        assert record["code"] == 0, record["said"]
+        sid = str(record["session"])
+        ld.poll()
+        ld.poll()
+
+        launched = Counter(str(r["session"]) for r in ld.launches())
+        assert launched[sid] == 1 and max(launched.values()) == 1, launched
+        [row] = ld.query("SELECT pid, step FROM sessions WHERE id=?", sid)
+        assert row["pid"] == 0 and session_id_for(row["step"]) == sid
+        if action == "ask":
+            [question] = [c for c in ld.comments(ref) if "Question from the agent" in c]
+            assert f"(session `{sid}`)" in question and "Which users first?" in question
+            assert ld.work(ref)["state"] == "waiting"
+        else:
+            mine = [c for c in ld.item(ref)["comments"] if c["author"] == f"agent:{sid}"]
+            assert [c["body"] for c in mine] == ["I renamed the button."]
+            [taken] = [s for s in ld.query("SELECT payload, outcome FROM steps WHERE "
+                                           "kind='input'")
+                       if json.loads(s["payload"])["actor"] == f"agent:{sid}"]
+            assert taken["outcome"] == "recorded"
 
 
 def test_a_session_of_an_earlier_launch_still_cannot_complete_the_node(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fault_helpers import ANSWER, broken, hold, live_sessions
-from runtime_helpers import LoopDir
+from fault_helpers import ANSWER, agents_settled, broken, hold, live_sessions
+from runtime_helpers import LoopDir, until
 
 #: The walk: an agent node (launch, question, answer → resumed session), graph complete,
 #: the gate, /approve, done. A one-shot write runs in this process unless it is the
@@ -29,6 +29,9 @@ MALLORY = ("start", "poll", "mallory", "ask", "answer", "poll", "complete", "pol
            "poll")
 #: An item whose start the policy refuses.
 FROZEN = ("start", "poll")
+#: The agent asks its question itself, from inside its first session, which then ends; the
+#: second poll posts it (issue 20.5: a crash at launch must not launch that session again).
+ASKING = ("start", "poll", "poll", "answer", "poll", "complete", "poll", "approve", "poll")
 
 #: (failpoint, walk, index of the action that passes it) — every failpoint of the runtime.
 CASES = [
@@ -47,12 +50,14 @@ CASES = [
     ("advance", PLAIN, 8),
     ("complete", PLAIN, 8),
     ("after-refusal-comment", FROZEN, 1),
+    ("launch", ASKING, 1),
 ]
 
 
 def case_id(case: tuple[str, tuple[str, ...], int]) -> str:
     point, walk, at = case
-    variant = {PLAIN: "", MALLORY: "-refused-input", FROZEN: "-refused-start"}[walk]
+    variant = {PLAIN: "", MALLORY: "-refused-input", FROZEN: "-refused-start",
+               ASKING: "-agent-asks"}[walk]
     return f"{point}@{walk[at]}-{at}{variant}"
 
 
@@ -84,8 +89,10 @@ def act(ld: LoopDir, ref: str, action: str, failpoint: str) -> None:
             f"{crashed.returncode}\n{crashed.stdout}\n{crashed.stderr}")
         if action == "start":  # the operator retries: the arming is already there
             assert "is already armed (armed)" in ld.ok(*args)
+        until(lambda: agents_settled(ld), timeout=60, what="the sessions to settle")
         settle(ld, ref)
     elif action == "poll":
+        until(lambda: agents_settled(ld), timeout=60, what="the sessions to settle")
         settle(ld, ref)
     else:
         ld.ok(*args)
@@ -98,7 +105,7 @@ def test_a_crash_at_each_failpoint_loses_doubles_and_sticks_nothing(
         tmp_path: Path, case: tuple[str, tuple[str, ...], int]) -> None:
     point, walk, at = case
     with LoopDir(tmp_path) as ld:
-        hold(ld)
+        hold(ld, asking=walk is ASKING)
         ref = ld.add("Add a login page", *(["--label", "frozen"] if walk is FROZEN else []))
         for i, action in enumerate(walk):
             act(ld, ref, action, point if i == at else "")

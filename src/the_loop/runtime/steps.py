@@ -180,9 +180,12 @@ def launch(loop: Loop, step: Step) -> None:
         pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
         if pid < 0:
             return
+        # A session found after a crash may have asked already: its item waits for the answer.
+        asked = StepKind.QUESTION in loop.store.queued_by(ref, sid, node.name, 0)
         loop.store.register_session(sid, step.key, ref=ref, endpoint=target.ref, harness=h.name,
                                     pid=pid, node=node.name,
-                                    log=str(loop.sessions_dir / f"{sid}.log"))
+                                    log=str(loop.sessions_dir / f"{sid}.log"),
+                                    state="waiting" if asked else "running")
         loop.log.emit("session.launched", work_item=ref, session_id=sid, session_pid=pid,
                       endpoint=target.ref, respawn=p["respawn"])
         failpoint("register")
@@ -231,11 +234,9 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
     pid = harness_mod.lock_pid(sessions, sid)
     w = loop.work(step.ref) or {}
     if pid or harness_mod.session_alive(sessions, sid, 0) or (
-            w.get("session_id") == sid and loop.store.completion_queued(
-                step.ref, str(step.payload["node"]), int(w.get("epoch") or 0))):
+            w.get("session_id") == sid and _ran(loop, step, sid, int(w.get("epoch") or 0))):
         # A process that died after launching this session: it ran (or runs) with its
-        # whole prompt — or ran and reported its node complete before its pid was
-        # written — and is registered, not launched twice.
+        # whole prompt and is registered, not launched twice.
         (sessions / f"{sid}.prompt").unlink(missing_ok=True)
         return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0)
     previous = str(w.get("session_id") or "")
@@ -260,6 +261,15 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
     loop.procs[sid] = proc
     failpoint("spawn")
     return launched.pid
+
+
+def _ran(loop: Loop, step: Step, sid: str, epoch: int) -> bool:
+    """Whether a session whose launch began (its id is the item's) ran and has ended before
+    its pid was written: it queued a question, input or its completion, or wrote output.
+    (One that left none of these cannot be told from one that never started.)"""
+    log = loop.sessions_dir / f"{sid}.log"
+    return bool(loop.store.queued_by(step.ref, sid, str(step.payload["node"]), epoch)) or (
+        log.exists() and log.stat().st_size > 0)
 
 
 def launch_failed(loop: Loop, step: Step, error: str) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from the_loop.runtime.db import Database
 from the_loop.runtime.harness import process_start_time
+from the_loop.runtime.identity import AGENT_PREFIX
 from the_loop.runtime.stepkinds import StepKind, step_kind
 
 ACTIVE = ("armed", "running", "waiting", "gate")
@@ -188,15 +189,22 @@ class Store:
             return str(row["key"])
         return ""
 
-    def completion_queued(self, ref: str, node: str, epoch: int) -> bool:
-        """Whether an agent's `graph complete` of `ref`'s `node` at `epoch` is queued."""
-        for row in self.db.conn.execute("SELECT payload FROM steps WHERE ref=? AND "
-                                        "kind=? AND state='pending'",
-                                        (ref, StepKind.DONE.value)):
-            payload = json.loads(row["payload"])
-            if payload.get("node") == node and int(payload.get("epoch", -1)) == epoch:
-                return True
-        return False
+    def queued_by(self, ref: str, sid: str, node: str, epoch: int) -> set[StepKind]:
+        """What session `sid` of `ref` queued of what an agent can: a question it asked,
+        input it wrote (as `agent:<sid>`), its `graph complete` of `node` at `epoch` (still
+        pending). Any of them proves that the session ran."""
+        kinds: set[StepKind] = set()
+        for row in self.db.conn.execute(
+                "SELECT kind, payload, state FROM steps WHERE ref=? AND kind IN (?, ?, ?)",
+                (ref, StepKind.QUESTION.value, StepKind.INPUT.value, StepKind.DONE.value)):
+            p, kind = json.loads(row["payload"]), StepKind(row["kind"])
+            asked = kind is StepKind.QUESTION and p.get("session_id") == sid
+            wrote = kind is StepKind.INPUT and p.get("actor") == AGENT_PREFIX + sid
+            done = (kind is StepKind.DONE and row["state"] == "pending"
+                    and p.get("node") == node and int(p.get("epoch", -1)) == epoch)
+            if asked or wrote or done:
+                kinds.add(kind)
+        return kinds
 
     def next_step(self, ref: str) -> Step | None:
         row = self.db.conn.execute(
@@ -272,14 +280,16 @@ class Store:
         return dict(row) if row else None
 
     def register_session(self, sid: str, step_key: str, *, ref: str, endpoint: str,
-                         harness: str, pid: int, node: str, log: str) -> None:
-        """A launched session, and its item running it, in one transaction."""
+                         harness: str, pid: int, node: str, log: str,
+                         state: str = "running") -> None:
+        """A launched session, and its item running it (or `waiting` for the answer to a
+        question the session already asked), in one transaction."""
         with self.db.transaction() as conn:
             conn.execute(
                 "INSERT OR IGNORE INTO sessions(id, ref, endpoint, harness, pid, node, "
                 "started, log, step) VALUES (?,?,?,?,?,?,?,?,?)",
                 (sid, ref, endpoint, harness, pid, node, time.time(), log, step_key))
-            self.set_work(ref, conn, state="running", node=node, session_id=sid)
+            self.set_work(ref, conn, state=state, node=node, session_id=sid)
 
     def live_sessions(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.db.conn.execute(
