@@ -364,6 +364,19 @@ def test_abuse_2_wrong_typed_decision_fails_and_applies_nothing(
     assert log.of("hooks.decided") == []
 
 
+def test_an_answer_holding_a_lone_surrogate_is_the_hooks_failure_and_applies_nothing(
+    scripted: Any, remote: Any
+) -> None:
+    """A decision of "\\ud800" is no text a harness, a log or a tracker can take: the hook
+    failed, its answer is refused whole (issue 20, item 8)."""
+    server = scripted(rpc_result({"prompt": "LEAK \ud800"}))
+    chain, log = chain_of(remote(server.url))
+    assert chain.run(SessionSpawn(prompt="p")).prompt == "p"
+    assert failed_error(log) == (
+        f"the answer from {server.url} holds a lone surrogate (\\ud800), which is not a "
+        "character; a character is written as itself or as a surrogate pair")
+
+
 def test_abuse_3_http_500_is_the_hooks_failure(scripted: Any, remote: Any) -> None:
     server = scripted(raw(http(500, b"database on fire", reason="Internal Server Error")))
     chain, log = chain_of(remote(server.url))

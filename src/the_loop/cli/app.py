@@ -100,7 +100,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         import argcomplete
 
         argcomplete.autocomplete(parser)  # prints the candidates and exits
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    given = list(argv) if argv is not None else sys.argv[1:]
+    for arg in given:
+        _require_text(parser, arg)
+    args = parser.parse_args(given)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
@@ -119,6 +122,22 @@ def run(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the last guard: one line, never a traceback (issue 11 rule 7)
         print(f"the-loop: {unexpected(exc)}", file=sys.stderr)
         return 1
+
+
+def _require_text(parser: argparse.ArgumentParser, arg: str) -> None:
+    """A usage error for an argument that is not Unicode text: bytes the locale could not
+    decode, which Python keeps as lone surrogates and no database, log or rule takes
+    (issue 20, item 8)."""
+    try:
+        arg.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            raw = arg.encode("utf-8", "surrogateescape")  # the bytes the shell passed
+        except UnicodeEncodeError:
+            raw = arg.encode("utf-8", "backslashreplace")
+        shown = raw.decode("ascii", "backslashreplace")
+        parser.error(f"argument '{shown[:80]}' is not UTF-8 text; pass text in UTF-8 (check "
+                     "the encoding of the terminal or script that wrote it)")
 
 
 def unexpected(exc: Exception) -> str:

@@ -21,6 +21,7 @@ from the_loop.hooks.engine.points import (
     context_from_json,
     context_to_json,
 )
+from the_loop.hooks.serving.wire import NotUnicode, read_json
 
 
 def register(sub: Any) -> None:
@@ -112,7 +113,9 @@ def _read_context_arg(source: str | None) -> Any:
     except OSError as exc:
         raise UsageError(f"--context {source}: cannot read: {exc.strerror}") from None
     try:
-        return json.loads(text) if text.strip() else {}
+        return read_json(text) if text.strip() else {}
+    except NotUnicode as exc:
+        raise UsageError(f"--context {source}: the context {exc}") from None
     except json.JSONDecodeError as exc:
         raise UsageError(
             f"--context {source}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"

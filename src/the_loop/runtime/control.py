@@ -12,7 +12,8 @@ variable holding their token, and the login comes from the token, never from the
 operator's token (`serve.tokenEnv` / `--token-env`) may act for a named person, as the CLI
 does, and is the only one a tracker's webhook may use. Requests run concurrently: each
 takes a loop (its own database connection) from a pool; a work item's steps are serialised
-by its claim, not by a lock around the server.
+by its claim, not by a lock around the server. A body that is not Unicode text (not UTF-8,
+or a lone surrogate: `wire.read_json`) is a 400 naming why, before anything is stored.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 from the_loop.config import Config
 from the_loop.errors import LoopError
+from the_loop.hooks.serving.wire import NotUnicode, read_json
 from the_loop.runtime.poller import deliver, reply
 from the_loop.runtime.service import Loop
 from the_loop.runtime.stepkinds import StepKind
@@ -157,9 +159,12 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         raw = self.rfile.read(length) if length else b""
         try:
-            data = json.loads(raw or b"{}")
+            data = read_json(raw or b"{}")
         except RecursionError:
             self._send(400, {"error": "body is not JSON: nested too deeply"})
+            return None
+        except NotUnicode as exc:
+            self._send(400, {"error": f"the body {exc}"})
             return None
         except ValueError as exc:
             why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:120]

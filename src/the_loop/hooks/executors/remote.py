@@ -54,6 +54,7 @@ from the_loop.hooks.executors.remote_http import (
     resolve,
     still_open,
 )
+from the_loop.hooks.serving.wire import NotUnicode, read_json
 
 __all__ = ["MAX_RESPONSE", "RemoteExecutor"]
 
@@ -168,7 +169,9 @@ class RemoteExecutor:
                 "a JSON-RPC response"
             )
         try:
-            doc = json.loads(text)
+            doc = read_json(text)
+        except NotUnicode as exc:
+            raise HookError(f"the answer from {self.where} {exc}") from None
         except (ValueError, RecursionError):
             raise HookError(
                 f"the answer from {self.where} is not JSON (it starts with "

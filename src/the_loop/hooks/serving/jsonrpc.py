@@ -2,7 +2,8 @@
 
 It is the whole server logic, for any HTTP framework (`HookServer`, the WSGI app):
 
-- -32700 the body is not JSON (or not UTF-8, or nested too deep to read); -32600 not a valid
+- -32700 the body is not JSON (or not Unicode text — not UTF-8, or a lone surrogate:
+  `wire.read_json` — or nested too deep to read); -32600 not a valid
   request object (an extra member, a `jsonrpc` other than "2.0", a non-string method, an id
   that is not a string, an integer or null); -32601 a method outside the catalog of points;
   -32602 params that are not an object, or a field we know with a value of the wrong type.
@@ -51,6 +52,8 @@ from the_loop.hooks.serving.wire import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
+    NotUnicode,
+    read_json,
 )
 from the_loop.interrupt import reraise_if_real
 
@@ -156,10 +159,10 @@ def health_body(executor: AnyExecutor) -> bytes:
 def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None) -> bytes:
     started = time.perf_counter()
     try:
-        text = body if isinstance(body, str) else bytes(body)
-        doc = json.loads(text, parse_constant=_no_constant)
+        doc = read_json(body if isinstance(body, str) else bytes(body),
+                        parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
-        why = ("is not UTF-8" if isinstance(exc, UnicodeDecodeError) else
+        why = (str(exc) if isinstance(exc, NotUnicode) else
                "is nested too deep to read" if isinstance(exc, RecursionError) else
                "holds an integer too long to read" if "digits" in str(exc) else "is not JSON")
         answer = _error(None, PARSE_ERROR, f"parse error: the body {why}")

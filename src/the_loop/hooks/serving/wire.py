@@ -9,6 +9,10 @@ size limits are decided once:
 - `POST` to any path is a JSON-RPC call: 401 without `Authorization: Bearer $token_env`
   when a token is set (constant-time compare), 411 without a length, 400 for a malformed
   one, 413 over `MAX_REQUEST`. Every error body is a JSON-RPC error object.
+
+`read_json` is how every JSON body is read — a hook server's request, `serve`'s control
+plane, a hook's answer, `hooks run --context` — so text that is not Unicode (bytes that are
+not UTF-8, a lone surrogate) is refused the same way everywhere (docs/security.md).
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 import hmac
 import json
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -30,6 +36,52 @@ UNAUTHORIZED = -32001
 
 MAX_REQUEST = 1 << 20  # bytes of request body
 _MAX_LENGTH_DIGITS = 12  # a Content-Length longer than this is over the cap, whatever it says
+
+
+#: A `\uD800`–`\uDFFF` escape: only a body holding one can parse to a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class NotUnicode(ValueError):
+    """A JSON body that is not Unicode text; `str()` completes "the body …"."""
+
+
+def read_json(body: bytes | str, **options: Any) -> Any:
+    """`json.loads(body, **options)` for a body that must be Unicode text (issue 20, item 8).
+
+    Refused with `NotUnicode`: bytes that are not UTF-8 (UTF-8-encoded surrogates included,
+    which `json.loads` on bytes would let through), and a string holding a lone surrogate
+    (`"\ud800"` with no partner: valid JSON syntax, but no character). Such a string cannot
+    be stored, matched by RE2, written to a log or encoded again, so it is refused where it
+    comes in instead of failing later in whatever touches it. A surrogate pair is a
+    character and passes. Other errors are `json.loads`'s own (`ValueError`,
+    `RecursionError`).
+    """
+    if isinstance(body, str):
+        text = body
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _lone(exc) from None
+    else:
+        try:
+            text = body.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise NotUnicode(f"is not UTF-8 (byte 0x{body[exc.start]:02x} at offset "
+                             f"{exc.start}); send UTF-8 text") from None
+    doc = json.loads(text, **options)
+    if _SURROGATE_ESCAPE.search(text):  # rare: only then is the document walked again
+        try:
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _lone(exc) from None
+    return doc
+
+
+def _lone(exc: UnicodeEncodeError) -> NotUnicode:
+    code = ord(exc.object[exc.start])
+    return NotUnicode(f"holds a lone surrogate (\\u{code:04x}), which is not a character; "
+                      "a character is written as itself or as a surrogate pair")
 
 
 @dataclass(frozen=True)
