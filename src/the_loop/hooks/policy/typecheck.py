@@ -16,10 +16,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from the_loop.hooks.engine.points import SPECS, WORK_ITEM_FIELDS
 from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.exprtext import OPS, literal, show
 from the_loop.hooks.policy.functions import POLICY_FUNCTION_RECORDS, POLICY_FUNCTION_SPECS
+from the_loop.hooks.policy.typemodel import (
+    UNKNOWN,
+    T,
+    describe,
+    of_literal,
+    root_type,
+    truth_of,
+)
 from the_loop.jmes.ir import NO_LITERAL
 from the_loop.jmes.kinds import (
     ANY,
@@ -31,78 +38,12 @@ from the_loop.jmes.kinds import (
     OBJ,
     RETURNS,
     STR,
-    Kind,
-    kind_of,
     kinds,
 )
-from the_loop.jmes.semantics import eq, truthy
+from the_loop.jmes.semantics import eq
 
 Node = Mapping[str, Any]
 FUNCTION_TABLE = COMPILER.library.table  # every function a policy expression may call
-
-
-@dataclass(frozen=True)
-class T:
-    """What the checker knows of a value: its possible JMESPath types, and more when known.
-
-    `elem`: the types of an array's elements; `fields`: an object's fields; `literal`: the
-    value itself; `truth`: True/False when the value is always truthy/falsy.
-    """
-
-    kinds: Kind
-    elem: Kind | None = None
-    fields: Mapping[str, T] | None = None
-    literal: Any = NO_LITERAL
-    truth: bool | None = None
-
-
-UNKNOWN = T(ANY)
-_CATALOG: dict[str, T] = {
-    "str": T(kinds(STR)), "int": T(kinds(NUM), truth=True), "bool": T(kinds(BOOL)),
-    "list[str]": T(kinds(ARR), elem=kinds(STR)),
-}
-_WORK_ITEM = T(kinds(OBJ), fields={
-    f: _CATALOG["int" if f == "number" else "str"] for f in WORK_ITEM_FIELDS
-}, truth=True)
-
-
-def root_type(point: str) -> T:
-    """The context at `point` as the checker sees it (every field present, never null)."""
-    return T(kinds(OBJ), fields={
-        f.name: _WORK_ITEM if f.type == "WorkItem" else _CATALOG[f.type]
-        for f in SPECS[point].fields
-    }, truth=True)
-
-
-def describe(t: T) -> str:
-    """'a list of strings', 'a number', 'null', 'a string or null' …"""
-    names = {STR: "a string", NUM: "a number", BOOL: "a boolean", OBJ: "an object",
-             NULL: "null", "expref": "an &expression"}
-    parts: list[str] = []
-    for k in (ARR, STR, NUM, BOOL, OBJ, NULL, "expref"):
-        if k not in t.kinds:
-            continue
-        if k == ARR:
-            parts.append("a list of strings" if t.elem == kinds(STR) else
-                         "a list of numbers" if t.elem == kinds(NUM) else "a list")
-        else:
-            parts.append(names[k])
-    return " or ".join(parts) or "nothing"
-
-
-def _of_literal(value: Any) -> T:
-    elem = None
-    if isinstance(value, list):
-        elem = frozenset().union(*(kind_of(v) for v in value)) if value else frozenset()
-    return T(kind_of(value), elem=elem, literal=value, truth=truthy(value))
-
-
-def _truth_of(ks: Kind) -> bool | None:
-    if ks <= kinds(NULL):
-        return False
-    if ks <= kinds(NUM):
-        return True
-    return None
 
 
 @dataclass
@@ -133,7 +74,7 @@ class Checker:
         return cur
 
     def _literal(self, node: Node, cur: T) -> T:
-        return _of_literal(node["value"])
+        return of_literal(node["value"])
 
     def _comparator(self, node: Node, cur: T) -> T:
         ch = _children(node)
@@ -162,13 +103,13 @@ class Checker:
         left = self.infer(_children(node)[0], cur)
         if left.elem is not None and ARR in left.kinds:
             ks = left.elem | kinds(NULL)
-            return T(ks, truth=_truth_of(ks))
+            return T(ks, truth=truth_of(ks))
         return UNKNOWN
 
     def _projection(self, node: Node, cur: T) -> T:  # and filter_projection
         ch = _children(node)
         left = self.infer(ch[0], cur)
-        each = T(left.elem, truth=_truth_of(left.elem)) if left.elem else UNKNOWN
+        each = T(left.elem, truth=truth_of(left.elem)) if left.elem else UNKNOWN
         if node["type"] == "filter_projection":
             self.infer(ch[2], each)
         self.infer(ch[1], each)
@@ -245,7 +186,7 @@ class Checker:
             ks = frozenset(POLICY_FUNCTION_SPECS[name].returns)
         else:
             ks = RETURNS.get(name, ANY)
-        return T(ks, truth=_truth_of(ks))
+        return T(ks, truth=truth_of(ks))
 
     def _check_arg(
         self, node: Node, name: str, i: int, arg: Node, t: T, allowed: tuple[str, ...]

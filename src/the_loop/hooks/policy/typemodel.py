@@ -1,0 +1,85 @@
+"""What the type checker knows of a value (`T`) and of each point's context (`root_type`).
+
+`T` holds the JMESPath types a value may have and, when known, its elements' types, its
+fields, the literal itself and its truth; `describe` words it for messages ('a list of
+strings'). The context's types come from the catalog: every field present, never null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from the_loop.hooks.engine.points import SPECS, WORK_ITEM_FIELDS
+from the_loop.jmes.ir import NO_LITERAL
+from the_loop.jmes.kinds import ANY, ARR, BOOL, NULL, NUM, OBJ, STR, Kind, kind_of, kinds
+from the_loop.jmes.semantics import truthy
+
+__all__ = ["UNKNOWN", "T", "describe", "of_literal", "root_type", "truth_of"]
+
+
+@dataclass(frozen=True)
+class T:
+    """What the checker knows of a value: its possible JMESPath types, and more when known.
+
+    `elem`: the types of an array's elements; `fields`: an object's fields; `literal`: the
+    value itself; `truth`: True/False when the value is always truthy/falsy.
+    """
+
+    kinds: Kind
+    elem: Kind | None = None
+    fields: Mapping[str, T] | None = None
+    literal: Any = NO_LITERAL
+    truth: bool | None = None
+
+
+UNKNOWN = T(ANY)
+_CATALOG: dict[str, T] = {
+    "str": T(kinds(STR)), "int": T(kinds(NUM), truth=True), "bool": T(kinds(BOOL)),
+    "list[str]": T(kinds(ARR), elem=kinds(STR)),
+}
+_WORK_ITEM = T(kinds(OBJ), fields={
+    f: _CATALOG["int" if f == "number" else "str"] for f in WORK_ITEM_FIELDS
+}, truth=True)
+
+
+def root_type(point: str) -> T:
+    """The context at `point` as the checker sees it (every field present, never null)."""
+    return T(kinds(OBJ), fields={
+        f.name: _WORK_ITEM if f.type == "WorkItem" else _CATALOG[f.type]
+        for f in SPECS[point].fields
+    }, truth=True)
+
+
+def describe(t: T) -> str:
+    """'a list of strings', 'a number', 'null', 'a string or null' …"""
+    names = {STR: "a string", NUM: "a number", BOOL: "a boolean", OBJ: "an object",
+             NULL: "null", "expref": "an &expression"}
+    parts: list[str] = []
+    for k in (ARR, STR, NUM, BOOL, OBJ, NULL, "expref"):
+        if k not in t.kinds:
+            continue
+        if k == ARR:
+            parts.append("a list of strings" if t.elem == kinds(STR) else
+                         "a list of numbers" if t.elem == kinds(NUM) else "a list")
+        else:
+            parts.append(names[k])
+    return " or ".join(parts) or "nothing"
+
+
+def of_literal(value: Any) -> T:
+    """A literal's type: the value itself, its kind, its elements' kinds and its truth."""
+    elem = None
+    if isinstance(value, list):
+        elem = frozenset().union(*(kind_of(v) for v in value)) if value else frozenset()
+    return T(kind_of(value), elem=elem, literal=value, truth=truthy(value))
+
+
+def truth_of(ks: Kind) -> bool | None:
+    """True/False when every value of kinds `ks` is truthy/falsy (null; a number), else None."""
+    if ks <= kinds(NULL):
+        return False
+    if ks <= kinds(NUM):
+        return True
+    return None
