@@ -1,7 +1,8 @@
 r"""The loop: arms work items and runs what each one is owed as durable steps.
 
 Every lifecycle point is fired by one visible `.fire(<Context>(...))` call placed before the
-thing it decides, all in steps.py (start, enter, launch, question, input, phase, complete):
+thing it decides, in steps.py (start, enter, question, input, phase, complete) and
+launching.py (launch):
 `grep -rn "fire\|decide(" runtime/` finds the eight call sites (waiting_for_input has two,
 a question and a gate). Only a process that holds a loaded chain runs steps; a one-shot
 command (`reply`, `ask`, `graph complete`) writes what it asks for and leaves the rest to

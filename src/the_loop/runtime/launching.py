@@ -1,0 +1,151 @@
+"""The launch step: `session_spawn`, then at most one session per item, launched once.
+
+A launch's session id comes from its step's key, so a redo after a crash finds the session a
+dead process launched (by its lock, its pid, or what it left: a question, input, its
+completion, output) and registers it instead of launching it twice. A refused launch blocks
+the item, or sends a pull request's own session's input into the ticket's session.
+"""
+
+from __future__ import annotations
+
+from the_loop.errors import LoopError
+from the_loop.hooks.engine.points import SessionSpawn, SessionSpawned
+from the_loop.runtime import harness as harness_mod
+from the_loop.runtime import workspace
+from the_loop.runtime.service import Decided, Loop, failpoint, session_id_for
+from the_loop.runtime.stepkinds import StepKind
+from the_loop.runtime.store import Step
+
+
+def launch(loop: Loop, step: Step) -> None:
+    """session_spawn, then at most one session per item: the previous one ends first."""
+    ref, p = step.ref, step.payload
+    node = loop.graph.node(p["node"])
+    w = loop.work(ref)
+    if "session_spawn" not in step.decisions and (
+            w is None or w["state"] not in ("running", "waiting") or w["node"] != node.name):
+        loop.store.finish(step, "stale")
+        return
+    h = loop.settings.harnesses[loop.settings.harness]
+    endpoint = p["endpoint"]
+    target = loop.tracker.work_item(endpoint or ref)
+    try:
+        path, is_git = workspace.prepare(loop.settings.state_dir, loop.tracker.work_item(ref),
+                                         loop.settings.git_repository)
+    except LoopError as exc:
+        launch_failed(loop, step, str(exc))
+        return
+    failpoint("workspace")
+    loop.log.emit("workspace.prepared", work_item=ref, path=str(path), git=is_git)
+    d = loop.decide(step, lambda: SessionSpawn(
+        **loop.base(ref), actor=p["actor"], harness=h.name, model=h.model,
+        command=list(h.command), cwd=str(path), respawn=p["respawn"], endpoint=target,
+        node=node.name, phase=node.phase, prompt=p["prompt"]))
+    if d.refused:
+        _launch_refused(loop, step, d, target.ref)
+        return
+    sid = session_id_for(step.key)
+    if loop.store.session(sid) is None:
+        pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
+        if pid < 0:
+            return
+        # A session found after a crash may have asked already: its item waits for the answer.
+        asked = StepKind.QUESTION in loop.store.queued_by(ref, sid, node.name, 0)
+        loop.store.register_session(sid, step.key, ref=ref, endpoint=target.ref, harness=h.name,
+                                    pid=pid, node=node.name,
+                                    log=str(loop.sessions_dir / f"{sid}.log"),
+                                    state="waiting" if asked else "running")
+        loop.log.emit("session.launched", work_item=ref, session_id=sid, session_pid=pid,
+                      endpoint=target.ref, respawn=p["respawn"])
+        failpoint("register")
+    row = loop.store.session(sid) or {}
+    spawned = loop.decide(step, lambda: SessionSpawned(
+        **loop.base(ref), session_id=sid, pid=int(row.get("pid", 0)), harness=h.name,
+        model=h.model, endpoint=target, respawn=p["respawn"], node=node.name,
+        phase=node.phase))
+    if spawned["announce"] is not False:
+        model = f", model {h.model}" if h.model else ""
+        if loop.post_once(ref, f"announce:{sid}", f"Session `{sid}` started at {node.name} "
+                                                  f"(harness {h.name}{model})."):
+            loop.log.emit("session.announced", work_item=ref, session_id=sid)
+    failpoint("announce")
+    loop.store.finish(step, "launched", sid)
+
+
+def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
+    """A refused launch: the item is blocked with one comment, or a pull request's own
+    session is delivered into the ticket's session instead (said in one comment there)."""
+    ref, endpoint = step.ref, step.payload["endpoint"]
+    loop.log.emit("session.refused", work_item=ref, endpoint=target, hook=d.refused_by,
+                  reason=d.reason)
+    if endpoint and endpoint != ref:
+        loop.post_once(ref, step.key, f"A session of pull request {target} was refused by "
+                                      f"hook `{d.refused_by}` at `session_spawn`: {d.reason}. "
+                                      "Its input goes to this work item's session instead.")
+        failpoint("after-refusal-comment")
+        with loop.db.transaction() as conn:
+            loop.store.add_step(conn, StepKind.LAUNCH.key("ticket", name=step.key), ref,
+                                StepKind.LAUNCH,
+                                dict(step.payload, endpoint=""))
+            loop.store.finish(step, "redirected", conn=conn)
+        return
+    loop.set_work(ref, state="blocked")
+    loop.post_once(ref, step.key, f"A session launch for this work item was refused by "
+                                  f"hook `{d.refused_by}` at `session_spawn`: {d.reason}")
+    failpoint("after-refusal-comment")
+    loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
+
+
+def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
+    """Launch the harness for a step (or find the one a crashed process launched);
+    returns its pid (0: it ran, its pid is unknown), or -1 when it could not start."""
+    sessions = loop.sessions_dir
+    pid = harness_mod.lock_pid(sessions, sid)
+    w = loop.work(step.ref) or {}
+    if pid or harness_mod.session_alive(sessions, sid, 0) or (
+            w.get("session_id") == sid and _ran(loop, step, sid, int(w.get("epoch") or 0))):
+        # A process that died after launching this session: it ran (or runs) with its
+        # whole prompt and is registered, not launched twice.
+        (sessions / f"{sid}.prompt").unlink(missing_ok=True)
+        return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0)
+    previous = str(w.get("session_id") or "")
+    if previous and previous != sid:
+        prev = loop.store.session(previous) or {}
+        # A session that finished its node is given a moment to exit on its own.
+        loop.end_session(previous, grace=5.0 if prev.get("node") != w.get("node") else 0.0)
+    # The session is the item's current one before its process exists: an agent that runs
+    # `graph complete` at once, even if this process dies before registering it, is
+    # answering for its own item's node (the previous session has ended by now).
+    loop.set_work(step.ref, session_id=sid)
+    h = loop.settings.harnesses[loop.settings.harness]
+    env = harness_mod.harness_env(h.env, set(loop.settings.secret_names))
+    env["THE_LOOP_NODE"] = str(step.payload["node"])
+    try:
+        launched, proc = harness_mod.launch(
+            h.command, prompt=prompt, cwd=path, config_path=loop.config.path,  # type: ignore[arg-type]
+            work_item=step.ref, session_id=sid, log_dir=sessions, env=env)
+    except LoopError as exc:
+        launch_failed(loop, step, str(exc))
+        return -1
+    loop.procs[sid] = proc
+    failpoint("spawn")
+    return launched.pid
+
+
+def _ran(loop: Loop, step: Step, sid: str, epoch: int) -> bool:
+    """Whether a session whose launch began (its id is the item's) ran and has ended before
+    its pid was written: it queued a question, input or its completion, or wrote output.
+    (One that left none of these cannot be told from one that never started.)"""
+    log = loop.sessions_dir / f"{sid}.log"
+    return bool(loop.store.queued_by(step.ref, sid, str(step.payload["node"]), epoch)) or (
+        log.exists() and log.stat().st_size > 0)
+
+
+def launch_failed(loop: Loop, step: Step, error: str) -> None:
+    """A session could not start: block the item (never half-running), say why once."""
+    ref = step.ref
+    loop.set_work(ref, state="blocked", session_id="")
+    loop.post_once(ref, step.key, f"A session for this work item could not start: {error}. "
+                                  f"Fix it, then re-arm with `the-loop start {ref}`.")
+    loop.store.finish(step, "failed", error)
+    loop.log.emit("session.failed", work_item=ref, error=error)
