@@ -1,9 +1,10 @@
 """The hooks engine (embedding API): `load_chain`, `Chain`, `Outcome`, `HooksConfigError`.
 
 One folder per part: `engine/` (the catalog of points, the executor protocol, the chain),
-`declaring/` (the `hooks:` declaration, its schema and the loader), `executors/` (the remote
-client and the policy executor), `serving/` (the hook server: JSON-RPC, HTTP, WSGI, dialect),
-`policy/` (the policy language). The JMESPath compiler is `the_loop.jmes`.
+`declaring/` (the `hooks:` declaration, its schema and the loader), `executors/` (the
+registry of executor kinds: local classes, the remote client, the policy executor), `serving/`
+(the hook server: JSON-RPC, HTTP, WSGI, dialect), `policy/` (the policy language). The
+JMESPath compiler is `the_loop.jmes`.
 """
 
 from the_loop.errors import HooksConfigError

@@ -2,7 +2,8 @@
 
 One row per fired point in the `decision_log` table of `<stateDir>/loop.db` (created here, not
 in db.py's schema): the context as it entered the chain (every fact and every decision's
-incoming value, nothing shortened), each hook's step (its kind — local, remote or policy —,
+incoming value, nothing shortened), each hook's step (its kind as the executor registry
+names it — local, remote or policy, `unknown` for an executor of no registered kind —,
 status, the decisions it changed, the policy rules that applied and the audit rules that
 matched, its error), and the final decisions. Secrets are replaced by the event log's rules
 (`EventLog.secrets_in`) before the row is written. Rows older than `decisionLog.keepDays` are
@@ -26,6 +27,7 @@ from the_loop.errors import LoopError
 from the_loop.events import EventLog, redact
 from the_loop.hooks.engine.chain import Chain, Outcome
 from the_loop.hooks.engine.points import SPECS, Context, WorkItem
+from the_loop.hooks.executors import registry
 
 __all__ = ["TABLE", "DecisionLog", "Recorded", "count_points", "read_points"]
 
@@ -46,21 +48,18 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 #: What json.loads runs, without its layers of Python (set in JSONDecoder.__init__; typeshed
 #: does not list it).
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+#: The kind a step records for a hook whose executor is of no registered kind.
+UNKNOWN = "unknown"
 _DECISIONS: dict[str, tuple[str, ...]] = {
     point: tuple(d.name for d in spec.decisions) for point, spec in SPECS.items()
 }
 
 
 def kind_of(executor: object) -> str:
-    """local | remote | policy: what kind of hook an executor is."""
-    from the_loop.hooks.executors.policy import PolicyExecutor
-    from the_loop.hooks.executors.remote import RemoteExecutor
-
-    if isinstance(executor, PolicyExecutor):
-        return "policy"
-    if isinstance(executor, RemoteExecutor):
-        return "remote"
-    return "local"
+    """What a step records as its hook's kind: the registry's word for it (`local`, `remote`,
+    `policy`), or `unknown` for an executor of no registered kind, never a guess."""
+    kind = registry.kind_of(executor)
+    return kind.logged_as if kind is not None else UNKNOWN
 
 
 def context_json(ctx: Context) -> dict[str, Any]:
@@ -81,7 +80,7 @@ def entry_of(ctx: Context, outcome: Outcome, kinds: dict[str, str]) -> dict[str,
     current = {name: ctx.__dict__[name] for name in names}
     steps: list[dict[str, Any]] = []
     for s in outcome.steps:
-        step: dict[str, Any] = {"hook": s.hook, "kind": kinds.get(s.hook, "local"),
+        step: dict[str, Any] = {"hook": s.hook, "kind": kinds.get(s.hook, UNKNOWN),
                                 "status": s.status}
         if s.changed:
             changed: dict[str, Any] = {}

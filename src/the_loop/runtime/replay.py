@@ -1,13 +1,14 @@
 """Replay: run a declaration over recorded points and report every decision it would change.
 
 `replay_chain(config)` builds the declared chain with its events kept in memory (nothing goes
-to the loop's event log) and, unless `call_remote`, each remote hook replaced by a
-`RecordedAnswer`: the answer that hook gave when the point fired stands in for it (a text it
-edited is edited the same way — the same prefix and suffix around today's incoming text —, a
-failure fails again). `Replayer.run(recorded)` rebuilds each context exactly as it entered the
-chain, runs the chain, and compares the final decisions with the recorded ones; each
-difference names, on each side, the hook and the policy rules responsible. `Report` sums them
-up by rule ("freeze-all would have refused 41 launches on 12 items").
+to the loop's event log) and, unless `call_remote`, each hook whose kind replay must not call
+(the registry's `RECORDED`: remote hooks) replaced by a `RecordedAnswer`: the answer that hook
+gave when the point fired stands in for it (a text it edited is edited the same way — the same
+prefix and suffix around today's incoming text —, a failure fails again).
+`Replayer.run(recorded)` rebuilds each context exactly as it entered the chain, runs the chain,
+and compares the final decisions with the recorded ones; each difference names, on each side,
+the hook and the policy rules responsible. `Report` sums them up by rule ("freeze-all would
+have refused 41 launches on 12 items").
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from the_loop.config import Config
+from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.declaration import parse_hooks
 from the_loop.hooks.declaring.loading import build_chain
 from the_loop.hooks.engine.chain import Chain, Link, Outcome
 from the_loop.hooks.engine.executor import Decisions, HookError
 from the_loop.hooks.engine.points import SPECS, Context
+from the_loop.hooks.executors import registry
+from the_loop.hooks.executors.kind import CALL, RECORDED
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.policy.rules import AFFIXES
-from the_loop.runtime.decisionlog import Recorded, kind_of
+from the_loop.runtime.decisionlog import Recorded
 from the_loop.runtime.rebuild import rebuild
 
 __all__ = ["RecordedAnswer", "Replayer", "Report", "rebuild", "replay_chain"]
@@ -91,24 +95,41 @@ class RecordedAnswer:
 
 def replay_chain(config: Config, *, call_remote: bool = False,
                  log: EventLog | None = None) -> tuple[Chain, dict[str, RecordedAnswer]]:
-    """The declared chain for replay (events in memory) and its remote stand-ins by name.
+    """The declared chain for replay (events in memory) and its stand-ins by name.
 
-    Raises `HooksConfigError` on a bad declaration, like any load.
+    Each hook's kind says whether replay may call it (`CALL`) or must answer it from the
+    record (`RECORDED`; called anyway with `call_remote`). Raises `HooksConfigError` on a bad
+    declaration, like any load, and `LoopError` for a hook whose kind, or whose kind's replay
+    mode, replay does not know: it never calls what it cannot tell is safe to call.
     """
     log = log if log is not None else EventLog()
     chain = build_chain(parse_hooks(config.hooks, config.folder), log=log)
-    if call_remote:
-        return chain, {}
     stand_ins: dict[str, RecordedAnswer] = {}
     links: list[Link] = []
     for link in chain.links:
-        if kind_of(link.executor) == "remote":
+        if replay_mode(link) == RECORDED and not call_remote:
             stand_ins[link.name] = RecordedAnswer(link.name, link.points)
             link = Link(link.name, stand_ins[link.name], link.points, link.required)
         links.append(link)
     if not stand_ins:
         return chain, {}
     return Chain(links, log=log), stand_ins
+
+
+def replay_mode(link: Link) -> str:
+    """`CALL` or `RECORDED`, as the registry says for the link's kind; `LoopError` otherwise."""
+    kind = registry.kind_of(link.executor)
+    if kind is None:
+        raise LoopError(
+            f"policy replay: hook {link.name!r} is a {type(link.executor).__name__}, which is "
+            "no registered executor kind, so replay cannot tell whether calling it is safe; "
+            "register its kind (the_loop.hooks.executors.registry) saying its replay mode")
+    if kind.replay not in (CALL, RECORDED):
+        raise LoopError(
+            f"policy replay: hook {link.name!r} is of kind {kind.name!r}, whose replay mode "
+            f"{kind.replay!r} replay does not know (it knows {CALL!r}: run it, and "
+            f"{RECORDED!r}: answer from the decision log); nothing was replayed")
+    return kind.replay
 
 
 def rule_targets(executor: object) -> dict[str, frozenset[str]]:
@@ -211,7 +232,8 @@ class Replayer:
         self.targets = {link.name: rule_targets(link.executor) for link in chain.links}
         self.report = Report(remote={
             "called": not stand_ins and any(
-                kind_of(link.executor) == "remote" for link in chain.links),
+                getattr(registry.kind_of(link.executor), "replay", None) == RECORDED
+                for link in chain.links),
             "stood_in": sorted(stand_ins),
         })
         self.on_outcome: Callable[[Recorded, Context, Outcome], None] | None = None

@@ -4,107 +4,36 @@ parse (typed entries, no imports, no network) → build (import modules, constru
 executors, compile policies) → a `Chain`. Any error fails the whole load with one message
 that names the entry (index and name), the key, expected vs got, and the fix; a
 half-loaded chain never exists. The JSON Schema (`schema.py`) is derived from `HOOKS` too.
+Each kind's own keys come from the executor registry (`hooks/executors/registry.py`).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from the_loop.configspec import (
     ENV_PATTERN,
-    IDENTIFIER_PATTERN,
     NAME,
     NAME_PATTERN,
-    NON_EMPTY_PATTERN,
-    Any_,
     Bool,
-    DictOf,
     Field,
     Invalid,
     ListOf,
-    Number,
     Problem,
-    Str,
     Tagged,
     dotted,
-    got,
 )
-from the_loop.errors import HooksConfigError, quote
+from the_loop.errors import HooksConfigError
+from the_loop.hooks.declaring.entry import DEFAULT_TIMEOUT, HookEntry
 from the_loop.hooks.engine.points import POINTS, point_list
-from the_loop.util import TOKEN_URL_PATTERN, url_problem
+from the_loop.hooks.executors.registry import BY_KEY, VARIANTS
 from the_loop.util import is_loopback as is_loopback  # re-exported: cli/serve.py imports it here
 
 ENV_RE = re.compile(ENV_PATTERN)  # for `hooks serve --token-env`
-_IDENTIFIER = IDENTIFIER_PATTERN[1:-1]
-MODULE_PATTERN = rf"^{_IDENTIFIER}(\.{_IDENTIFIER})*$"
-HEADER_PATTERN = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
-KINDS = ("module", "path", "url", "policy")
-#: Headers the client owns, or that would carry a secret in the operator's file.
-FORBIDDEN_HEADERS = {
-    "authorization": "put the secret in an environment variable and name it with tokenEnv",
-    "proxy-authorization": "secrets do not belong in cli-config.yaml",
-    "cookie": "secrets do not belong in cli-config.yaml",
-    "content-type": "the client always sends application/json",
-    "content-length": "the client sets it",
-    "host": "the client sets it from url",
-    "transfer-encoding": "the client sets it",
-    "connection": "the client manages connections",
-}
-DEFAULT_TIMEOUT = 10.0
-MAX_TIMEOUT = 300.0
-
-
-@dataclass(frozen=True)
-class HookEntry:
-    """One validated entry of the `hooks:` list (nothing imported or contacted yet)."""
-
-    index: int
-    name: str
-    kind: str  # module | path | url | policy
-    target: str  # as written
-    resolved: str  # module name, absolute path, or url
-    on: tuple[str, ...] | None = None  # None: the executor's default points
-    required: bool = False
-    enabled: bool = True
-    executor: str = ""
-    with_: dict[str, Any] = field(default_factory=dict)
-    token_env: str = ""
-    headers: dict[str, str] = field(default_factory=dict)
-    timeout: float = DEFAULT_TIMEOUT
-
-    @property
-    def label(self) -> str:
-        return f"hooks[{self.index}] ({self.name!r})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "kind": self.kind, "target": self.target,
-            "points": list(self.on) if self.on is not None else "default",
-            "required": self.required, "enabled": self.enabled,
-        }
-
-
-# ------------------------------------------------------------------ named checks
-
-
-def _allowed_header(name: str, _ctx: object) -> str:
-    why = FORBIDDEN_HEADERS.get(name.lower())
-    if why:
-        raise Problem(f"{name!r} is not allowed here: {why}")
-    return name
-
-
-def _endpoint(entry: dict[str, Any], _ctx: object) -> dict[str, Any]:
-    """A url entry's address: no credentials, and plain http:// to a loopback host only."""
-    if entry["kind"] == "url":
-        problem = url_problem(entry["url"], token=bool(entry["tokenEnv"]), hook=True)
-        if problem:
-            raise Problem(problem, "url")
-    return entry
 
 
 def _unique_names(entries: list[dict[str, Any]], _ctx: object) -> list[dict[str, Any]]:
@@ -117,49 +46,20 @@ def _unique_names(entries: list[dict[str, Any]], _ctx: object) -> list[dict[str,
     return entries
 
 
-def _secret_shown(value: object) -> str:
-    # The value is not echoed: an operator who got this wrong may have pasted the token.
-    if not isinstance(value, str):
-        return f"a value of type {type(value).__name__}"
-    if not value:
-        return "an empty string (leave tokenEnv out to send no token)"
-    return "a string that is not a variable name (value not shown in case it is the token)"
-
-
-def _any_case(word: str) -> str:
-    """A regex matching `word` in any letter case (JSON Schema regexes have no flags)."""
-    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+def _kind_check(entry: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    """The check the entry's kind makes of a whole entry (a url entry's address, say)."""
+    check = BY_KEY[entry["kind"]].check
+    return check(entry) if check is not None else entry
 
 
 # ------------------------------------------------------------------ the description
 
 _POINTS = point_list(hint=f". Valid points: {', '.join(POINTS)}; leave `on` out to run at "
                           "every point the executor handles")
-#: `module:` and `executor:` (also checked for `hooks serve --module/--executor`).
-MODULE_NAME = Str(
-    pattern=MODULE_PATTERN, expected="a dotted module name like acme.hooks",
-    hint=" (for a file, use path:)", shown=lambda v: quote(v) if isinstance(v, str) else got(v),
-    description="an installed dotted module defining a LifecycleHooks subclass")
-CLASS_NAME = Str(pattern=IDENTIFIER_PATTERN, expected="a class name in the module",
-                 description="the class to use when the module defines several")
-_WITH = DictOf(
-    key=Str(pattern=IDENTIFIER_PATTERN, expected="a keyword argument name",
-            mismatch=lambda k: f"{k!r} is not a valid keyword argument name"),
-    value=Any_(), nullable=True, expected="a mapping of constructor keyword arguments",
-    description="constructor keyword arguments",
-)
-_HEADERS = DictOf(
-    key=Str(pattern=HEADER_PATTERN, expected="an HTTP header name", then=(_allowed_header,),
-            mismatch=lambda k: f"{k!r} is not a valid HTTP header name",
-            schema={"not": {"pattern": "^(" + "|".join(
-                _any_case(h) for h in sorted(FORBIDDEN_HEADERS)) + ")$"}}),
-    value=Str(pattern="^[^\r\n]*$", expected="a one-line string value"),
-    nullable=True, expected="a mapping of header name to value",
-    description="non-secret request headers",
-)
-#: One entry of `hooks:`; the entry's kind is whichever of module, path, url, policy it has.
+#: One entry of `hooks:`: `name`, `on`, `required`, `enabled`, and the keys of its kind,
+#: whichever declaration key it has (`registry.VARIANTS`: module, path, url, policy).
 HOOK_ENTRY = Tagged(
-    expected=f"a mapping with name and one of {', '.join(KINDS)}", then=(_endpoint,),
+    expected=f"a mapping with name and one of {', '.join(VARIANTS)}", then=(_kind_check,),
     fields={
         "name": Field(replace(NAME, description="unique name"),
                       required=f"every entry needs a name matching {NAME_PATTERN}"),
@@ -167,33 +67,7 @@ HOOK_ENTRY = Tagged(
         "required": Field(Bool(), default=False),
         "enabled": Field(Bool(), default=True),
     },
-    variants={
-        "module": {"module": Field(MODULE_NAME),
-                   "executor": Field(CLASS_NAME, default=""),
-                   "with": Field(_WITH, default=dict)},
-        "path": {"path": Field(Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string",
-                                   description="a .py file: absolute, ~/…, or relative to this "
-                                               "file's folder")),
-                 "executor": Field(CLASS_NAME, default=""),
-                 "with": Field(_WITH, default=dict)},
-        "url": {"url": Field(Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string",
-                                 schema={"pattern": TOKEN_URL_PATTERN},
-                                 description="https://…, or http:// to a loopback host")),
-                "tokenEnv": Field(Str(
-                    pattern=ENV_PATTERN, shown=_secret_shown,
-                    hint="; never put the token itself here",
-                    description="NAME of the environment variable holding the bearer token",
-                    expected="the NAME of an environment variable (letters, digits and _, "
-                             "e.g. COMPLIANCE_TOKEN)"), default=""),
-                "headers": Field(_HEADERS, default=dict),
-                "timeoutSeconds": Field(Number(
-                    above=0, maximum=MAX_TIMEOUT,
-                    expected=f"a number of seconds > 0 and ≤ {MAX_TIMEOUT:g}"),
-                    default=DEFAULT_TIMEOUT)},
-        "policy": {"policy": Field(Str(pattern=NON_EMPTY_PATTERN, expected="a non-empty string",
-                                       description="a folder of YAML rule files, relative to "
-                                                   "this file's folder"))},
-    },
+    variants=VARIANTS,
 )
 #: The whole `hooks:` section.
 HOOKS = ListOf(
@@ -239,17 +113,19 @@ def _error(raw: Any, exc: Invalid, index: int | None = None) -> HooksConfigError
 
 
 def _entry(index: int, e: dict[str, Any], base_dir: Path) -> HookEntry:
-    kind = e["kind"]
-    target = e[kind]
+    key = e["kind"]
+    target = e[key]
     resolved = target
-    if kind in ("path", "policy"):
+    if key in BY_KEY[key].paths:
         p = Path(os.path.expanduser(target))
         # Never the working directory or a checkout: relative means the config's folder.
         resolved = str(p if p.is_absolute() else (base_dir / p).absolute())
+    common = ("name", "kind", "on", "required", "enabled")
     return HookEntry(
-        index=index, name=e["name"], kind=kind, target=target, resolved=resolved,
+        index=index, name=e["name"], kind=key, target=target, resolved=resolved,
         on=e.get("on"), required=e["required"], enabled=e["enabled"],
         executor=e.get("executor", ""), with_=dict(e.get("with", {})),
         token_env=e.get("tokenEnv", ""), headers=dict(e.get("headers", {})),
         timeout=float(e.get("timeoutSeconds", DEFAULT_TIMEOUT)),
+        options={k: v for k, v in e.items() if k not in common},
     )

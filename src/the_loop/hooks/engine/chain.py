@@ -31,16 +31,10 @@ from typing import Any, TypeVar
 
 from the_loop.errors import describe_exception, quote
 from the_loop.events import EventLog
-from the_loop.hooks.engine.executor import (
-    Decisions,
-    Executor,
-    HookError,
-    LifecycleHooks,
-    default_points,
-    handler_for,
-)
+from the_loop.hooks.engine.executor import Decisions, Executor, HookError, LifecycleHooks
 from the_loop.hooks.engine.location import hook_raise_site, located
 from the_loop.hooks.engine.points import POINTS, SPECS, Context, WorkItem
+from the_loop.hooks.executors.registry import default_points, handler_for
 from the_loop.interrupt import install as _install_interrupt
 from the_loop.interrupt import reraise_if_real
 

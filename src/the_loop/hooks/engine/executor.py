@@ -105,18 +105,3 @@ def _document_methods() -> None:
 
 
 _document_methods()
-
-
-def handler_for(executor: LifecycleHooks | Executor, point: str) -> Handler:
-    """The callable the chain invokes for `executor` at `point`."""
-    if isinstance(executor, LifecycleHooks):
-        method: Handler = getattr(executor, point)
-        return method
-    return executor.handler(point)
-
-
-def default_points(executor: LifecycleHooks | Executor) -> tuple[str, ...]:
-    """The points an executor handles when its entry's `on` does not narrow them."""
-    if isinstance(executor, LifecycleHooks):
-        return type(executor).overridden_points()
-    return executor.points()

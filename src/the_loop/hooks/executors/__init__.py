@@ -1,1 +1,1 @@
-"""The executors the chain runs besides a hook class: the remote JSON-RPC client and the policy."""
+"""The executor kinds (`registry.KINDS`: local, remote, policy), each in its own module."""

@@ -35,15 +35,10 @@ from typing import Any
 from the_loop import __version__
 from the_loop.errors import describe_exception
 from the_loop.hooks.engine.chain import copy_context, read_answer
-from the_loop.hooks.engine.executor import (
-    Executor,
-    HookError,
-    LifecycleHooks,
-    default_points,
-    handler_for,
-)
+from the_loop.hooks.engine.executor import Executor, HookError, LifecycleHooks
 from the_loop.hooks.engine.location import hook_raise_site
 from the_loop.hooks.engine.points import POINTS, unknown_point_message
+from the_loop.hooks.executors.registry import default_points, handler_for
 from the_loop.hooks.serving.dialect import read_params
 from the_loop.hooks.serving.wire import (
     HOOK_RAISED,

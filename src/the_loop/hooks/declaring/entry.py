@@ -1,0 +1,57 @@
+"""`HookEntry`: one checked entry of `hooks:` (nothing imported or contacted yet); its errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from the_loop.errors import HooksConfigError
+
+DEFAULT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class HookEntry:
+    """One validated entry of the `hooks:` list (nothing imported or contacted yet).
+
+    `kind` is the declaration key the entry used (module | path | url | policy); the executor
+    kind it selects is `registry.kind_named(entry.kind)`. `options` holds every key of that
+    variant as checked, so a kind reads its own keys from there.
+    """
+
+    index: int
+    name: str
+    kind: str  # module | path | url | policy
+    target: str  # as written
+    resolved: str  # module name, absolute path, or url
+    on: tuple[str, ...] | None = None  # None: the executor's default points
+    required: bool = False
+    enabled: bool = True
+    executor: str = ""
+    with_: dict[str, Any] = field(default_factory=dict)
+    token_env: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout: float = DEFAULT_TIMEOUT
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"hooks[{self.index}] ({self.name!r})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "kind": self.kind, "target": self.target,
+            "points": list(self.on) if self.on is not None else "default",
+            "required": self.required, "enabled": self.enabled,
+        }
+
+
+def entry_error(
+    entry: HookEntry, key: str, detail: str, *, at_key: bool = True
+) -> HooksConfigError:
+    """`hooks[0] ('name') → key: detail`, with the entry and key as data."""
+    where = f"{entry.label} → {key}" if at_key else entry.label
+    return HooksConfigError(f"{where}: {detail}", entry=entry.name, key=key, detail=detail)
+
+
+__all__ = ["DEFAULT_TIMEOUT", "HookEntry", "entry_error"]
