@@ -7,8 +7,9 @@ from inside an `except`, so the interrupt is marked where it is born:
 
 - `install()` swaps Python's own SIGINT handler (`signal.default_int_handler`) for
   `on_sigint`, which raises the same `KeyboardInterrupt` and remembers that very object.
-  The CLI calls it first thing, and every `Chain` calls it when built in the main thread,
-  so an embedder gets it too; a handler someone else installed (or SIG_IGN) is left alone.
+  The CLI calls it first thing; building a chain never does (no process side effect), so an
+  embedder calls it itself (`the_loop.hooks.install_interrupt`) when it wants the same. A
+  handler someone else installed (or SIG_IGN) is left alone.
 - `is_real(exc)` is true only for that object: a hook that raises `KeyboardInterrupt()`
   itself fails like any other hook, and the chain goes on.
 - The daemons (`poll`, `serve`, `hooks serve`) install handlers that never raise: they set

@@ -21,11 +21,13 @@ from hook_helpers import at, line_of
 from runtime_helpers import LoopDir, until
 from the_loop.errors import MAX_ERROR
 from the_loop.events import EventLog
+from the_loop.hooks import install_interrupt, load_chain
 from the_loop.hooks.engine.chain import Chain, Link
 from the_loop.hooks.engine.executor import Decisions, LifecycleHooks
 from the_loop.hooks.engine.points import SessionSpawn, WorkItemStart
 from the_loop.hooks.serving.jsonrpc import handle_request
 from the_loop.hooks.serving.wire import HOOK_RAISED
+from the_loop.interrupt import on_sigint
 
 
 class Custom(BaseException):
@@ -270,6 +272,22 @@ def test_rule3_a_poll_daemon_survives_hooks_raising_cancelled_error_and_base_exc
     assert not ld.events("poll.failed")
     assert ld.events("poll.stopped")[-1]["why"] == "SIGTERM"
     ld.wait_sessions()
+
+
+def test_building_a_chain_installs_no_signal_handler_until_asked(tmp_path: Path) -> None:
+    """An embedder gets no process side effect from a chain; `install_interrupt` is explicit."""
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        config = tmp_path / "cli-config.yaml"
+        config.write_text("loop: acme\nstateDir: state\nhooks: []\n", encoding="utf-8")
+        Chain()
+        load_chain(config, log=EventLog())
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        install_interrupt()
+        assert signal.getsignal(signal.SIGINT) is on_sigint
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 REAL_CTRL_C_AT_START = """

@@ -23,7 +23,6 @@ from the_loop.hooks.engine.points import POINTS
 from the_loop.hooks.executors.local import CLASS_NAME, MODULE_NAME
 from the_loop.hooks.executors.local import construct as construct_local
 from the_loop.hooks.executors.registry import BY_KEY, default_points
-from the_loop.interrupt import install as install_interrupt
 
 
 def build_chain(entries: list[HookEntry], *, log: EventLog | None = None) -> Chain:
@@ -109,7 +108,6 @@ def load_chain(config_path: str | os.PathLike[str], *, log: EventLog | None = No
     """Read cli-config.yaml and build its chain; raises `HooksConfigError` on any error."""
     from the_loop.config import read_config
 
-    install_interrupt()  # before any hook code runs: a real Ctrl-C stays recognisable
     try:
         config = read_config(Path(config_path))
     except ConfigError as exc:

@@ -35,7 +35,6 @@ from the_loop.hooks.engine.executor import Decisions, Executor, HookError, Lifec
 from the_loop.hooks.engine.location import hook_raise_site, located
 from the_loop.hooks.engine.points import POINTS, SPECS, Context, WorkItem
 from the_loop.hooks.executors.registry import default_points, handler_for
-from the_loop.interrupt import install as _install_interrupt
 from the_loop.interrupt import reraise_if_real
 
 C = TypeVar("C", bound=Context)
@@ -132,7 +131,6 @@ class Chain:
     """Executors in declaration order, pre-sorted by point at construction."""
 
     def __init__(self, links: Iterable[Link] = (), *, log: EventLog | None = None) -> None:
-        _install_interrupt()  # a real Ctrl-C stays distinguishable from a hook's own
         self.links: tuple[Link, ...] = tuple(links)
         self.log = log if log is not None else EventLog()
         self._by_point: dict[str, tuple[tuple[str, Callable[[Any], Any], bool], ...]] = {}
