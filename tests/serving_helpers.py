@@ -73,19 +73,21 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def gunicorn(env: dict[str, str], cwd: Path, *, worker_class: str = "sync",
-             workers: int = 2) -> Iterator[str]:
-    """gunicorn serving `the_loop.hooks.serving.wsgi:app_from_env()` with `env`; yields its URL.
+             workers: int = 2, host: str = "127.0.0.1") -> Iterator[str]:
+    """gunicorn serving `the_loop.hooks.serving.wsgi:app_from_env()` with `env` (the ASGI app's
+    under `uvicorn_worker.UvicornWorker`), bound to `host`; yields its loopback URL.
 
     Its stderr is in `cwd/gunicorn.log`."""
     port = free_port()
     log = cwd / "gunicorn.log"
     args = [sys.executable, "-m", "gunicorn", "-w", str(workers), "-k", worker_class,
-            "-b", f"127.0.0.1:{port}", "--graceful-timeout", "2"]
+            "-b", f"{host}:{port}", "--graceful-timeout", "2"]
     if worker_class == "gthread":
         args += ["--threads", "4"]
     with log.open("wb") as err:
         proc = subprocess.Popen(
-            [*args, "the_loop.hooks.serving.wsgi:app_from_env()"], env={**os.environ, **env},
+            [*args, f"the_loop.hooks.serving.{'asgi' if 'Uvicorn' in worker_class else 'wsgi'}"
+                    ":app_from_env()"], env={**os.environ, **env},
             stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
         )
     url = f"http://127.0.0.1:{port}/"

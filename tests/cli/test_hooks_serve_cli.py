@@ -119,7 +119,15 @@ def test_r4_3_serve_with_token_env_requires_the_bearer(
     bad = load_chain(declare(tmp_path, served.url, "    required: true\n"))
     out = bad.run(SessionSpawn(prompt="p"))
     assert out.proceed is False and "HTTP 401" in out.reason
-    assert served.stop()[0] == 0
+    code, err = served.stop()
+    assert code == 0
+    lines = [line for line in err.splitlines() if line.startswith("the-loop: (request)")
+             or line.startswith("the-loop: session_spawn")]
+    # One line per request, the refused one included (docs/any-loop.md), and no token in it.
+    assert [line.split(" ")[1:3] for line in lines] == [["session_spawn", "ok"],
+                                                        ["(request)", "http"]]
+    assert lines[1].endswith(" ms: unauthorized: missing or wrong bearer token")
+    assert "serve-secret-1" not in err
 
 
 @pytest.mark.parametrize(("args", "env", "code", "expected"), [

@@ -48,6 +48,9 @@ class PolicyExecutor:
     until then audit events stay in an in-memory log of the executor's own.
     """
 
+    #: A hook server may decide on its event loop: compiled rules never block on I/O.
+    served_inline = True
+
     def __init__(
         self, name: str, policy: Policy, *, points: tuple[str, ...] | None = None,
         log: EventLog | None = None,

@@ -1,210 +1,308 @@
-"""`HookServer`: one executor hosted over JSON-RPC 2.0 on http.server (stdlib).
+"""`HookServer`: one executor hosted over JSON-RPC 2.0 by httptools (framing) on uvloop.
 
-HTTP/1.1 keep-alive, one write per answer and TCP_NODELAY; a listen backlog that holds a
-burst of callers (`BACKLOG`); a deadline per request so a client trickling its bytes cannot
-hold a thread. Routing, auth and limits are `wire.http_reply`'s (shared with the WSGI app);
-the JSON-RPC answer is `jsonrpc.handle_request`'s.
+A small asyncio protocol: httptools (the parser uvicorn and Sanic use) frames each request,
+uvloop schedules, `core.Core` decides. It keeps what a server owes its callers: HTTP/1.1
+keep-alive and pipelining (answers in request order), one write per answer with
+TCP_NODELAY (no delayed-ACK stall), backpressure (a caller that does not read its answers
+stops being read, and what it already sent waits unanswered while its answers back up;
+at most `MAX_PIPELINED` requests, or one read's worth, queue per connection), a head of at most
+`MAX_HEAD` bytes, a deadline for the whole request once its first byte arrived (a client
+trickling its bytes is hung up on), an idle deadline between requests, a listen backlog
+for a burst of callers (`BACKLOG`) and a cap on open connections (`max_connections`; a
+caller past it is answered 503 with `Retry-After: 1` and closed).
+
+The event loop runs in the thread that calls `serve_forever` (or the one
+`serve_in_thread` starts); a hook class runs in `Core.pool`, never on the loop's thread.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
-import io
+import functools
 import socket
-import socketserver
-import sys
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from the_loop.hooks.serving.jsonrpc import (
-    AnyExecutor,
-    OnCall,
-    handle_request,
-    health_body,
-    served_points,
-)
-from the_loop.hooks.serving.wire import Reply, error_reply, http_reply, reason_of
+import httptools
+import uvloop
 
-#: Connections the kernel queues before the server accepts them (capped by net.core.somaxconn;
-#: socketserver's default of 5 made callers in a burst of 200 time out on connect).
-BACKLOG = 1024
+from the_loop.hooks.serving.core import Core
+from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall
+from the_loop.hooks.serving.wire import Reply, reason_of
 
+#: Connections the kernel queues before the server accepts them (capped by
+#: net.core.somaxconn): a burst of 1,000 callers connects without a dropped SYN.
+BACKLOG = 4096
+MAX_HEAD = 64 * 1024  # bytes of request line + headers
+MAX_HEADERS = 100
+MAX_PIPELINED = 32  # requests read ahead of their answers on one connection
+MAX_CONNECTIONS = 4096  # default cap on open connections
 
-class _DeadlineRaw(io.RawIOBase):
-    """Socket reads: `idle` s to start a request, then `limit` s for all of it (a client
-    trickling its request cannot hold a thread forever)."""
-
-    def __init__(self, sock: socket.socket, idle: float, limit: float) -> None:
-        super().__init__()
-        self._sock = sock
-        self._idle = idle
-        self._limit = limit
-        self._deadline: float | None = None
-
-    def arm(self) -> None:
-        self._deadline = None
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self._deadline is None:
-            self._sock.settimeout(self._idle)
-        else:
-            left = self._deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("the request did not arrive in time")
-            self._sock.settimeout(left)
-        n = self._sock.recv_into(buffer)
-        if n and self._deadline is None:
-            self._deadline = time.monotonic() + self._limit
-        return n
+_SERVER = b"Server: the-loop-hooks\r\n"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "the-loop-hooks"
-    disable_nagle_algorithm = True
-    server: _HTTPServer
+class _Limit(Exception):
+    """A request's head broke a limit: answer `reply` and close."""
 
-    def setup(self) -> None:
-        super().setup()
-        self.rfile.close()
-        self._raw = _DeadlineRaw(self.connection, self.server.idle_timeout,
-                                 self.server.request_timeout)
-        self.rfile = io.BufferedReader(self._raw, 65536)
-        self.server.track(self.connection, True)
+    def __init__(self, reply: Reply) -> None:
+        super().__init__(reply.status)
+        self.reply = reply
 
-    def finish(self) -> None:
-        self.server.track(self.connection, False)
-        super().finish()
 
-    def handle_one_request(self) -> None:
-        self._raw.arm()
-        super().handle_one_request()
+class _Conn(asyncio.Protocol):
+    """One client connection: parse, queue in order, answer, keep alive or close."""
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # quiet: no access log on stderr
+    def __init__(self, server: HookServer) -> None:
+        self.server = server
+        self.core = server.core
+        self.loop = server.loop
+        self.transport: Any = None
+        self.parser: Any = None
+        self.queue: collections.deque[tuple[Reply | bytes, bool, bool]] = collections.deque()
+        self.busy = False  # a call is running in the pool
+        self.closing = False
+        self.paused = False
+        self.write_paused = False
+        self.in_message = False
+        self.deadline: float | None = None
+        self._reset()
 
-    def _answer(self) -> None:
-        hook = self.server.hook
-        te = self.headers.get("Transfer-Encoding")
-        try:
-            if te is not None and self.command == "POST":
-                reply = error_reply(411, "chunked request bodies are not supported; send "
-                                         "Content-Length")
-            else:
-                reply = http_reply(
-                    answer=hook.answer, health=hook.health, token_env=hook.token_env,
-                    method=self.command, path=self.path,
-                    authorization=self.headers.get("Authorization"),
-                    content_length=self.headers.get("Content-Length"), read=self.rfile.read,
-                )
-        except (TimeoutError, OSError):
-            self.close_connection = True  # a client too slow to send its body
+    def _reset(self) -> None:
+        self.url = b""
+        self.head_size = 0
+        self.header_count = 0
+        self.authorization: str | None = None
+        self.lengths: list[str] = []
+        self.chunked = False
+        self.early: Reply | None = None
+        self.body: list[bytes] = []
+
+    # ------------------------------------------------------------------ asyncio protocol
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        server = self.server
+        server.conns.add(self)
+        if len(server.conns) > server.max_connections:
+            self.closing = True
+            reply = self.core.refuse(503, f"over {server.max_connections} open connections; "
+                                          "retry in a second", (("Retry-After", "1"),))
+            self._write(reply, keep=False, head=False)
             return
-        self._write(reply)
+        with contextlib.suppress(OSError, AttributeError):
+            transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP,
+                                                          socket.TCP_NODELAY, 1)
+        self.parser = httptools.HttpRequestParser(self)
+        self.deadline = self.loop.time() + server.idle_timeout
 
-    do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _answer
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.conns.discard(self)
 
-    def _write(self, reply: Reply) -> None:
-        close = reply.close or self.close_connection
-        lines = [f"HTTP/1.1 {reply.status} {reason_of(reply.status)}",
-                 f"Server: {self.server_version}"]
-        if reply.status != 204:
-            lines += ["Content-Type: application/json", f"Content-Length: {len(reply.body)}"]
-        lines += [f"{k}: {v}" for k, v in reply.headers]
-        if close:
-            lines.append("Connection: close")
-            self.close_connection = True
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        body = b"" if self.command == "HEAD" else reply.body
-        self.wfile.write(head + body)  # one write: no header/body split meets delayed ACK
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = BACKLOG
-    hook: HookServer
-    idle_timeout = 30.0
-    request_timeout = 10.0
-
-    def server_bind(self) -> None:
-        # Skip HTTPServer.server_bind's getfqdn(): a reverse lookup can stall start-up.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name = str(host)
-        self.server_port = int(port)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if isinstance(sys.exc_info()[1], OSError):
-            return  # a client that went away is not worth a traceback
-        super().handle_error(request, client_address)
-
-    def track(self, sock: socket.socket, add: bool) -> None:
-        with self.hook._lock:
-            if add:
-                self.hook._open.add(sock)
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return
+        try:
+            self.parser.feed_data(data)
+        except _Limit as limit:
+            self._fail(limit.reply)
+        except httptools.HttpParserUpgrade:
+            self._fail(self.core.refuse(400, "protocol upgrades are not supported"))
+        except httptools.HttpParserError as exc:
+            cause = exc.__context__
+            if isinstance(cause, _Limit):
+                self._fail(cause.reply)
             else:
-                self.hook._open.discard(sock)
+                self._fail(self.core.refuse(400, f"malformed HTTP request ({_why(exc)})"))
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self._pause()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if not self.busy:
+            self._next()
+
+    # ---------------------------------------------------------------- httptools callbacks
+
+    def on_message_begin(self) -> None:
+        self._reset()
+        self.in_message = True
+        self.deadline = self.loop.time() + self.server.request_timeout
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        self._count(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.header_count += 1
+        self._count(len(name) + len(value) + 4)
+        if self.header_count > MAX_HEADERS:
+            raise _Limit(self.core.refuse(431, f"more than {MAX_HEADERS} headers"))
+        lower = name.lower()
+        if lower == b"authorization":
+            self.authorization = value.decode("latin-1")
+        elif lower == b"content-length":
+            self.lengths.append(value.decode("latin-1"))
+        elif lower == b"transfer-encoding":
+            self.chunked = True
+
+    def _count(self, n: int) -> None:
+        self.head_size += n
+        if self.head_size > MAX_HEAD:
+            raise _Limit(self.core.refuse(431, f"request head over {MAX_HEAD} bytes"))
+
+    def on_headers_complete(self) -> None:
+        method = self.parser.get_method().decode("latin-1")
+        path = self.url.decode("latin-1")
+        decided = self.core.head(method, path, self.authorization, self.lengths,
+                                 chunked=self.chunked)
+        if isinstance(decided, Reply):
+            if decided.close:
+                raise _Limit(decided)  # refuse now: never read a body we would not use
+            self.early = decided
+
+    def on_body(self, body: bytes) -> None:
+        if self.early is None:
+            self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.in_message = False
+        self.deadline = None
+        keep = bool(self.parser.should_keep_alive())
+        head = self.parser.get_method() == b"HEAD"
+        item: Reply | bytes = self.early if self.early is not None else b"".join(self.body)
+        self.queue.append((item, keep, head))
+        if len(self.queue) >= MAX_PIPELINED:
+            self._pause()
+        if not self.busy:
+            self._next()
+
+    # ------------------------------------------------------------------------- answering
+
+    def _next(self) -> None:
+        core = self.core
+        while self.queue and not self.busy and not self.closing and not self.write_paused:
+            item, keep, head = self.queue.popleft()
+            if isinstance(item, Reply):
+                self._write(item, keep, head)
+            elif core.inline:
+                self._write(core.call(item), keep, head)
+            else:
+                self.busy = True
+                future = self.loop.run_in_executor(core.pool, core.call, item)
+                future.add_done_callback(functools.partial(self._done, keep=keep, head=head))
+                return
+        if not self.closing:
+            if len(self.queue) < MAX_PIPELINED:
+                self._resume()
+            if not self.queue and not self.in_message:
+                self.deadline = self.loop.time() + self.server.idle_timeout
+
+    def _done(self, future: asyncio.Future[Reply], *, keep: bool, head: bool) -> None:
+        self.busy = False
+        if self.closing or future.cancelled():
+            return
+        exc = future.exception()
+        reply = future.result() if exc is None else self.core.refuse(
+            500, f"internal error: {type(exc).__name__}")
+        self._write(reply, keep, head)
+        self._next()
+
+    def _write(self, reply: Reply, keep: bool, head: bool) -> None:
+        close = reply.close or not keep or self.closing
+        status = reply.status
+        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason_of(status).encode()), _SERVER]
+        if status != 204:
+            parts.append(b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+                         % len(reply.body))
+        parts += [f"{k}: {v}\r\n".encode("latin-1") for k, v in reply.headers]
+        if close:
+            parts.append(b"Connection: close\r\n")
+        parts.append(b"\r\n")
+        if not head:
+            parts.append(reply.body)
+        self.transport.write(b"".join(parts))  # one write: no header/body split
+        if close:
+            self.closing = True
+            self.deadline = None
+            self.transport.close()
+
+    def _fail(self, reply: Reply) -> None:
+        """A request that cannot be read: answer it after those before it, then close."""
+        self.in_message = False
+        self.queue.append((reply, False, False))
+        if not self.busy:
+            self._next()
+        self._pause()
+
+    def _pause(self) -> None:
+        if not self.paused and not self.closing:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def _resume(self) -> None:
+        if self.paused and not self.write_paused and not self.closing:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def expire(self, now: float) -> None:
+        """Hang up when the client overran its deadline (idle, or a request too slow)."""
+        if self.deadline is not None and now >= self.deadline:
+            self.closing = True
+            self.deadline = None
+            self.transport.close()
 
 
-class _HTTPServer6(_HTTPServer):
-    address_family = socket.AF_INET6
+def _why(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text[:80]
 
 
 class HookServer:
-    """Hosts one executor over JSON-RPC 2.0 on http.server (stdlib).
+    """Hosts one executor over JSON-RPC 2.0 (httptools on uvloop).
 
     `HookServer(executor, host="127.0.0.1", port=0, token_env="")` binds at once (port 0:
     any free port, see `.url`); `.serve_forever()` blocks, `.serve_in_thread()` returns the
     started thread, `.shutdown()` stops serving, closes the socket and open connections.
     With `token_env`, every POST needs `Authorization: Bearer $token_env` (read per request).
-    `on_call` hears one `CallRecord` per call (point, status, time, keys ignored); `.points`
-    are the points the executor answers (as the other the-loop's HookServer names them).
+    `on_call` hears one `CallRecord` per call and per refused request.
     """
 
     def __init__(self, executor: AnyExecutor, host: str = "127.0.0.1", port: int = 0,
                  token_env: str = "", *, idle_timeout: float = 30.0,
-                 request_timeout: float = 10.0, on_call: OnCall | None = None) -> None:
+                 request_timeout: float = 10.0, on_call: OnCall | None = None,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         self.executor = executor
         self.token_env = token_env
         self.on_call = on_call
-        self.health = health_body(executor)
+        self.core = Core(executor, token_env, on_call=on_call)
+        self.health = self.core.health
+        self.idle_timeout = idle_timeout
+        self.request_timeout = request_timeout
+        self.max_connections = max_connections
+        self.conns: set[_Conn] = set()
+        self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
         self._started = False
         self._closed = False
+        self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        cls = _HTTPServer6 if ":" in host else _HTTPServer
-        self._httpd = cls((host, port), _Handler, bind_and_activate=False)
-        self._httpd.hook = self
-        self._httpd.idle_timeout = idle_timeout
-        self._httpd.request_timeout = request_timeout
-        try:
-            self._httpd.server_bind()
-            self._httpd.server_activate()
-        except BaseException:
-            self._httpd.server_close()
-            raise
+        self._sock = _listen(host, port)
         self.host = host
-        self.port = int(self._httpd.server_address[1])
-
-    @property
-    def points(self) -> tuple[str, ...]:
-        """The points the executor answers with its own code (what `/health` lists)."""
-        return served_points(self.executor)
-
-    def answer(self, body: bytes) -> bytes:
-        """The JSON-RPC answer to one request body."""
-        return handle_request(self.executor, body, on_call=self.on_call)
+        self.port = int(self._sock.getsockname()[1])
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/"
+
+    def answer(self, body: bytes) -> bytes:
+        """The JSON-RPC answer to one request body."""
+        return self.core.call(body).body
 
     def _start(self) -> None:
         with self._lock:
@@ -215,15 +313,45 @@ class HookServer:
     def serve_forever(self) -> None:
         """Serve until `shutdown()` (from another thread) or Ctrl-C."""
         self._start()
-        self._httpd.serve_forever(poll_interval=0.25)
+        self._run()
 
     def serve_in_thread(self) -> threading.Thread:
         """Start serving in a daemon thread; returns it."""
         self._start()  # before the thread runs, so an early shutdown() waits for it
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.25,),
-                                        name=f"HookServer {self.url}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"HookServer {self.url}",
+                                        daemon=True)
         self._thread.start()
         return self._thread
+
+    def _run(self) -> None:
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        try:
+            if not self._closed:
+                server = loop.run_until_complete(loop.create_server(
+                    lambda: _Conn(self), sock=self._sock, backlog=BACKLOG))
+                tick = max(0.05, min(self.idle_timeout, self.request_timeout) / 4)
+                sweeper = loop.call_later(tick, self._sweep, tick)
+                try:
+                    loop.run_forever()
+                finally:
+                    sweeper.cancel()
+                    server.close()
+                    for conn in list(self.conns):
+                        conn.transport.abort()
+                    loop.run_until_complete(asyncio.sleep(0))
+        finally:
+            asyncio.set_event_loop(None)
+            self._sock.close()
+            self.core.close()
+            loop.close()
+            self._stopped.set()
+
+    def _sweep(self, tick: float) -> None:
+        now = self.loop.time()
+        for conn in list(self.conns):
+            conn.expire(now)
+        self.loop.call_later(tick, self._sweep, tick)
 
     def shutdown(self) -> None:
         """Stop serving, close the listening socket and every open connection (idempotent)."""
@@ -232,16 +360,14 @@ class HookServer:
                 return
             self._closed = True
             started = self._started
-        if started:
-            self._httpd.shutdown()
-        self._httpd.server_close()
-        with self._lock:
-            open_now = list(self._open)
-        for sock in open_now:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(5)
+        if not started:
+            self._sock.close()
+            self.loop.close()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop already stopped (Ctrl-C)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        if self._thread is not threading.current_thread():
+            self._stopped.wait(5)
 
     def __enter__(self) -> HookServer:
         self.serve_in_thread()
@@ -249,3 +375,17 @@ class HookServer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -164,9 +164,10 @@ def _error(status: int, message: str, headers: tuple[tuple[str, str], ...] = (),
                  close)
 
 
-def error_reply(status: int, message: str) -> Reply:
-    """A closing HTTP error whose body is a JSON-RPC error object."""
-    return _error(status, message, close=True)
+def error_reply(status: int, message: str, headers: tuple[tuple[str, str], ...] = (), *,
+                close: bool = True, code: int = INVALID_REQUEST) -> Reply:
+    """An HTTP error (closing unless told otherwise) whose body is a JSON-RPC error object."""
+    return _error(status, message, headers, close=close, code=code)
 
 
 def reason_of(status: int) -> str:

@@ -33,16 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError, LoopError
-from the_loop.hooks.declaring.loading import load_executor
+from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.hosted import declared_executor, policy_executor, redactor, served_log
-from the_loop.hooks.serving.jsonrpc import (
-    AnyExecutor,
-    OnCall,
-    first_sighting_log,
-    handle_request,
-    health_body,
-)
-from the_loop.hooks.serving.wire import http_reply, reason_of
+from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall, first_sighting_log
+from the_loop.hooks.declaring.loading import load_executor
+from the_loop.hooks.serving.wire import MAX_REQUEST, Reply, reason_of
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -53,22 +48,22 @@ _SOURCES = ("PATH", "MODULE", "POLICY", "CONFIG")
 
 def make_wsgi_app(executor: AnyExecutor, token_env: str = "", *,
                   on_call: OnCall | None = None) -> WSGIApplication:
-    """A WSGI application serving `executor` (same protocol, auth, health and limits)."""
-    health = health_body(executor)
-
-    def answer(body: bytes) -> bytes:
-        return handle_request(executor, body, on_call=on_call)
+    """A WSGI application serving `executor` (same protocol, auth, health and limits);
+    it warns once on stderr when it listens beyond loopback with no `token_env`."""
+    core = Core(executor, token_env, on_call=on_call, warn_open=True)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        stream = environ["wsgi.input"]
-        reply = http_reply(
-            answer=answer, health=health, token_env=token_env,
-            method=str(environ.get("REQUEST_METHOD", "GET")),
-            path=str(environ.get("PATH_INFO", "/")),
-            authorization=environ.get("HTTP_AUTHORIZATION"),
-            content_length=environ.get("CONTENT_LENGTH") or None,
-            read=stream.read, unsized=True,
-        )
+        method = str(environ.get("REQUEST_METHOD", "GET"))
+        length = environ.get("CONTENT_LENGTH") or ""
+        decided = core.head(method, str(environ.get("PATH_INFO", "/")),
+                            environ.get("HTTP_AUTHORIZATION"), [length] if length else [],
+                            chunked=not length, unsized=True)
+        if isinstance(decided, Reply):
+            reply = decided
+        else:
+            body = environ["wsgi.input"].read(MAX_REQUEST + 1 if decided < 0 else decided)
+            reply = core.refuse(400, "the body is shorter than its Content-Length") if (
+                decided >= 0 and len(body) < decided) else core.call(body)
         headers = list(reply.headers)
         if reply.status != 204:
             headers += [("Content-Type", "application/json"),
@@ -81,6 +76,14 @@ def make_wsgi_app(executor: AnyExecutor, token_env: str = "", *,
 
 def app_from_env(environ: Mapping[str, str] | None = None) -> WSGIApplication:
     """The WSGI app for what the THE_LOOP_HOOK_* variables name (see above)."""
+    executor, token_env, on_call = hosted_from_env(environ)
+    return make_wsgi_app(executor, token_env=token_env, on_call=on_call)
+
+
+def hosted_from_env(environ: Mapping[str, str] | None = None
+                    ) -> tuple[AnyExecutor, str, OnCall]:
+    """What the THE_LOOP_HOOK_* variables name: the executor, the token's variable, and
+    the log of first sightings (for the WSGI and the ASGI app alike)."""
     env = os.environ if environ is None else environ
     given = [name for name in _SOURCES if env.get(f"{ENV_PREFIX}{name}", "")]
     if len(given) != 1:
@@ -123,8 +126,7 @@ def app_from_env(environ: Mapping[str, str] | None = None) -> WSGIApplication:
             names={"path": f"{ENV_PREFIX}PATH", "module": f"{ENV_PREFIX}MODULE",
                    "executor": f"{ENV_PREFIX}EXECUTOR", "with": f"{ENV_PREFIX}WITH"},
         )
-    return make_wsgi_app(executor, token_env=token_env,
-                         on_call=first_sighting_log(redactor(token_env)))
+    return executor, token_env, first_sighting_log(redactor(token_env))
 
 
 def _with(env: Mapping[str, str]) -> dict[str, Any]:

@@ -1,0 +1,163 @@
+"""The one JSON-RPC core every hook server shares: routing, auth, limits, health, the call.
+
+`hooks serve` (httptools on uvloop), the ASGI app and the WSGI app read an HTTP request's
+head, ask `Core.head` what to do with it (a `Reply` now, or how many body bytes to read),
+then hand the body to `Core.call`, and write the `Reply` each returns. So every server
+decides the same way, and `Core.record` is the one place where "a request was answered"
+is visible: each call's `CallRecord` (from `jsonrpc`) and each refusal at the HTTP level
+(401, 413, …) reach the host's `on_call` there, one record per request that named no
+point, one per call otherwise (a batch makes several).
+
+Rules (`wire` holds the codes and `Reply`):
+
+- `GET`/`HEAD` on a path ending in `/health` answers the health body, open to all and not
+  recorded; any other `GET` is 404, other methods 405.
+- `POST` is a call: 401 without `Authorization: Bearer $token_env` when a token is set (the
+  scheme in any case, the token compared in constant time), 400 for two Content-Length
+  headers or a malformed one, 411 for none (or a chunked body where the server does not
+  de-chunk), 413 over `MAX_REQUEST`.
+- `Core.inline` says whether the call may run on the server's event loop: a policy folder
+  (compiled rules, bounded by construction) does; a hook class or a chain (which may block
+  on I/O, or call `asyncio.run`) runs in `Core.pool`, so one hook that blocks cannot stall
+  the server's other callers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from the_loop.hooks.serving.exposure import warn_if_open
+from the_loop.hooks.serving.jsonrpc import (
+    AnyExecutor,
+    CallRecord,
+    OnCall,
+    handle_request,
+    health_body,
+)
+from the_loop.hooks.serving.wire import (
+    INVALID_REQUEST,
+    MAX_REQUEST,
+    UNAUTHORIZED,
+    Reply,
+    error_reply,
+    is_health,
+)
+
+#: Calls to a hook class that may run at once (threads are started as calls need them);
+#: more wait their turn, health checks and policy calls never do.
+POOL_THREADS = 64
+_MAX_LENGTH_DIGITS = 12  # a Content-Length longer than this is over the cap, whatever it says
+
+
+def runs_inline(executor: AnyExecutor) -> bool:
+    """A served policy folder decides on the event loop; anything else in a thread."""
+    return bool(getattr(executor, "served_inline", False))
+
+
+class Core:
+    """What a hook server decides about each request, whatever HTTP stack carries it."""
+
+    def __init__(self, executor: AnyExecutor, token_env: str = "", *,
+                 on_call: OnCall | None = None, warn_open: bool = False) -> None:
+        """`warn_open`: the app does not choose where it listens (WSGI, ASGI): warn once
+        when it listens beyond loopback with no token (`exposure.warn_if_open`), at start
+        or, when the server binds after loading the app, at the first request."""
+        self.executor = executor
+        self.token_env = token_env
+        self.on_call = on_call
+        self.health = health_body(executor)
+        self.inline = runs_inline(executor)
+        self._pool: ThreadPoolExecutor | None = None
+        self._exposure_known = not warn_open or warn_if_open(token_env)
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """The threads hook calls run in (created on first use)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="hook")
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the pool's threads once they finish what they run."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def head(self, method: str, path: str, authorization: str | None,
+             lengths: Sequence[str], *, chunked: bool = False, unsized: bool = False
+             ) -> Reply | int:
+        """A `Reply` for a request decided by its head, or the number of body bytes to
+        read and pass to `call` (-1: a body the server de-chunked, read up to the cap).
+
+        `lengths` are the Content-Length header values as sent (two are refused);
+        `unsized`: the server de-chunks bodies itself (WSGI, ASGI).
+        """
+        if not self._exposure_known:
+            self._exposure_known = True
+            warn_if_open(self.token_env)
+        if method in ("GET", "HEAD"):
+            if is_health(path):
+                return Reply(200, self.health)
+            route = path.split("?", 1)[0]
+            return self.refuse(404, f"no such page {route[:80]!r}; POST JSON-RPC calls to this "
+                                    "server, GET /health lists the points it serves",
+                               close=False)
+        if method != "POST":
+            return self.refuse(405, f"{method[:20]} is not supported; POST calls, GET /health",
+                               (("Allow", "GET, POST"),), close=False)
+        if self.token_env and not self._authorized(authorization):
+            return self.refuse(401, "unauthorized: missing or wrong bearer token",
+                               (("WWW-Authenticate", "Bearer"),), code=UNAUTHORIZED)
+        if len(lengths) > 1:
+            return self.refuse(400, "two Content-Length headers; send exactly one")
+        if not lengths:
+            if chunked and unsized:
+                return -1
+            if chunked:
+                return self.refuse(411, "chunked request bodies are not supported; send "
+                                        "Content-Length")
+            return self.refuse(411, "send the body with a Content-Length header")
+        return self._length(lengths[0])
+
+    def _length(self, given: str) -> Reply | int:
+        text = given.strip()
+        if not (text.isascii() and text.isdigit()):
+            return self.refuse(400, f"bad Content-Length {given[:40]!r}; expected a number "
+                                    "of bytes")
+        if len(text) > _MAX_LENGTH_DIGITS:
+            return self.refuse(413, f"a Content-Length of {len(text)} digits; the cap is "
+                                    f"{MAX_REQUEST} bytes")
+        length = int(text)
+        if length > MAX_REQUEST:
+            return self.refuse(413, f"request of {length} bytes; the cap is {MAX_REQUEST}")
+        return length
+
+    def _authorized(self, authorization: str | None) -> bool:
+        expected = os.environ.get(self.token_env, "")
+        scheme, _, given = (authorization or "").strip().partition(" ")
+        return bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode("utf-8", "replace"), expected.encode("utf-8", "replace"))
+
+    def call(self, body: bytes) -> Reply:
+        """The answer to a POST's body (runs the hook: on `pool` unless `inline`)."""
+        if len(body) > MAX_REQUEST:
+            return self.refuse(413, f"request over the cap of {MAX_REQUEST} bytes")
+        out = handle_request(self.executor, body, on_call=self.on_call)
+        return Reply(200, out) if out else Reply(204)
+
+    def refuse(self, status: int, message: str, headers: tuple[tuple[str, str], ...] = (),
+               *, close: bool = True, code: int | None = None) -> Reply:
+        """An HTTP refusal (a JSON-RPC error body), recorded as one call."""
+        self.record(CallRecord("(request)", f"http {status}", 0.0, failure=message))
+        return error_reply(status, message, headers, close=close,
+                           code=INVALID_REQUEST if code is None else code)
+
+    def record(self, call: CallRecord) -> None:
+        """Tell the host about one answered request (a log that fails costs its line only)."""
+        if self.on_call is not None:
+            with contextlib.suppress(Exception):
+                self.on_call(call)
+
