@@ -107,12 +107,15 @@ class EventLog:
             "ts": time.time(), "event": event, "source": self.source, "pid": self._pid,
         }
         record.update(fields)
-        line = _ENCODER.encode(record)
+        line = ""  # encoded only when a secret may hide in it or a file is written
         if self._secrets is not None:
+            line = _ENCODER.encode(record)
             found = self.secrets_in(line)
             if found:
                 record = _redact(record, found)
                 line = _ENCODER.encode(record)
+        if self.path is not None and not line:
+            line = _ENCODER.encode(record)
         with self._lock:
             if self.keep:
                 self.memory.append(record)

@@ -26,10 +26,9 @@ import threading
 from typing import Any
 
 import httptools
-import uvloop
 
 from the_loop.hooks.serving.core import Core
-from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall
+from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall, served_points
 from the_loop.hooks.serving.wire import Reply, reason_of
 
 #: Connections the kernel queues before the server accepts them (capped by
@@ -285,7 +284,7 @@ class HookServer:
         self.request_timeout = request_timeout
         self.max_connections = max_connections
         self.conns: set[_Conn] = set()
-        self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        self.loop = _new_loop()
         self._lock = threading.Lock()
         self._started = False
         self._closed = False
@@ -294,6 +293,11 @@ class HookServer:
         self._sock = _listen(host, port)
         self.host = host
         self.port = int(self._sock.getsockname()[1])
+
+    @property
+    def points(self) -> tuple[str, ...]:
+        """The points the executor answers with its own code (what `/health` lists)."""
+        return served_points(self.executor)
 
     @property
     def url(self) -> str:
@@ -375,6 +379,15 @@ class HookServer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop where it is installed (not on Windows), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - Windows
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
 
 
 def _listen(host: str, port: int) -> socket.socket:
