@@ -9,6 +9,7 @@ refused request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import selectors
 import socket
@@ -19,8 +20,8 @@ from typing import Any
 import pytest
 
 from serving_helpers import raw
-from the_loop.hooks.serving.server import HookServer
 from the_loop.hooks.serving.jsonrpc import CallRecord
+from the_loop.hooks.serving.server import HookServer
 from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
 
 CALL = b'{"jsonrpc":"2.0","method":"session_spawn","params":{"prompt":"%s"},"id":%d}'
@@ -150,6 +151,22 @@ def test_a_wrong_token_is_401_and_recorded_like_every_request(
             assert ask(server.url, "p", 5, given)[0] == 401
     assert [(r.point, r.status, r.failure) for r in records] == [
         ("(request)", "http 401", "unauthorized: missing or wrong bearer token")] * 2
+
+
+def test_a_request_head_over_64_kib_is_431_and_closed() -> None:
+    with HookServer(Gate()) as server, socket.create_connection(
+        ("127.0.0.1", server.port), timeout=10
+    ) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        answer = b""
+        with contextlib.suppress(OSError):  # the server may hang up while we still send
+            for _ in range(40):
+                sock.sendall(b"a" * 4096)
+                time.sleep(0.005)
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert b"request head over 65536 bytes" in answer
 
 
 def test_a_caller_past_the_connection_cap_gets_503_and_retry_after() -> None:

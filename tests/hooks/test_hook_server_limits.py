@@ -52,7 +52,8 @@ def test_a_5000_digit_content_length_is_413_and_the_server_keeps_serving() -> No
         assert status == 413
         error = json.loads(body)["error"]
         assert error["code"] == -32600
-        assert error["message"] == ("a Content-Length of 5000 digits; the cap is 1048576 bytes")
+        assert error["message"] == ("a Content-Length too long to read; the cap is 1048576 "
+                                    "bytes")
         still_serves(server.url)
 
 

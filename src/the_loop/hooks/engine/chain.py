@@ -57,7 +57,8 @@ class _Shape:
         self.facts: tuple[str, ...] = tuple(f.name for f in spec.facts)
         self.lists: tuple[str, ...] = tuple(f.name for f in spec.fields if f.type == "list[str]")
         # The copy in the hot loop is unrolled for the first two list fields (every context
-        # has `labels`; session_spawn also has `command`); any further ones are looped over.
+        # has `labels`, first; session_spawn also has `command`); further ones are looped over.
+        assert self.lists[:1] == ("labels",), cls
         padded = (*self.lists, "", "")
         self.list1: str = padded[0]
         self.list2: str = padded[1]
@@ -186,7 +187,9 @@ class Chain:
             raise TypeError(f"{cls.__name__} is not a lifecycle context")
         outcome = Outcome(shape.point, ctx, ctx) if trace else None
         src = ctx.__dict__  # the current decisions live here
-        list1, list2, more_lists = shape.list1, shape.list2, shape.more_lists
+        list2, more_lists = shape.list2, shape.more_lists
+        labels = src["labels"]  # every context has labels; read again when src changes
+        second = src[list2] if list2 else None
         new = _new
         clock = time.perf_counter
         started = 0.0
@@ -194,10 +197,10 @@ class Chain:
             if trace:
                 started = clock()
             d = src.copy()
-            if list1:
-                d[list1] = d[list1][:]
-                if list2:
-                    d[list2] = d[list2][:]
+            d["labels"] = labels[:]
+            if second is not None:
+                d[list2] = second[:]
+                if more_lists:
                     for key in more_lists:
                         d[key] = d[key][:]
             work = new(cls)
@@ -218,6 +221,8 @@ class Chain:
                 outcome = Outcome(shape.point, ctx, ctx)
             self._settle(outcome, shape, name, required, answer, (error, site), started, trace)
             src = outcome.context.__dict__
+            labels = src["labels"]
+            second = src[list2] if list2 else None
         if outcome is None:
             return None
         if outcome.refused_by:

@@ -1,1 +1,1 @@
-"""The hook server: one executor hosted over JSON-RPC 2.0 (httptools on uvloop, ASGI or WSGI), any dialect."""
+"""The hook server: one executor over JSON-RPC 2.0 (httptools+uvloop, ASGI, WSGI), any dialect."""

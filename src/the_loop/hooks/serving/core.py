@@ -108,17 +108,17 @@ class Core:
         if method != "POST":
             return self.refuse(405, f"{method[:20]} is not supported; POST calls, GET /health",
                                (("Allow", "GET, POST"),), close=False)
+        if chunked and not unsized and not lengths:
+            return self.refuse(411, "chunked request bodies are not supported; send "
+                                    "Content-Length")
         if self.token_env and not self._authorized(authorization):
             return self.refuse(401, "unauthorized: missing or wrong bearer token",
                                (("WWW-Authenticate", "Bearer"),), code=UNAUTHORIZED)
         if len(lengths) > 1:
             return self.refuse(400, "two Content-Length headers; send exactly one")
         if not lengths:
-            if chunked and unsized:
-                return -1
             if chunked:
-                return self.refuse(411, "chunked request bodies are not supported; send "
-                                        "Content-Length")
+                return -1  # the server de-chunked it
             return self.refuse(411, "send the body with a Content-Length header")
         return self._length(lengths[0])
 

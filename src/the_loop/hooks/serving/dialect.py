@@ -87,6 +87,12 @@ def _record(value: Any, ignored: list[str], *, prefix: str) -> Any:
     object, for `check_value` to name the wrong type. Unknown keys are recorded."""
     if not isinstance(value, dict):
         return value  # the type check names it
+    for key, item in value.items():  # the common case: our names, right types, a kind
+        if _RECORD_TYPES.get(key) is not type(item):
+            break
+    else:
+        if value.get("kind") != "":
+            return _work_item(value)
     out: dict[str, Any] = {}
     typed = True
     for raw_key, item in value.items():
@@ -100,7 +106,23 @@ def _record(value: Any, ignored: list[str], *, prefix: str) -> Any:
             continue
         typed = typed and type(item) is _RECORD_TYPES[name]
         out[name] = item
-    return WorkItem(**out) if typed else out
+    return _work_item(out) if typed else out
+
+
+_WORK_ITEM_DEFAULTS = dict(WorkItem().__dict__)
+_DEFAULT_ITEM = WorkItem()
+
+
+def _work_item(fields: dict[str, Any]) -> WorkItem:
+    """`WorkItem(**fields)` for fields already checked (names and types): the frozen
+    dataclass's `__init__` sets each field through `object.__setattr__`, which costs a
+    served call more than the rest of reading the record."""
+    values = {**_WORK_ITEM_DEFAULTS, **fields}
+    if values == _WORK_ITEM_DEFAULTS:
+        return _DEFAULT_ITEM  # frozen: one shared empty record is safe
+    item: WorkItem = object.__new__(WorkItem)
+    object.__setattr__(item, "__dict__", values)
+    return item
 
 
 def _json_type(value: Any) -> str:

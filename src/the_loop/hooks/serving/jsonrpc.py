@@ -93,6 +93,8 @@ OnCall = Callable[[CallRecord], None]
 def _listed(keys: list[str]) -> tuple[str, ...]:
     """Ignored keys as a log may show them: printable, at most `MAX_LISTED` (a caller
     chooses these names, so a newline or a thousand keys must not reach a log line)."""
+    if not keys:
+        return ()
     shown = tuple(k if _PLAIN.fullmatch(k) else json.dumps(k)[:66] for k in keys[:MAX_LISTED])
     extra = len(keys) - len(shown)
     return (*shown, f"… {extra} more") if extra > 0 else shown
@@ -154,8 +156,7 @@ def health_body(executor: AnyExecutor) -> bytes:
 def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None) -> bytes:
     started = time.perf_counter()
     try:
-        doc = read_json(body if isinstance(body, str) else bytes(body),
-                        parse_constant=_no_constant)
+        doc = read_json(body if isinstance(body, str) else bytes(body), decoder=_DECODER)
     except (ValueError, RecursionError) as exc:
         why = (str(exc) if isinstance(exc, NotUnicode) else
                "is nested too deep to read" if isinstance(exc, RecursionError) else
@@ -178,6 +179,10 @@ def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None) ->
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 @dataclass
@@ -228,8 +233,8 @@ def _answer(executor: AnyExecutor, req: Any, seen: _Seen) -> dict[str, Any]:
         return _error(None, INVALID_REQUEST,
                       f"invalid request: id must be a string, an integer or null, got "
                       f"{_json_type(rid)}")
-    extra = sorted(str(k) for k in req if k not in _MEMBERS)
-    if extra:
+    if not req.keys() <= _MEMBERS:
+        extra = sorted(str(k) for k in req.keys() - _MEMBERS)
         return _error(rid, INVALID_REQUEST,
                       f"invalid request: unexpected member(s) {', '.join(extra)}; a request "
                       "has jsonrpc, method, params and id")
@@ -291,7 +296,7 @@ def _error(rid: Any, code: int, message: str) -> dict[str, Any]:
 
 
 def _dumps(doc: Any) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("ascii")
+    return _ENCODER.encode(doc).encode("ascii")
 
 
 def _json_type(value: Any) -> str:

@@ -29,13 +29,12 @@ import httptools
 
 from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall, served_points
-from the_loop.hooks.serving.wire import Reply, reason_of
+from the_loop.hooks.serving.wire import MAX_REQUEST, Reply, reason_of
 
 #: Connections the kernel queues before the server accepts them (capped by
 #: net.core.somaxconn): a burst of 1,000 callers connects without a dropped SYN.
 BACKLOG = 4096
 MAX_HEAD = 64 * 1024  # bytes of request line + headers
-MAX_HEADERS = 100
 MAX_PIPELINED = 32  # requests read ahead of their answers on one connection
 MAX_CONNECTIONS = 4096  # default cap on open connections
 
@@ -65,13 +64,15 @@ class _Conn(asyncio.Protocol):
         self.paused = False
         self.write_paused = False
         self.in_message = False
+        self.in_head = False  # between a request's first byte and the end of its head
+        self.head_began = False  # the head began in the read being parsed
         self.deadline: float | None = None
         self._reset()
 
     def _reset(self) -> None:
         self.url = b""
+        self.method = ""
         self.head_size = 0
-        self.header_count = 0
         self.authorization: str | None = None
         self.lengths: list[str] = []
         self.chunked = False
@@ -105,6 +106,13 @@ class _Conn(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
+            if self.in_head:  # a head still unfinished after this read: count its bytes
+                # (from the read after the one it began in: a head is cut at MAX_HEAD plus
+                # at most one read, and requests pipelined before it never count)
+                self.head_size += 0 if self.head_began else len(data)
+                self.head_began = False
+                if self.head_size > MAX_HEAD:
+                    raise _Limit(self.core.refuse(431, f"request head over {MAX_HEAD} bytes"))
         except _Limit as limit:
             self._fail(limit.reply)
         except httptools.HttpParserUpgrade:
@@ -113,6 +121,9 @@ class _Conn(asyncio.Protocol):
             cause = exc.__context__
             if isinstance(cause, _Limit):
                 self._fail(cause.reply)
+            elif "Content-Length overflow" in str(exc):
+                self._fail(self.core.refuse(413, "a Content-Length too long to read; the cap "
+                                                 f"is {MAX_REQUEST} bytes"))
             else:
                 self._fail(self.core.refuse(400, f"malformed HTTP request ({_why(exc)})"))
 
@@ -129,18 +140,13 @@ class _Conn(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._reset()
-        self.in_message = True
+        self.in_message = self.in_head = self.head_began = True
         self.deadline = self.loop.time() + self.server.request_timeout
 
     def on_url(self, url: bytes) -> None:
         self.url += url
-        self._count(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.header_count += 1
-        self._count(len(name) + len(value) + 4)
-        if self.header_count > MAX_HEADERS:
-            raise _Limit(self.core.refuse(431, f"more than {MAX_HEADERS} headers"))
         lower = name.lower()
         if lower == b"authorization":
             self.authorization = value.decode("latin-1")
@@ -149,13 +155,9 @@ class _Conn(asyncio.Protocol):
         elif lower == b"transfer-encoding":
             self.chunked = True
 
-    def _count(self, n: int) -> None:
-        self.head_size += n
-        if self.head_size > MAX_HEAD:
-            raise _Limit(self.core.refuse(431, f"request head over {MAX_HEAD} bytes"))
-
     def on_headers_complete(self) -> None:
-        method = self.parser.get_method().decode("latin-1")
+        self.in_head = False
+        self.method = method = self.parser.get_method().decode("latin-1")
         path = self.url.decode("latin-1")
         decided = self.core.head(method, path, self.authorization, self.lengths,
                                  chunked=self.chunked)
@@ -172,7 +174,7 @@ class _Conn(asyncio.Protocol):
         self.in_message = False
         self.deadline = None
         keep = bool(self.parser.should_keep_alive())
-        head = self.parser.get_method() == b"HEAD"
+        head = self.method == "HEAD"
         item: Reply | bytes = self.early if self.early is not None else b"".join(self.body)
         self.queue.append((item, keep, head))
         if len(self.queue) >= MAX_PIPELINED:
@@ -214,7 +216,11 @@ class _Conn(asyncio.Protocol):
     def _write(self, reply: Reply, keep: bool, head: bool) -> None:
         close = reply.close or not keep or self.closing
         status = reply.status
-        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason_of(status).encode()), _SERVER]
+        if status == 200 and not close and not head and not reply.headers:
+            body = reply.body  # the common answer, in one format and one write
+            self.transport.write(_OK % (len(body), body))
+            return
+        parts = [_status_line(status), _SERVER]
         if status != 204:
             parts.append(b"Content-Type: application/json\r\nContent-Length: %d\r\n"
                          % len(reply.body))
@@ -232,7 +238,7 @@ class _Conn(asyncio.Protocol):
 
     def _fail(self, reply: Reply) -> None:
         """A request that cannot be read: answer it after those before it, then close."""
-        self.in_message = False
+        self.in_message = self.in_head = False
         self.queue.append((reply, False, False))
         if not self.busy:
             self._next()
@@ -254,6 +260,19 @@ class _Conn(asyncio.Protocol):
             self.closing = True
             self.deadline = None
             self.transport.close()
+
+
+_OK = (b"HTTP/1.1 200 OK\r\n" + _SERVER
+       + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s")
+_STATUS_LINES: dict[int, bytes] = {}
+
+
+def _status_line(status: int) -> bytes:
+    line = _STATUS_LINES.get(status)
+    if line is None:
+        line = _STATUS_LINES[status] = b"HTTP/1.1 %d %s\r\n" % (status,
+                                                                  reason_of(status).encode())
+    return line
 
 
 def _why(exc: Exception) -> str:

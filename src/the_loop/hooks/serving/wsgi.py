@@ -1,7 +1,7 @@
 """The WSGI app for gunicorn and friends: the protocol, auth, health and limits of `HookServer`.
 
-`make_wsgi_app(executor, token_env="")` routes every request through `wire.http_reply` and
-answers calls with `jsonrpc.handle_request`. Slow clients are the WSGI server's business
+`make_wsgi_app(executor, token_env="")` decides every request through `core.Core`, as
+`hooks serve` and the ASGI app do. Slow clients are the WSGI server's business
 (gunicorn's `--timeout`, a proxy in front of sync workers, or `--worker-class gthread`).
 
 gunicorn loads what to serve from environment variables through `app_from_env()`:
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError, LoopError
+from the_loop.hooks.declaring.loading import load_executor
 from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.hosted import declared_executor, policy_executor, redactor, served_log
 from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall, first_sighting_log
-from the_loop.hooks.declaring.loading import load_executor
 from the_loop.hooks.serving.wire import MAX_REQUEST, Reply, reason_of
 
 if TYPE_CHECKING:
