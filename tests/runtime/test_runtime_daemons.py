@@ -225,6 +225,24 @@ def test_events_command_readable_filtered_and_json(ld: LoopDir) -> None:
     assert all({"ts", "source", "pid"} <= set(r) for r in as_json)
 
 
+def test_events_names_only_the_filters_given_and_suggests_the_type_a_typo_meant(
+        ld: LoopDir) -> None:
+    """Nothing matched: the sentence names the filters as typed; an --event matching no
+    event type at all is refused (exit 2) with the type it most likely meant."""
+    ld.start(ld.add())
+    log = ld.state / "events.jsonl"
+    assert ld.run("events", "--event", "session.*") == (
+        0, "", f"the-loop: none of the 1 event(s) in {log} match --event 'session.*'\n")
+    assert ld.run("events", "--work-item", "9")[2] == (
+        f"the-loop: none of the 1 event(s) in {log} match --work-item 9\n")
+    assert ld.run("events", "--event", "loop.*", "--work-item", "9")[2] == (
+        f"the-loop: none of the 1 event(s) in {log} match --event 'loop.*' and --work-item 9\n")
+    code, out, err = ld.run("events", "--event", "hook.failed")
+    assert (code, out) == (2, "")
+    assert err.startswith("the-loop: --event 'hook.failed' matches no event type; did you "
+                          "mean 'hooks.failed'? the types are channel.*, "), err
+
+
 def test_events_follow_prints_new_events_as_they_come(ld: LoopDir) -> None:
     """`events --follow` keeps reading; Ctrl-C ends it with exit 130."""
     ref = ld.add()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.cli._common import add_json, config_of
-from the_loop.errors import one_line
+from the_loop.errors import UsageError, one_line
 
 _SKIP = ("ts", "event", "source", "pid", "work_item")
 
@@ -49,6 +49,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     from the_loop.events import EventTail
     from the_loop.runtime.settings import settings_of
 
+    _check_event_glob(args.event)
     config = config_of(args)
     path = settings_of(config).events_path
     want_ref = args.work_item
@@ -73,18 +74,40 @@ def cmd_events(args: argparse.Namespace) -> int:
                       flush=True)
         if not args.follow:
             if not shown:  # say why there is nothing, on stderr (stdout stays the records)
-                print(f"the-loop: {_why_nothing(config.path, path, read, tail.unreadable)}",
-                      file=sys.stderr)
+                why = _why_nothing(config.path, path, read, tail.unreadable, _filters(args))
+                print(f"the-loop: {why}", file=sys.stderr)
             return 0
         time.sleep(0.5)
 
 
-def _why_nothing(config: Path | None, path: Path, read: int, unreadable: int) -> str:
+def _check_event_glob(pattern: str) -> None:
+    """Refuse an --event that can match no event type, with the type it most likely meant."""
+    from the_loop.events import EVENT_TYPES
+    from the_loop.util import closest
+
+    if any(fnmatch.fnmatchcase(t, pattern) for t in EVENT_TYPES):
+        return
+    near = closest(pattern, tuple(EVENT_TYPES))
+    families = ", ".join(sorted({t.split(".", 1)[0] + ".*" for t in EVENT_TYPES}))
+    hint = f"did you mean {near!r}? " if near else ""
+    raise UsageError(f"--event {pattern!r} matches no event type; {hint}the types are "
+                     f"{families}")
+
+
+def _filters(args: argparse.Namespace) -> str:
+    """The filters given, as typed (`--event 'hooks.*'`, `--work-item 3`)."""
+    given = [f"--event {args.event!r}"] if args.event != "*" else []
+    given += [f"--work-item {args.work_item}"] if args.work_item else []
+    return " and ".join(given) or "the filters"
+
+
+def _why_nothing(config: Path | None, path: Path, read: int, unreadable: int,
+                 filters: str) -> str:
     if unreadable and not read:
         return (f"{unreadable} line(s) of {path} are not events (not JSON objects); is it "
                 "the-loop's event log?")
     if read:
-        return f"none of the {read} event(s) in {path} match --event and --work-item"
+        return f"none of the {read} event(s) in {path} match {filters}"
     if config is None:
         return ("no cli-config.yaml found, so no event log to read: pass --config PATH, set "
                 "$THE_LOOP_CLI_CONFIG, or run `the-loop init`")
