@@ -94,5 +94,5 @@ def url_problem(url: str, *, token: bool, hook: bool) -> str | None:
         return (f"a bearer token is never sent in clear: use https:// for {parts.hostname}, or "
                 "drop tokenEnv")
     why = " and a bearer token must never cross a network in clear" if token else ""
-    return (f"plain http:// is only allowed to a loopback host (127.0.0.1, ::1, localhost){why}; "
+    return (f"plain http:// is only allowed to a loopback host (127.0.0.0/8, ::1, localhost){why}; "
             f"use https://{parts.netloc}{parts.path}")

@@ -501,3 +501,18 @@ def test_a_broken_entry_does_not_hide_the_entries_after_it(
         "== policy entry 'second' (policies)",
     ]
     assert f"{tmp_path / 'policies'}: 3 rule(s)" in done.stdout
+
+
+def test_two_rules_with_the_same_invalid_name_are_also_called_duplicates(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """A name that breaks the pattern is still a name: the second `Bad_Name` is a duplicate."""
+    rule = "  - name: Bad_Name\n    on: session_spawn\n    set: {proceed: false}\n"
+    folder(tmp_path, rules="rules:\n" + rule + rule)
+    done = run_cli("policy", "check", "policies")
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert lines[0] == "the-loop: 3 errors in policy folder policies:"
+    assert lines[3] == ("  policies/rules.yaml: rule 'Bad_Name' → name: duplicate: a rule named "
+                        "'Bad_Name' is already in policies/rules.yaml; rule names must be "
+                        "unique across the folder")

@@ -128,7 +128,7 @@ MALFORMED = [
     ("- {name: ur, url: 'ftp://h.example/x'}", "hooks[1] ('ur')", "url",
      "expected https://host/path (or http:// to a loopback host), got 'ftp://h.example/x'"),
     ("- {name: ur, url: 'http://hooks.example/x', tokenEnv: T}", "hooks[1] ('ur')", "url",
-     "plain http:// is only allowed to a loopback host (127.0.0.1, ::1, localhost) and a "
+     "plain http:// is only allowed to a loopback host (127.0.0.0/8, ::1, localhost) and a "
      "bearer token must never cross a network in clear; use https://hooks.example/x"),
     ("- {name: ur, url: 'https://user:hunter22@h.example/'}", "hooks[1] ('ur')", "url",
      "credentials in the URL are not allowed (URL not shown); put the token in an "

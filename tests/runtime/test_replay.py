@@ -344,6 +344,32 @@ def test_filters_select_by_point_work_item_and_age(run: Run) -> None:
     assert run.replay_json("--since", "0s")["replayed"] == 0
 
 
+def test_a_filter_that_matches_no_recorded_point_says_so(run: Run) -> None:
+    """`--work-item 99` (no such item) says why nothing was replayed, on stderr."""
+    code, out, err = run.replay("--work-item", "99", "--point", "session_spawn")
+    assert code == 0 and out.startswith("replayed 0 recorded point(s)")
+    assert err == (f"the-loop: no recorded point matches --point session_spawn and "
+                   f"--work-item 99 in the decision log of {run.ld.state / 'loop.db'}; "
+                   "widen or drop the filter\n")
+    code, out, err = run.replay("--json", "--since", "0s")
+    assert json.loads(out)["replayed"] == 0 and "matches --since 0s" in err
+
+
+def test_replay_json_explains_the_null_value_of_a_text_effect(run: Run) -> None:
+    """A text decision's by-rule effect has `"value": null` (its text differs point by
+    point); docs/changing-policies.md says so, next to the --json shape."""
+    data = run.replay_json(config=run.variant("freeze-texts", edit="""\
+  - name: freeze-all-sessions
+    on: session_spawn
+    set: {proceed: false, reason: "change freeze until Monday"}
+"""))
+    effects = [e for entry in data["by_rule"].values() for e in entry["effects"]]
+    assert {e["value"] for e in effects if e["decision"] == "reason"} == {None}
+    docs = (Path(__file__).parents[2] / "docs" / "changing-policies.md").read_text("utf-8")
+    assert ("`value` is the value a rule sets for a yes/no decision (`proceed`, `announce`, "
+            "`notify`) and `null` for a text (`reason`, `prompt`, …)") in " ".join(docs.split())
+
+
 def test_write_cases_then_policy_test_passes_and_catches_a_later_change(run: Run) -> None:
     config = run.variant("cases")
     folder = run.ld.root / "policies-cases"

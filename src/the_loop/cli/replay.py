@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                                       work_item=args.work_item,
                                       problems=replayer.report.unreadable))
     written = writer.write() if writer is not None else None
+    if not report.replayed:  # on stderr: stdout stays the report (or the JSON)
+        print(f"the-loop: {_why_none(args, settings.db_path)}", file=sys.stderr)
     if args.json:
         data = report.to_json()
         if writer is not None:
@@ -91,6 +94,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if writer is not None:
             _print_cases(writer.cases, writer.skipped, written, writer.folder)
     return 1 if args.fail_on_change and report.changed else 0
+
+
+def _why_none(args: argparse.Namespace, db_path: Path) -> str:
+    """Why nothing was replayed: the filters given matched no point, or none is recorded."""
+    given = [f"{flag} {value}" for flag, value in (
+        ("--since", args.since), ("--point", args.point), ("--work-item", args.work_item))
+        if value]
+    if given:
+        return (f"no recorded point matches {' and '.join(given)} in the decision log of "
+                f"{db_path}; widen or drop the filter")
+    return (f"the decision log of {db_path} holds no recorded point yet: the daemons record "
+            "one per point they fire")
 
 
 def _show(value: Any) -> str:

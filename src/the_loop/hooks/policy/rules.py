@@ -287,13 +287,15 @@ class _Checker:
             fail(problem.where, problem.message)
         if not isinstance(raw, dict):
             return None
-        if "name" in checked:
-            if checked["name"] in self.seen:
+        # A name that breaks the pattern is still a name: two of them are duplicates too.
+        seen_as = checked.get("name", name if isinstance(name, str) and name else None)
+        if seen_as is not None:
+            if seen_as in self.seen:
                 fail("name", f"duplicate: a rule named {name!r} is already in "
-                             f"{self.seen[checked['name']]}; rule names must be unique across "
+                             f"{self.seen[seen_as]}; rule names must be unique across "
                              "the folder")
             else:
-                self.seen[checked["name"]] = where
+                self.seen[seen_as] = where
         points: tuple[str, ...] = checked.get("on", ())
         rule = Rule(name=checked.get("name", ""), file=where, points=points,
                     mode=checked.get("mode", "enforce"),
