@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-# The shared helpers (runtime_helpers, serving_helpers, fault_helpers, any_loop_data) live
-# here, beside this file; the tests live in folders that mirror the package.
+# The shared helpers (cli_helpers, runtime_helpers, serving_helpers, fault_helpers,
+# any_loop_data) live here, beside this file; the tests live in folders that mirror the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cli_helpers import CLI_TIMEOUT, in_process
 
 if TYPE_CHECKING:
     from runtime_helpers import LoopDir
@@ -38,11 +40,38 @@ def write_config(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture
 def run_cli(tmp_path: Path) -> CliRun:
-    """`run_cli(*args, cwd=, stdin=, env=)`: `python -m the_loop ARGS` in a fresh interpreter.
+    """`run_cli(*args, cwd=, stdin=, env=)`: `the_loop.cli.main(args)` in this process.
 
-    The environment carries no $THE_LOOP_CLI_CONFIG and HOME is an empty folder, so only
-    what the test passes is read. Never raises on a non-zero exit.
+    It runs as a fresh `python -m the_loop` would see the world, without the interpreter's
+    start-up cost: the working directory is `cwd` (default tmp_path), the environment
+    carries no $THE_LOOP_CLI_CONFIG and HOME is an empty folder, stdin holds `stdin`, and
+    stdout/stderr are UTF-8 streams (stdout strict, as a pipe's would be). Everything it
+    changes — cwd, environment, signal handlers, sys.path, the hook modules it imported,
+    the process's chain cache — is put back afterwards. Never raises on a non-zero exit;
+    an exception escaping main() fails the test (in a process it would be a traceback).
+    Use `spawn_cli` where only a real process proves the point (PYTHONPATH, signals,
+    exit codes of a dying interpreter, the console script).
     """
+    home = tmp_path / "_home"
+    home.mkdir(exist_ok=True)
+
+    def run(
+        *args: str, cwd: Path | None = None, stdin: str = "", env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        if env and "PYTHONPATH" in env:
+            raise AssertionError("run_cli runs in this process: use spawn_cli for PYTHONPATH")
+        full = {k: v for k, v in os.environ.items() if k != "THE_LOOP_CLI_CONFIG"}
+        full["HOME"] = str(home)
+        full.update(env or {})
+        return in_process(list(args), cwd=cwd or tmp_path, stdin=stdin, env=full)
+
+    return run
+
+
+@pytest.fixture
+def spawn_cli(tmp_path: Path) -> CliRun:
+    """`spawn_cli(*args, cwd=, stdin=, env=)`: `python -m the_loop ARGS` in a fresh
+    interpreter, with the environment `run_cli` gives. Never raises on a non-zero exit."""
     home = tmp_path / "_home"
     home.mkdir(exist_ok=True)
 
@@ -54,7 +83,7 @@ def run_cli(tmp_path: Path) -> CliRun:
         full.update(env or {})
         return subprocess.run(
             [sys.executable, "-m", "the_loop", *args], cwd=cwd or tmp_path, input=stdin,
-            text=True, capture_output=True, env=full, timeout=60, check=False,
+            text=True, capture_output=True, env=full, timeout=CLI_TIMEOUT, check=False,
         )
 
     return run

@@ -1,14 +1,14 @@
-"""Helpers for the runtime tests: a loop folder, the CLI in a subprocess, the log and the db.
+"""Helpers for the runtime tests: a loop folder, the CLI, the log and the db.
 
-`LoopDir(tmp_path)` writes a `cli-config.yaml` (a recording harness by default), runs
-`python -m the_loop --config …` in a fresh interpreter, reads `events.jsonl` and the
-tracker, waits for the harness processes the loop launched, and kills what is left at
-`close()` (use it as a context manager so a failing test leaks nothing).
+`LoopDir(tmp_path)` writes a `cli-config.yaml` (a recording harness by default), runs the
+CLI (the daemons in a fresh interpreter, one-shot commands in this one), reads
+`events.jsonl` and the tracker, waits for the harness processes the loop launched, and
+kills what is left at `close()` (use it as a context manager so a failing test leaks
+nothing).
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -20,10 +20,11 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing, redirect_stderr, redirect_stdout, suppress
+from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
 
+from cli_helpers import in_process
 from the_loop.events import read_events
 
 #: A harness that records what it was launched with: one JSON line per launch in argv[1]
@@ -100,6 +101,10 @@ MARKER_RE = re.compile(r"\n\n<!-- the-loop:[^>]*-->$")
 
 PYCACHE = Path(tempfile.gettempdir()) / f"the-loop-test-pyc-{os.getuid()}"
 
+#: Commands `LoopDir.cli` runs in this process: they launch nothing and only write steps.
+ONE_SHOT = frozenset({"items", "reply", "ask", "graph", "start", "events", "policy", "hooks"})
+FAILPOINT = "THE_LOOP_FAILPOINT"
+
 
 class LoopDir:
     """One loop's folder: cli-config.yaml, stateDir, hooks, and the processes it started."""
@@ -157,9 +162,18 @@ class LoopDir:
 
     def cli(self, *args: str, env: dict[str, str] | None = None, ok: bool = True,
             timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        """Run the CLI to completion; with ok=True a non-zero exit fails the test."""
-        done = subprocess.run(self.argv(*args), cwd=self.root, env=self.env(env), text=True,
-                              capture_output=True, timeout=timeout, check=False)
+        """Run the CLI to completion; with ok=True a non-zero exit fails the test.
+
+        A one-shot command (`ONE_SHOT`) runs in this process; a daemon, `demo`, and any
+        run with a failpoint or a PYTHONPATH of its own run in a fresh interpreter."""
+        extra = env or {}
+        if args and args[0] in ONE_SHOT and not {"PYTHONPATH", FAILPOINT} & set(extra) \
+                and args[:2] != ("hooks", "serve"):
+            done = in_process(self.argv(*args)[3:], cwd=self.root, stdin="",
+                              env=self.env(extra))
+        else:
+            done = subprocess.run(self.argv(*args), cwd=self.root, env=self.env(extra),
+                                  text=True, capture_output=True, timeout=timeout, check=False)
         if ok and done.returncode != 0:
             raise AssertionError(f"the-loop {' '.join(args)} exited {done.returncode}:\n"
                                  f"{done.stdout}\n{done.stderr}")
@@ -167,15 +181,9 @@ class LoopDir:
 
     def run(self, *args: str) -> tuple[int, str, str]:
         """The CLI in this process (for commands that launch nothing): (code, out, err)."""
-        from the_loop.cli import main
-
-        out, err = io.StringIO(), io.StringIO()
-        with redirect_stdout(out), redirect_stderr(err):
-            try:
-                code = main(["--config", str(self.config), *args])
-            except SystemExit as exc:
-                code = int(exc.code or 0)
-        return code, out.getvalue(), err.getvalue()
+        done = in_process(["--config", str(self.config), *args], cwd=self.root, stdin="",
+                          env=self.env())
+        return done.returncode, done.stdout, done.stderr
 
     def ok(self, *args: str) -> str:
         """`run` that must succeed; returns stdout."""

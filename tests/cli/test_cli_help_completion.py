@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,16 +54,24 @@ def test_every_argument_says_what_it_is(parser: argparse.ArgumentParser) -> None
             command_of(parser), action.option_strings or action.dest)
 
 
-def test_poll_help_shows_its_interval_default() -> None:
-    done = subprocess.run([sys.executable, "-m", "the_loop", "poll", "--help"],
-                          capture_output=True, text=True, timeout=60, check=False)
+def test_poll_help_shows_its_interval_default(run_cli: Any) -> None:
+    done = run_cli("poll", "--help")
     assert "--interval S" in done.stdout and "(default: 5.0)" in done.stdout
 
 
-@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
-def test_completion_prints_a_script_for_each_shell(shell: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "the_loop", "completion", shell],
+def test_the_installed_console_script_runs_the_cli() -> None:
+    """The one run through the `the-loop` script pip installs (the rest call main())."""
+    script = Path(sys.executable).parent / "the-loop"
+    assert script.is_file(), f"{script} is missing: install the project (pip install -e .)"
+    done = subprocess.run([str(script), "hooks", "points", "--point", "phase_changed"],
                           capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "phase_changed" in done.stdout and "notify" in done.stdout
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_prints_a_script_for_each_shell(shell: str, run_cli: Any) -> None:
+    done = run_cli("completion", shell)
     assert done.returncode == 0, done.stderr
     assert "the-loop" in done.stdout and "_ARGCOMPLETE" in done.stdout
 

@@ -573,7 +573,7 @@ def test_schema_leaves_cross_entry_rules_to_the_loader(hooks: Any) -> None:
 
 
 def test_abuse_1_a_module_planted_in_the_working_directory_is_never_imported(
-    run_cli: Any, tmp_path: Path
+    spawn_cli: Any, tmp_path: Path
 ) -> None:
     """`python -m the_loop` puts the working directory on sys.path; a `module:` entry must
     still only import an installed module, not one a session planted in its checkout."""
@@ -590,8 +590,37 @@ def test_abuse_1_a_module_planted_in_the_working_directory_is_never_imported(
             def session_spawn(self, ctx):
                 return None
     """)
-    result = run_cli("--config", str(operator / "cli-config.yaml"), "hooks", "run",
+    result = spawn_cli("--config", str(operator / "cli-config.yaml"), "hooks", "run",
                      "session_spawn", cwd=checkout)
     assert result.returncode == 1
     assert "hooks[0] ('telemetry') → module: cannot import 'acme_planted_hooks'" in result.stderr
     assert not marker.exists()
+
+
+def test_the_documented_unknown_key_error_lists_every_top_level_key(
+    run_cli: Any, tmp_path: Path
+) -> None:
+    """declaring-hooks.md shows the error for a misspelt top-level key word for word."""
+    config = write(tmp_path / "srv" / "loop" / "cli-config.yaml", "hook: []\n")
+    done = run_cli("--config", str(config), "hooks")
+    said = done.stderr.removeprefix("the-loop: ").replace(str(config), "/srv/loop/cli-config.yaml")
+    docs = (Path(__file__).parents[2] / "docs" / "declaring-hooks.md").read_text("utf-8")
+    assert done.returncode == 1 and "decisionLog" in said
+    assert said.strip() in docs.splitlines()
+
+
+@pytest.mark.parametrize(("url", "loads"), [
+    ("http://127.0.0.2:8765/hooks", True), ("http://127.255.0.1/hooks", True),
+    ("http://10.0.0.5:8080/hooks", False),
+])
+def test_a_token_over_plain_http_is_refused_except_to_127_0_0_0_8_as_the_error_says(
+    run_cli: Any, tmp_path: Path, url: str, loads: bool
+) -> None:
+    config = write(tmp_path / "cli-config.yaml", f"""
+        hooks:
+          - {{name: compliance, url: '{url}', tokenEnv: COMPLIANCE_TOKEN}}
+    """)
+    done = run_cli("--config", str(config), "hooks")
+    assert done.returncode == (0 if loads else 1), done.stderr
+    if not loads:
+        assert "only allowed to a loopback host (127.0.0.0/8, ::1, localhost)" in done.stderr
