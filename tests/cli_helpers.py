@@ -38,7 +38,7 @@ def in_process(
     """`main(argv)` with cwd, environment and standard streams of its own, then the
     process's state as it was (see `run_cli`)."""
     from the_loop.cli import main
-    from the_loop.hooks import loading
+    from the_loop.hooks.declaring import loading
 
     saved_env, saved_cwd, saved_path = dict(os.environ), os.getcwd(), sys.path[:]
     saved_modules = set(sys.modules)
