@@ -160,6 +160,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]]:
     from the_loop.hooks.policy import PolicyError
+    from the_loop.hooks.policy.lints import pattern_warnings
     from the_loop.jmes import compile_stats
 
     folder = target.folder
@@ -173,10 +174,11 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
     stats = _stats_delta(before, dict(compile_stats()))
     fallback = stats.get("fallback", 0)
     by_point = {p: policy.rules_at(p) for p in POINTS}
+    warnings = pattern_warnings(policy)
     if args.json:
         return 0, {
             "folder": str(folder), "ok": True, "files": [f.name for f in policy.files],
-            "rules": len(policy.rules), "compile_stats": stats,
+            "rules": len(policy.rules), "compile_stats": stats, "warnings": warnings,
             "points": {
                 p: [{"name": r.name, "mode": r.mode, "file": Path(r.file).name,
                      "description": r.description} for r in rules]
@@ -199,6 +201,8 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
     idle = [p for p, rules in by_point.items() if not rules]
     if idle:
         print(f"no rules at: {', '.join(idle)}")
+    for warning in warnings:  # advice: the folder loads and the exit stays 0
+        print(f"the-loop: warning: {warning}", file=sys.stderr)
     return 0, {}
 
 

@@ -6,10 +6,10 @@ is compiled by it. `compile_policy_expression` wraps its `compile_expression` (w
 jmespath's own exception classes, as a JMESPath implementation should) and converts
 each of them, once, into an `ExpressionError` carrying the kind, the column and the details
 as data; `checks.describe_compile_error` words it. Two load checks of issue 11 rule 6 live
-here too: a pattern given to `regex_match` as a literal is compiled, so one RE2 refuses is a
-load error, not a failure on the first work item; and an expression that can build values
-more than `growth.MAX_GROWTH` times the size of what it reads is refused. Nothing else is
-caught: a bug of ours in the compiler stays a bug, never a user's "syntax error".
+here too: a pattern given to `regex_match` or `glob_match` as a literal is compiled, so one
+RE2 refuses is a load error, not a failure on the first work item; and an expression that
+can build values more than `growth.MAX_GROWTH` times the size of what it reads is refused.
+Nothing else is caught: a bug of ours in the compiler stays a bug, never a user's "syntax error".
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ from typing import Any
 from jmespath import exceptions as jmes_errors
 
 from the_loop.errors import ExpressionError
-from the_loop.hooks.policy.functions import POLICY_FUNCTION_SPECS, InvalidValueError, regex
+from the_loop.hooks.policy.functions import (
+    POLICY_FUNCTION_SPECS,
+    InvalidValueError,
+    glob,
+    regex,
+)
 from the_loop.hooks.policy.growth import MAX_GROWTH, worst
 from the_loop.jmes import CompiledExpression, Compiler
 
@@ -56,13 +61,13 @@ def compile_policy_expression(
             f"times the size of what it reads (at most {MAX_GROWTH}): each `[@, @]` in a "
             "pipe doubles it; compare or count the parts instead of repeating them",
         )
-    for pattern, column in _literal_patterns(compiled.ast, text):
+    for function, pattern, column in _literal_patterns(compiled.ast, text):
         try:
-            regex(pattern)
+            _PATTERNS[function](pattern)
         except InvalidValueError as exc:
             raise ExpressionError(
-                "bad-regex", str(exc).removeprefix("In function regex_match(), "),
-                column=column, function="regex_match",
+                "bad-regex", str(exc).removeprefix(f"In function {function}(), "),
+                column=column, function=function,
             ) from None
     return compiled
 
@@ -98,20 +103,25 @@ def _convert(exc: jmes_errors.JMESPathError, text: str) -> ExpressionError:
     return ExpressionError("syntax", str(exc), detail=str(exc))
 
 
-def _literal_patterns(ast: Mapping[str, Any], text: str) -> Iterator[tuple[str, int]]:
-    """(pattern, column) for each `regex_match` call whose pattern is a string literal."""
+#: The functions whose first argument is a pattern, and how each compiles it.
+_PATTERNS = {"regex_match": regex, "glob_match": glob}
+
+
+def _literal_patterns(ast: Mapping[str, Any], text: str) -> Iterator[tuple[str, str, int]]:
+    """(function, pattern, column) for each `regex_match` or `glob_match` call whose pattern
+    is a string literal."""
     stack: list[Any] = [ast]
     while stack:
         node = stack.pop()
         if not isinstance(node, Mapping):
             continue
         children = node.get("children") or []
-        if node.get("type") == "function_expression" and node.get("value") == "regex_match":
+        function = node.get("value")
+        if node.get("type") == "function_expression" and function in _PATTERNS:
             first = children[0] if children else None
             if isinstance(first, Mapping) and first.get("type") == "literal" and isinstance(
                     first.get("value"), str):
-                column = text.find("regex_match") + 1
-                yield first["value"], column
+                yield function, first["value"], text.find(function) + 1
         stack.extend(c for c in children if isinstance(c, Mapping))
 
 

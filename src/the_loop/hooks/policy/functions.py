@@ -27,7 +27,6 @@ literal one is a load error (``policy.expressions``).
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import inspect
 import re
@@ -40,9 +39,11 @@ from jmespath.exceptions import JMESPathError
 from jmespath.functions import REVERSE_TYPES_MAP, Functions, signature
 
 from the_loop.errors import quote
+from the_loop.hooks.policy.globs import to_re2
 from the_loop.jmes import FunctionSpec
 
 __all__ = [
+    "MAX_GLOB",
     "POLICY_FUNCTIONS",
     "POLICY_FUNCTION_RECORDS",
     "POLICY_FUNCTION_SPECS",
@@ -50,6 +51,7 @@ __all__ = [
     "Param",
     "PolicyFunction",
     "PolicyFunctions",
+    "glob",
     "glob_match",
     "lower",
     "regex",
@@ -87,9 +89,31 @@ def regex_match(pattern: str, subject: str) -> bool:
     return regex(pattern).search(subject) is not None
 
 
+#: The longest `glob_match` pattern: a longer one is a fact given as the pattern.
+MAX_GLOB = 10_000
+
+
+@functools.lru_cache(maxsize=256)
+def glob(pattern: str) -> Any:
+    """`pattern` (fnmatch's syntax) compiled by RE2 (cached); raises InvalidValueError for a
+    pattern over `MAX_GLOB` characters or past RE2's memory budget (issue 20, item 7)."""
+    if len(pattern) > MAX_GLOB:
+        raise InvalidValueError(
+            f"In function glob_match(), a pattern of {len(pattern):,} characters; at most "
+            f"{MAX_GLOB:,} (the pattern comes first: glob_match(pattern, subject))")
+    try:
+        return re2.compile(to_re2(pattern), _RE2_OPTIONS)
+    except re2.error as exc:
+        why = exc.args[0] if exc.args else b""
+        text = why.decode("utf-8", "replace") if isinstance(why, bytes) else str(why)
+        raise InvalidValueError(
+            f"In function glob_match(), pattern {quote(pattern)} cannot be matched: {text}"
+        ) from None
+
+
 def glob_match(pattern: str, subject: str) -> bool:
-    """``fnmatch.fnmatchcase(subject, pattern)``."""
-    return fnmatch.fnmatchcase(subject, pattern)
+    """``fnmatch.fnmatchcase(subject, pattern)``, on RE2 (linear in the subject)."""
+    return glob(pattern).fullmatch(subject) is not None
 
 
 def lower(subject: str) -> str:
@@ -112,11 +136,12 @@ def _regex_search(pattern: str) -> Callable[[str], Any] | None:
 
 
 def _glob_matcher(pattern: str) -> Callable[[str], Any] | None:
-    """`glob_match`'s pattern, compiled once: `fnmatch.fnmatchcase` as a regex match."""
+    """`glob_match`'s pattern, compiled once: its fullmatch (None for one RE2 refuses)."""
     try:
-        return re.compile(fnmatch.translate(pattern)).match
-    except re.error:  # pragma: no cover - fnmatch.translate writes valid expressions
+        fullmatch: Callable[[str], Any] = glob(pattern).fullmatch
+    except InvalidValueError:
         return None
+    return fullmatch
 
 
 #: The type names a parameter or a result may have (JMESPath's, as in a ``@signature``).
@@ -228,7 +253,9 @@ POLICY_FUNCTION_RECORDS: tuple[PolicyFunction, ...] = (
         handler=glob_match, pattern_matcher=_glob_matcher,
         description=(
             "true when the whole subject matches the shell-style pattern (`*`, `?`, `[seq]`, "
-            "`[!seq]`; case-sensitive, `*` also matches `/`)."
+            "`[!seq]`; case-sensitive, `*` also matches `/`). Patterns run on RE2, in time "
+            "linear in the subject; one over 10,000 characters is refused (a literal one at "
+            "load, one read from a fact at run time)."
         ),
         example="glob_match('acme/*', work_item.repository)",
     ),
