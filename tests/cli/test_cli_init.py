@@ -28,6 +28,10 @@ def test_init_writes_every_file_and_says_what_to_run_next(tmp_path: Path, run_cl
     assert written == sorted(FILES)
     assert "the-loop policy check\n" in done.stdout
     assert "--config" not in done.stdout  # the lookup finds ./.the-loop/cli-config.yaml
+    # The harness it declares is not isolated: the one line to read says where to look.
+    assert ("note: this config runs its harness (the demo agent) as your own user, so an "
+            "agent is not isolated from the loop; before declaring a real one, read \"What the "
+            "operator must do: isolate the harness\" in docs/security.md\n") in done.stdout
 
 
 def test_right_after_init_the_author_commands_work_with_no_flags(

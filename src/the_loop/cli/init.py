@@ -110,4 +110,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     print(f"then edit {folder / 'policies'}/*.yaml and add a case to "
           f"{folder / 'policies' / 'tests'}/ for each rule (the policy guide, "
           "docs/policy-guide.md in the-loop's repository, has every key and function)")
+    print("note: this config runs its harness (the demo agent) as your own user, so an agent "
+          "is not isolated from the loop; before declaring a real one, read \"What the "
+          "operator must do: isolate the harness\" in docs/security.md")
     return 0

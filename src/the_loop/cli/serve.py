@@ -31,13 +31,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     token_env = args.token_env or loop.settings.serve_token_env
     if token_env:  # a token named on the command line is a secret like any other
         loop.settings.secret_names = loop.settings.secret_names | {token_env}
-    if not token_env and not loop.settings.serve_tokens:
+    if not token_env and not loop.settings.serve_tokens and not loop.settings.serve_agents:
         loop.db.close()
         raise UsageError("refusing to start: the control plane authenticates every caller "
                          "(on loopback too); give people tokens under serve.tokens "
                          "({alice: ALICE_TOKEN}) and/or the operator one with --token-env VAR "
                          "or serve.tokenEnv")
-    missing = sorted(v for v in [token_env, *loop.settings.serve_tokens.values()]
+    missing = sorted(v for v in [token_env, *loop.settings.serve_tokens.values(),
+                                 *loop.settings.serve_agents.values()]
                      if v and not os.environ.get(v))
     if missing:
         loop.db.close()

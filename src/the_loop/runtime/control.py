@@ -10,9 +10,12 @@
 Every request but /health is authenticated: `serve.tokens` maps each person's login to the
 variable holding their token, and the login comes from the token, never from the body. The
 operator's token (`serve.tokenEnv` / `--token-env`) may act for a named person, as the CLI
-does, and is the only one a tracker's webhook may use. Requests run concurrently: each
-takes a loop (its own database connection) from a pool; a work item's steps are serialised
-by its claim, not by a lock around the server. A body that is not Unicode text (not UTF-8,
+does, and is the only one a tracker's webhook may use. An agent harness's token
+(`serve.agents`) gives exactly an in-session agent's rights: its input names its session
+(`"session": "$THE_LOOP_SESSION"`), is accepted only while that session is its item's
+current one at an agent node, is written as `agent:<session>`, and never answers a gate.
+Requests run concurrently: each takes a loop (its own database connection) from a pool; a
+work item's steps are serialised by its claim, not by a lock around the server. A body that is not Unicode text (not UTF-8,
 or a lone surrogate: `wire.read_json`) is a 400 naming why, before anything is stored.
 """
 
@@ -32,7 +35,8 @@ from typing import Any
 from the_loop.config import Config
 from the_loop.errors import LoopError
 from the_loop.hooks.serving.wire import NotUnicode, read_json
-from the_loop.runtime.poller import deliver, reply
+from the_loop.runtime.identity import AGENT_PREFIX
+from the_loop.runtime.poller import classify, deliver, reply
 from the_loop.runtime.service import Loop
 from the_loop.runtime.stepkinds import StepKind
 
@@ -49,6 +53,7 @@ class ControlServer(ThreadingHTTPServer):
         self.config: Config = loop.config
         self.token_env = token_env
         self.tokens = dict(loop.settings.serve_tokens)
+        self.agents = dict(loop.settings.serve_agents)
         self._pool: queue.SimpleQueue[Loop] = queue.SimpleQueue()
         self._all: list[Loop] = [loop]
         self._pool.put(loop)
@@ -82,10 +87,13 @@ class ControlServer(ThreadingHTTPServer):
 
     def who(self, header: str) -> tuple[str, bool] | None:
         """(login, may act for others) for a bearer header; None when it matches no token.
-        Every configured token is compared, in constant time."""
+        An agent's login comes back as `agent:<login>`. Every configured token is compared,
+        in constant time."""
         found: tuple[str, bool] | None = None
         given = header.encode()
-        for login, var in sorted(self.tokens.items()):
+        logins = [(login, var) for login, var in sorted(self.tokens.items())] + [
+            (AGENT_PREFIX + login, var) for login, var in sorted(self.agents.items())]
+        for login, var in logins:
             token = os.environ.get(var, "")
             if token and hmac.compare_digest(given, f"Bearer {token}".encode()):
                 found = (login, False)
@@ -214,6 +222,12 @@ class _Handler(BaseHTTPRequestHandler):
                                       f"given as {named} — leave actor out"})
             return
         actor = named or login
+        if login.startswith(AGENT_PREFIX):
+            why = _agent_refusal(loop, ref, text, login, data.get("session"))
+            if why:
+                self._send(403, {"error": why})
+                return
+            actor = AGENT_PREFIX + str(data["session"])
         self._send(200, {"ref": ref, "actor": actor,
                          "done": reply(loop, ref, text, actor=actor, source="api")})
 
@@ -238,3 +252,20 @@ class _Handler(BaseHTTPRequestHandler):
                 deliver(loop, ref)
             return {"ref": ref, "done": "closed"}
         raise LoopError(f"unknown tracker event {event!r}; expected comment or closed")
+
+
+def _agent_refusal(loop: Loop, ref: str, text: str, login: str, session: object) -> str:
+    """Why an agent harness's token may not give this input ('' when it may): an agent
+    acts only on its own item, while its session is the current one at an agent node, and
+    never answers a gate -- the rights of an agent inside a session (runtime/identity.py)."""
+    if classify(text) in ("approve", "reject"):
+        return (f"you are {login} (from your token), an agent: an agent cannot answer a "
+                f"gate (/{classify(text)}); a person does")
+    if not isinstance(session, str) or not session:
+        return (f"you are {login} (from your token), an agent: an agent acts only on its own "
+                "work item; send {\"text\": …, \"session\": \"$THE_LOOP_SESSION\"}")
+    try:
+        loop.agent_turn(ref, session)
+    except LoopError as exc:
+        return f"you are {login} (from your token), an agent: {exc}"
+    return ""

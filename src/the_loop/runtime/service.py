@@ -214,10 +214,10 @@ class Loop:
         """An agent's question, queued for the daemon, which fires waiting_for_input and
         posts the final text (a one-shot command runs no hook). Returns the step's key."""
         ref = self.tracker.resolve(ref)
-        w = self._agent_turn(ref, session_id)
+        w = self.agent_turn(ref, session_id)
         self._claimed(ref)
         try:
-            w = self._agent_turn(ref, session_id)
+            w = self.agent_turn(ref, session_id)
             sid = session_id or str(w["session_id"])
             with self.db.transaction() as conn:
                 n = conn.execute("SELECT COUNT(*) AS n FROM steps WHERE ref=? AND kind=?",
@@ -236,10 +236,10 @@ class Loop:
         """The agent finished its node: queued for the daemon, which follows the `done`
         edge of its own graph. Returns the node that finished."""
         ref = self.tracker.resolve(ref)
-        self._agent_turn(ref, session_id)
+        self.agent_turn(ref, session_id)
         self._claimed(ref)
         try:
-            w = self._agent_turn(ref, session_id)
+            w = self.agent_turn(ref, session_id)
             self.store.queue(StepKind.DONE.key(ref, w["arm_seq"], w["epoch"]), ref,
                              StepKind.DONE, {"node": str(w["node"]), "epoch": int(w["epoch"]),
                                              "actor": actor, "summary": summary})
@@ -247,7 +247,7 @@ class Loop:
         finally:
             self.store.release(ref)
 
-    def _agent_turn(self, ref: str, session_id: str) -> dict[str, Any]:
+    def agent_turn(self, ref: str, session_id: str) -> dict[str, Any]:
         """The item, when it is at an agent node and (from inside a session) that session
         is the item's current one; a LoopError saying why not, otherwise."""
         w = self.work(ref)

@@ -69,6 +69,9 @@ class Settings:
     decision_keep_days: float = 30.0  # decisionLog.keepDays: how long fired points are kept
     #: login → the environment variable holding that person's control-plane token
     serve_tokens: dict[str, str] = field(default_factory=dict)
+    #: login → the variable holding an agent harness's control-plane token: a caller with
+    #: it has an in-session agent's rights, never a person's
+    serve_agents: dict[str, str] = field(default_factory=dict)
     #: every variable named by a tokenEnv anywhere (hooks, channels, serve): never in a
     #: harness's environment, its value redacted wherever the loop writes
     secret_names: frozenset[str] = frozenset()
@@ -106,10 +109,15 @@ def _webhook_url(channel: dict[str, Any], _ctx: object) -> dict[str, Any]:
 
 
 def _one_token_per_person(serve: dict[str, Any], _ctx: object) -> dict[str, Any]:
-    names = list(serve["tokens"].values()) + ([serve["tokenEnv"]] if serve["tokenEnv"] else [])
+    names = (list(serve["tokens"].values()) + list(serve["agents"].values())
+             + ([serve["tokenEnv"]] if serve["tokenEnv"] else []))
     if len(set(names)) < len(names):
-        raise Problem("each person needs a token of their own (two logins, or a login and "
-                      "tokenEnv, name the same variable)", "tokens")
+        raise Problem("each person and each agent needs a token of their own (two logins, or "
+                      "a login and tokenEnv, name the same variable)", "tokens")
+    both = sorted(set(serve["tokens"]) & set(serve["agents"]))
+    if both:
+        raise Problem(f"{', '.join(both)} is both a person (tokens) and an agent (agents); "
+                      "a login is one or the other: rename one", "agents", both[0])
     return serve
 
 
@@ -157,12 +165,17 @@ WEBHOOK_CHANNEL = Mapping(expected="{kind: webhook, url: U}", then=(_webhook_url
     "tokenEnv": Field(ENV_NAME, default=""),
 })
 SERVE = Mapping(
-    expected="{tokens: {LOGIN: VAR, …}, tokenEnv: VAR} (host and port are command flags)",
+    expected="{tokens: {LOGIN: VAR, …}, agents: {LOGIN: VAR, …}, tokenEnv: VAR} (host and "
+             "port are command flags)",
     unknown_hint=" (host and port are command flags)", then=(_one_token_per_person,), fields={
         "tokens": Field(DictOf(
             key=Str(pattern=LOGIN_PATTERN, expected="a login"), value=ENV_NAME,
             expected="a mapping of login to the NAME of the variable holding that person's "
                      "token, e.g. {alice: ALICE_TOKEN}"), default=dict),
+        "agents": Field(DictOf(
+            key=Str(pattern=LOGIN_PATTERN, expected="a login"), value=ENV_NAME,
+            expected="a mapping of an agent harness's login to the NAME of the variable "
+                     "holding its token, e.g. {agentbot: AGENT_TOKEN}"), default=dict),
         "tokenEnv": Field(Str(pattern=f"^({ENV_PATTERN[1:-1]})?$",
                               expected="an environment variable name (the operator's token)"),
                           default=""),
@@ -190,7 +203,7 @@ SETTINGS = Mapping(extra=True, then=(_declared_harness, _no_secret_in_harness_en
                              expected="a list of channels"),
                       default=lambda: [{"kind": "file", "path": "channel.jsonl"}]),
     "repository": Field(Str(expected="a path to a local git repository"), nullable=True),
-    "serve": Field(SERVE, default=lambda: {"tokens": {}, "tokenEnv": ""}),
+    "serve": Field(SERVE, default=lambda: {"tokens": {}, "agents": {}, "tokenEnv": ""}),
     "decisionLog": Field(Mapping(expected="{keepDays: 30}", fields={
         "keepDays": Field(Number(above=0, maximum=36_500,
                                  expected="a number of days above 0 (e.g. 30)"), default=30),
@@ -219,7 +232,8 @@ def settings_of(config: Config) -> Settings:
         channels=[_channel(c, config) for c in checked["channels"]],
         git_repository=config.resolve(repository) if repository is not None else None,
         serve_token_env=serve["tokenEnv"], decision_keep_days=checked["decisionLog"]["keepDays"],
-        serve_tokens=dict(serve["tokens"]), secret_names=frozenset(secrets),
+        serve_tokens=dict(serve["tokens"]), serve_agents=dict(serve["agents"]),
+        secret_names=frozenset(secrets),
     )
 
 
@@ -252,8 +266,9 @@ def secret_names(data: dict[str, object]) -> set[str]:
     if isinstance(serve, dict):
         if isinstance(serve.get("tokenEnv"), str):
             names.add(serve["tokenEnv"])
-        tokens = serve.get("tokens")
-        if isinstance(tokens, dict):
-            names.update(v for v in tokens.values() if isinstance(v, str))
+        for key in ("tokens", "agents"):
+            tokens = serve.get(key)
+            if isinstance(tokens, dict):
+                names.update(v for v in tokens.values() if isinstance(v, str))
     names.discard("")
     return names
