@@ -9,6 +9,7 @@
      │                          it as `hooks.failed` and never lets it out (also raised by the
      │                          remote and policy executors)
      ├── TrackerError           a ref that does not exist or cannot be parsed; a refused change
+     ├── InputTooLong           one input past runtime/input_bound.py's bound, refused unwritten
      └── UsageError             exit 2: the command line itself is wrong
 
 Foreign and internal exceptions are converted once, at one boundary each, and never reach a
@@ -128,6 +129,11 @@ class TrackerError(LoopError):
     """A ref that does not exist or cannot be parsed, or a tracker that refused a change."""
 
 
+class InputTooLong(LoopError):
+    """One input longer than one input may be, refused before it is written (the control
+    plane answers it 413)."""
+
+
 class UsageError(LoopError):
     """The command line is wrong; exit code 2."""
 
@@ -237,6 +243,7 @@ __all__ = [
     "ExpressionError",
     "HookError",
     "HooksConfigError",
+    "InputTooLong",
     "LoopError",
     "PolicyError",
     "TrackerError",

@@ -278,8 +278,8 @@ def test_rule6_expressions_within_the_growth_bound_still_load_and_run(
 @pytest.mark.parametrize("required", [True, False])
 def test_rule6_a_policy_output_past_its_bound_is_that_hooks_failure(
         tmp_path: Path, run_cli: CliRun, required: bool) -> None:
-    """A template that quotes a large fact twice would post 400,000 characters: the policy
-    fails instead, and a required one refuses."""
+    """A template that quotes a large fact twice would add 300,001 characters to it: the
+    policy fails instead, and a required one refuses."""
     folder = _policy(tmp_path, """\
         rules:
           - name: echo
@@ -290,13 +290,13 @@ def test_rule6_a_policy_output_past_its_bound_is_that_hooks_failure(
     config.write_text(f"loop: acme\nstateDir: state\nhooks:\n  - {{name: house, policy: "
                       f"{folder}, required: {str(required).lower()}}}\n", encoding="utf-8")
     done = run_cli("--config", str(config), "hooks", "run", "input_received", "--context", "-",
-                   "--json", stdin=json.dumps({"text": "x" * 200_000}))
+                   "--json", stdin=json.dumps({"text": "x" * 300_000}))
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     [step] = out["trace"]
     assert step["status"] == "failed"
     assert step["error"] == (
-        "policy 'house' would set text to 400001 characters (rules echo); at most 262144: "
-        "quote less of the context in the rule's template")
-    assert out["context"]["text"] == "x" * 200_000
+        "policy 'house' would set text to 600001 characters, 300001 more than it held (rules "
+        "echo); at most 262144 more: quote less of the context in the rule's template")
+    assert out["context"]["text"] == "x" * 300_000
     assert out["context"]["proceed"] is (not required)

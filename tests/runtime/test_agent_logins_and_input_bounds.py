@@ -4,6 +4,7 @@ blocking its work item."""
 
 from __future__ import annotations
 
+import json
 import signal
 
 from test_runtime_daemons import Client
@@ -73,3 +74,97 @@ def test_issue20_item1_a_login_that_is_both_a_person_and_an_agent_is_a_config_er
     assert code != 0
     assert ("cli-config.yaml → serve.agents.bot: bot is both a person (tokens) and an agent "
             "(agents)") in err
+
+
+# ------------------------------------------------------------------ item 2: one huge comment
+
+PREAMBLE = """
+rules:
+  - name: house-preamble
+    on: session_spawn
+    set:
+      prompt_prefix: "Follow the house rules. You are working on {{ work_item.ref }}.\\n\\n"
+"""
+HUGE = "y" * 300_000
+TOO_LONG = ("not taken: one input may carry at most 65,536 characters and this one has "
+            "300,000; shorten it, or link to a file instead of pasting it")
+
+
+def test_issue20_item2_a_300kb_comment_through_serve_is_refused_alone_and_approve_still_works(
+        ld: LoopDir) -> None:
+    """A required prefix rule (the demo's house preamble) and a 300 KB comment on a running
+    item, through the input API and the webhook: each is answered 413 with the reason and
+    written nowhere; the item keeps running, and a maintainer's /approve at a gate passes."""
+    ld.write("policies/sessions.yaml", PREAMBLE)
+    ld.write_config("hooks:\n  - {name: house, policy: policies, required: true}\n"
+                    "serve: {tokenEnv: OP_TOKEN, tokens: {alice: ALICE_TOKEN}}\n")
+    gate = at_gate(ld)
+    running = ld.add("Still being written")
+    ld.start(running)
+    ld.poll()
+    number = running.rsplit("#", 1)[1]
+    comments = len(ld.item(running)["comments"])
+    proc = ld.popen("serve", "--port", "0", "--quiet",
+                    env={"OP_TOKEN": "op-secret-20", **TOKENS})
+    try:
+        api = Client(readline(proc).split(" on ", 1)[1].strip())
+        assert api.call("POST", f"/items/{number}/input", {"text": HUGE},
+                        token="alice-secret-20") == (413, {"error": f"{running}: {TOO_LONG}"})
+        assert api.call("POST", "/webhook", {"event": "comment", "ref": running,
+                                             "author": "bob", "body": HUGE},
+                        token="op-secret-20") == (413, {"error": f"{running}: {TOO_LONG}"})
+        assert api.call("POST", "/items/1/input", {"text": HUGE},
+                        token="alice-secret-20")[0] == 413
+        assert ld.work(running)["state"] == "running"
+        assert len(ld.item(running)["comments"]) == comments
+        assert api.call("POST", f"/items/{number}/input", {"text": "short and fine"},
+                        token="alice-secret-20") == (
+            200, {"ref": running, "actor": "alice", "done": "resumed"})
+        assert api.call("POST", "/items/1/input", {"text": "/approve"},
+                        token="alice-secret-20") == (
+            200, {"ref": gate, "actor": "alice", "done": "approved"})
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    ld.wait_sessions()
+    assert ld.work(gate)["state"] == "done"
+    assert ld.work(running)["state"] == "running"
+    assert ld.launches()[-1]["prompt"].startswith("Follow the house rules.")
+
+
+def test_issue20_item2_a_huge_comment_already_on_the_item_is_refused_alone(ld: LoopDir) -> None:
+    """A comment written on the tracker directly (`items comment`) is taken in by the poller:
+    that input alone is refused, with a comment saying why; the item is not blocked. `reply`
+    refuses it before writing it (exit 2)."""
+    ld.write_config("hooks:\n  - {name: house, policy: policies, required: true}\n")
+    ld.write("policies/sessions.yaml", PREAMBLE)
+    ref = ld.add()
+    ld.start(ref)
+    ld.poll()
+    code, _, err = ld.run("reply", ref, HUGE, "--actor", "alice")
+    assert (code, err) == (2, f"the-loop: {ref}: not posted: {TOO_LONG[len('not taken: '):]}"
+                              "\n")
+    ld.ok("items", "comment", ref, HUGE, "--author", "bob")
+    ld.poll()
+    [step] = ld.query("SELECT outcome FROM steps WHERE kind='input'")
+    assert step["outcome"] == "refused"
+    said = f"Input from @bob was not taken: {TOO_LONG[len('not taken: '):]}."
+    assert ld.comments(ref).count(said) == 1
+    assert ld.work(ref)["state"] == "running"
+
+
+def test_issue20_item2_a_policy_may_prefix_a_prompt_longer_than_its_output_bound(
+        ld: LoopDir) -> None:
+    """The output bound is growth beyond what the decision held: a preamble on a 300,000
+    character prompt passes."""
+    ld.write("policies/sessions.yaml", PREAMBLE)
+    ld.write_config("hooks:\n  - {name: house, policy: policies, required: true}\n")
+    context = ld.write("ctx.json", json.dumps({"prompt": HUGE}))
+    code, out, err = ld.run("hooks", "run", "session_spawn", "--context", str(context),
+                            "--json")
+    assert code == 0, err
+    done = json.loads(out)
+    assert [s["status"] for s in done["trace"]] == ["changed"]
+    assert done["context"]["prompt"].startswith("Follow the house rules.")
+    assert done["context"]["prompt"].endswith(HUGE)

@@ -153,6 +153,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 def cmd_reply(args: argparse.Namespace) -> int:
     """Write the input on the work item; the daemon holding the hooks delivers it."""
     from the_loop.runtime.identity import acting_as
+    from the_loop.runtime.input_bound import input_refusal
     from the_loop.runtime.poller import input_target
     from the_loop.runtime.stepkinds import StepKind
     from the_loop.runtime.store import ACTIVE
@@ -161,6 +162,9 @@ def cmd_reply(args: argparse.Namespace) -> int:
     try:
         ref = loop.tracker.resolve(args.ref)
         actor = acting_as(loop.db, loop.settings.state_dir, args.actor, _operator())
+        too_long = input_refusal(args.text)
+        if too_long:
+            raise UsageError(f"{ref}: not posted: {too_long}")
         cid = loop.tracker.comment(ref, args.text, author=actor, source="reply")
         target, _ = input_target(loop, ref)
         if (loop.work(target) or {}).get("state") not in ACTIVE:

@@ -15,8 +15,9 @@ does, and is the only one a tracker's webhook may use. An agent harness's token
 (`"session": "$THE_LOOP_SESSION"`), is accepted only while that session is its item's
 current one at an agent node, is written as `agent:<session>`, and never answers a gate.
 Requests run concurrently: each takes a loop (its own database connection) from a pool; a
-work item's steps are serialised by its claim, not by a lock around the server. A body that is not Unicode text (not UTF-8,
-or a lone surrogate: `wire.read_json`) is a 400 naming why, before anything is stored.
+work item's steps are serialised by its claim, not by a lock around the server. A body that
+is not Unicode text (not UTF-8, or a lone surrogate: `wire.read_json`) is a 400 naming why,
+before anything is stored; one input longer than runtime/input_bound.py allows is a 413.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from the_loop.config import Config
-from the_loop.errors import LoopError
+from the_loop.errors import InputTooLong, LoopError
 from the_loop.hooks.serving.wire import NotUnicode, read_json
 from the_loop.runtime.identity import AGENT_PREFIX
 from the_loop.runtime.poller import classify, deliver, reply
@@ -207,6 +208,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send(200, self._webhook(loop, data))
                 else:
                     self._send(404, {"error": f"no route POST {path}"})
+            except InputTooLong as exc:
+                self._send(413, {"error": str(exc)})
             except LoopError as exc:
                 self._send(400, {"error": str(exc)})
 

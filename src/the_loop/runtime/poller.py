@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from the_loop.errors import InputTooLong
 from the_loop.interrupt import is_real as is_real_interrupt
+from the_loop.runtime.input_bound import input_refusal
 from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, failpoint, render
 from the_loop.runtime.stepkinds import StepKind, UnknownStepKind
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback
@@ -217,6 +219,9 @@ def reply(loop: Loop, ref: str, text: str, *, actor: str, source: str = "reply")
     delivered at once. Returns what was done (`queued` while another process holds the
     item; the poller delivers it)."""
     ref = loop.tracker.resolve(ref)
+    too_long = input_refusal(text)
+    if too_long:  # refused before it is written: the item never sees it
+        raise InputTooLong(f"{ref}: not taken: {too_long}")
     cid = loop.tracker.comment(ref, text, author=actor, source=source)
     target, _ = input_target(loop, ref)
     if (loop.work(target) or {}).get("state") not in ACTIVE:

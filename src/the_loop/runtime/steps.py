@@ -19,6 +19,7 @@ from the_loop.hooks.engine.points import (
     WorkItemComplete,
     WorkItemStart,
 )
+from the_loop.runtime.input_bound import input_refusal
 from the_loop.runtime.launching import launch
 from the_loop.runtime.service import (
     ACTIVE,
@@ -191,6 +192,12 @@ def take_input(loop: Loop, step: Step) -> None:
         return
     assert w is not None
     text = loop.tracker.comment_body(int(p["comment"]))
+    too_long = "" if "input_received" in step.decisions else input_refusal(text)
+    if too_long:  # refused alone: the item goes on as if it had not been sent
+        loop.post_once(ref, step.key, f"Input from @{actor} was not taken: {too_long}.")
+        loop.store.finish(step, "refused", f"too long: {too_long}")
+        loop.log.emit("input.refused", work_item=ref, hook="", reason=too_long, actor=actor)
+        return
     node = loop.graph.node(w["node"]) if w["node"] else loop.graph.node(loop.graph.start)
     control = classify(text)
     if control:

@@ -36,8 +36,8 @@ from the_loop.hooks.policy.fast import FastPlan, Found, fast_plan
 from the_loop.hooks.policy.point_rules import PointRule, RuntimeFailure, effects_of, point_rules
 from the_loop.hooks.policy.rules import Policy, PolicyError, read_policy
 
-#: The longest string a policy may set a decision to (past what the decision already held):
-#: a template quoting a large fact cannot post megabytes as a comment or a prompt.
+#: How many characters a policy may add to a decision string beyond what it held (a prefix
+#: on a long prompt is fine; a template quoting a large fact twice cannot post megabytes).
 MAX_DECISION_CHARS = 256 * 1024
 
 
@@ -144,13 +144,17 @@ class PolicyExecutor:
         for target, (pre, post) in affixes.items():
             base = values.get(target, getattr(ctx, target, ""))
             values[target] = "".join(pre) + base + "".join(post)
-        for key, value in values.items():  # what a point's policy may output is bounded
-            if type(value) is str and len(value) > MAX_DECISION_CHARS and len(value) > len(
-                    str(getattr(ctx, key, ""))):
+        for key, value in values.items():  # what a point's policy may add is bounded
+            if type(value) is not str:
+                continue
+            held = getattr(ctx, key, "")
+            grown = len(value) - (len(held) if isinstance(held, str) else 0)
+            if grown > MAX_DECISION_CHARS:
                 raise HookError(
-                    f"policy {self.name!r} would set {key} to {len(value)} characters (rules "
-                    f"{', '.join(applied)}); at most {MAX_DECISION_CHARS}: quote less of the "
-                    "context in the rule's template"
+                    f"policy {self.name!r} would set {key} to {len(value)} characters, "
+                    f"{grown} more than it held (rules {', '.join(applied)}); at most "
+                    f"{MAX_DECISION_CHARS} more: quote less of the context in the rule's "
+                    "template"
                 )
         detail: dict[str, Any] = {"rules": applied}
         if audited:
