@@ -94,13 +94,13 @@ decisionLog: {keepDays: 0.5}
     ("channels: [{kind: webhook, url: 'ftp://user:pw@h/x'}]\n",
      "channels[0].url: expected an http(s):// URL, got a URL that is not http(s)://"),
     ("repository: 5\n", "repository: expected a path to a local git repository, got 5 (int)"),
-    ("serve: {port: 80}\n", "serve.port: unknown key. Allowed keys: tokens, tokenEnv (host "
-                            "and port are command flags)"),
+    ("serve: {port: 80}\n", "serve.port: unknown key. Allowed keys: tokens, agents, tokenEnv "
+                            "(host and port are command flags)"),
     ("serve: {tokenEnv: 'a b'}\n", "serve.tokenEnv: expected an environment variable name"),
     ("serve: {tokens: {alice: 'x y'}}\n", "serve.tokens: alice: expected an environment "
                                           "variable name, got 'x y' (str)"),
     ("serve: {tokens: {alice: T}, tokenEnv: T}\n",
-     "serve.tokens: each person needs a token of their own"),
+     "serve.tokens: each person and each agent needs a token of their own"),
     ("channels: [{kind: webhook, url: 'https://h.example/', tokenEnv: T}]\n"
      "harnesses: [{name: a, command: [x], env: [T]}]\n",
      "harnesses[0].env: T is named by a tokenEnv: a secret never reaches an agent's environment"),
