@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import reprlib
+from collections.abc import Iterable
 from typing import Any
 
 from the_loop.interrupt import reraise_if_real
@@ -183,20 +184,25 @@ def one_line(text: str, limit: int = QUOTE_LIMIT) -> str:
     return clip(text, limit)
 
 
-def exception_line(exc: BaseException, *, plain: bool = False) -> str:
-    """`Type: message` for any exception, never raising, at most `MAX_ERROR` characters."""
+def exception_line(exc: BaseException, *, plain: bool = False,
+                   secrets: Iterable[str] = ()) -> str:
+    """`Type: message` for any exception, never raising, at most `MAX_ERROR` characters;
+    each of `secrets` is replaced before the message is cut (a cut never leaves part of one)."""
     kind = type(exc).__name__
     try:
         text = str(exc)
     except BaseException as inner:  # an exception whose message itself raises
         reraise_if_real(inner)
         text = "(its message could not be printed)"
+    for secret in secrets:
+        text = text.replace(secret, "[redacted]")
     if plain:
         return clip(text, MAX_ERROR) or kind
     return clip(f"{kind}: {text}" if text else kind, MAX_ERROR)
 
 
-def describe_exception(exc: BaseException, *, plain: bool = False) -> str:
+def describe_exception(exc: BaseException, *, plain: bool = False,
+                       secrets: Iterable[str] = ()) -> str:
     """What a hook raised, in one line (never a traceback): `exception_line`, except that a
     `SystemExit` is said as the `sys.exit` call it was. Just the message when `plain`."""
     if isinstance(exc, SystemExit):
@@ -207,7 +213,7 @@ def describe_exception(exc: BaseException, *, plain: bool = False) -> str:
             reraise_if_real(inner)
             shown = "…"
         return clip(f"the hook called sys.exit({shown})", MAX_ERROR)
-    return exception_line(exc, plain=plain)
+    return exception_line(exc, plain=plain, secrets=secrets)
 
 
 def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:

@@ -136,6 +136,12 @@ class EventLog:
         given = self._secrets
         self._secrets = lambda: [*more(), *(given() if given is not None else ())]
 
+    def known_secrets(self) -> list[str]:
+        """Every secret this log replaces (four characters or more), read now."""
+        if self._secrets is None:
+            return []
+        return [secret for secret in self._secrets() if secret and len(secret) >= 4]
+
     def secrets_in(self, text: str) -> list[str]:
         """The secrets this log knows (four characters or more) that occur in `text`, raw or
         JSON-escaped: what `emit` replaces, for other stores that follow the same rules."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -242,3 +243,54 @@ def test_serve_a_relative_path_found_only_beside_the_config_says_which_to_pass(
         "line resolve against the working directory. Beside the config in effect it is "
         ".the-loop/policies: pass --policy .the-loop/policies, or serve the whole declared "
         "chain with --declared\n")
+
+
+ECHOES = """\
+import os
+from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
+
+class Echo(LifecycleHooks):
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt = ctx.prompt + " " + os.environ["REMOTE_TOKEN"]
+        return ctx
+"""
+FAILS = """\
+import os
+from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
+
+class Fails(LifecycleHooks):
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+        # The server's own token whole, the other entry's across where the message is cut.
+        raise RuntimeError(os.environ["SERVE_TOKEN"] + " " + "x" * 470 + os.environ["REMOTE_TOKEN"])
+"""
+
+
+def test_issue20_item3_serve_declared_redacts_every_token_it_holds_in_its_answers(
+        tmp_path: Path) -> None:
+    """A declared hook's answer holds another entry's tokenEnv value, and a required one's
+    error text holds it and the server's own token: the caller gets `[redacted]` for each,
+    never the value, nor the part a cut would have left."""
+    (tmp_path / "echo.py").write_text(ECHOES, encoding="utf-8")
+    (tmp_path / "fails.py").write_text(FAILS, encoding="utf-8")
+    _config(tmp_path, "  - {name: echo, path: echo.py}\n"
+                      "  - {name: fails, path: fails.py, required: true}\n"
+                      "  - {name: other, url: 'http://127.0.0.1:9/hook', tokenEnv: REMOTE_TOKEN,"
+                      " on: [work_item_start]}\n")
+    tokens = {"SERVE_TOKEN": "serve-secret-0123456789", "REMOTE_TOKEN": "remote-secret-9876543210"}
+    served = Served(["hooks", "serve", "--declared", "--config", "cli-config.yaml",
+                     "--token-env", "SERVE_TOKEN", "--port", "0"], tmp_path, env=tokens)
+    try:
+        req = urllib.request.Request(
+            served.url, data=json.dumps(CALL).encode(), method="POST",
+            headers={"Content-Type": "application/json",
+                     "Authorization": f"Bearer {tokens['SERVE_TOKEN']}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read().decode()
+    finally:
+        _, err = served.stop()
+    result = json.loads(raw)["result"]
+    assert result["prompt"] == "p [redacted]"
+    assert result["proceed"] is False
+    assert result["reason"].startswith("required hook 'fails' failed: RuntimeError: [redacted] x")
+    for token in tokens.values():
+        assert token[:12] not in raw and token[:12] not in err

@@ -58,8 +58,10 @@ def test_hooks_serve_policy_records_audit_findings_in_the_events_file_and_on_std
     auth = {"Authorization": f"Bearer {TOKEN}"}
     try:
         status, body = post(served.url, DRAFT, auth)
-        # The audit rule changes nothing: the caller gets only the enforce rule's prefix.
-        assert (status, body["result"]) == (200, {"prompt": f"[rules] {DRAFT['params']['prompt']}"})
+        # The audit rule changes nothing: the caller gets only the enforce rule's prefix, and
+        # no answer carries the server's token, even one the caller sent (issue 20, item 3).
+        assert (status, body["result"]) == (
+            200, {"prompt": "[rules] a draft that quotes [redacted]"})
         post(served.url, upstream_request("work_item_start"), auth)  # no rule there
     finally:
         code, err = served.stop()

@@ -207,12 +207,13 @@ class Chain:
             work.__dict__ = d
             try:
                 answer = fn(work)
-            except HookError as exc:
-                error = describe_exception(exc, plain=True)
+            except HookError as exc:  # the chain's secrets go before the message is cut
+                error = describe_exception(exc, plain=True, secrets=self.log.known_secrets())
                 answer, site = None, hook_raise_site(exc, fn)
             except BaseException as exc:  # anything a hook raises is its own failure (rule 3)
                 reraise_if_real(exc)
-                answer, error, site = None, describe_exception(exc), hook_raise_site(exc, fn)
+                answer, site = None, hook_raise_site(exc, fn)
+                error = describe_exception(exc, secrets=self.log.known_secrets())
             else:
                 if answer is None and not trace:
                     continue

@@ -135,6 +135,13 @@ class Core:
             return self.refuse(413, f"request of {length} bytes; the cap is {MAX_REQUEST}")
         return length
 
+    def secrets(self) -> list[str]:
+        """What this server holds, read now: its own token and, for a declared chain, every
+        entry's `tokenEnv` value; no answer carries any of them (`handle_request`)."""
+        own = os.environ.get(self.token_env, "") if self.token_env else ""
+        held = getattr(self.executor, "secrets", None)
+        return [*([own] if own else []), *(held() if callable(held) else [])]
+
     def _authorized(self, authorization: str | None) -> bool:
         expected = os.environ.get(self.token_env, "")
         scheme, _, given = (authorization or "").strip().partition(" ")
@@ -145,7 +152,7 @@ class Core:
         """The answer to a POST's body (runs the hook: on `pool` unless `inline`)."""
         if len(body) > MAX_REQUEST:
             return self.refuse(413, f"request over the cap of {MAX_REQUEST} bytes")
-        out = handle_request(self.executor, body, on_call=self.on_call)
+        out = handle_request(self.executor, body, on_call=self.on_call, secrets=self.secrets)
         return Reply(200, out) if out else Reply(204)
 
     def refuse(self, status: int, message: str, headers: tuple[tuple[str, str], ...] = (),

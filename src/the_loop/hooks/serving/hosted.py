@@ -36,6 +36,11 @@ class ChainExecutor:
     def points(self) -> tuple[str, ...]:
         return self._points
 
+    def secrets(self) -> list[str]:
+        """Every secret the chain holds, read now: each entry's `tokenEnv` value, and the
+        server's own token (`declared_executor`). A server replaces them in its answers."""
+        return self.chain.log.known_secrets()
+
     def handler(self, point: str) -> Callable[[Context], Context]:
         run = self.chain.run
 

@@ -28,12 +28,13 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from the_loop import __version__
 from the_loop.errors import describe_exception
+from the_loop.events import redact
 from the_loop.hooks.engine.chain import copy_context, read_answer
 from the_loop.hooks.engine.executor import Executor, HookError, LifecycleHooks
 from the_loop.hooks.engine.location import hook_raise_site
@@ -121,13 +122,18 @@ def first_sighting_log(redact: Callable[[str], str] = str) -> OnCall:
     return record
 
 
-def handle_request(executor: AnyExecutor, body: bytes, *, on_call: OnCall | None = None) -> bytes:
+def handle_request(executor: AnyExecutor, body: bytes, *, on_call: OnCall | None = None,
+                   secrets: Callable[[], Iterable[str]] | None = None) -> bytes:
     """Answer one JSON-RPC 2.0 request (or batch) for `executor`; never raises.
 
-    `on_call`, when given, hears one `CallRecord` per call to a catalog point.
+    `on_call`, when given, hears one `CallRecord` per call to a catalog point. `secrets`
+    returns what the server holds (its token, a declared chain's `tokenEnv` values): each
+    one (four characters or more) is replaced in every string of every answer, and in what
+    `on_call` hears, before an error message is cut to its bound (so no cut leaves a part).
     """
     try:
-        return _handle(executor, body, on_call)
+        known = [s for s in (secrets() if secrets is not None else ()) if len(s) >= 4]
+        return _handle(executor, body, on_call, known)
     except BaseException as exc:  # a bug (or a hook's BaseException) still answers JSON-RPC
         reraise_if_real(exc)
         return _dumps(_error(None, INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
@@ -153,7 +159,8 @@ def health_body(executor: AnyExecutor) -> bytes:
 
 
 
-def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None) -> bytes:
+def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None,
+            secrets: list[str]) -> bytes:
     started = time.perf_counter()
     try:
         doc = read_json(body if isinstance(body, str) else bytes(body), decoder=_DECODER)
@@ -171,9 +178,10 @@ def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None) ->
                 f"invalid request: a batch of {len(doc)} requests; at most {MAX_BATCH}"))
             _report(on_call, _Seen(), answer, started)
             return _dumps(answer)
-        answers = [a for a in (_one(executor, item, on_call) for item in doc) if a is not None]
+        answers = [a for a in (_one(executor, item, on_call, secrets) for item in doc)
+                   if a is not None]
         return _dumps(answers) if answers else b""
-    single = _one(executor, doc, on_call)
+    single = _one(executor, doc, on_call, secrets)
     return b"" if single is None else _dumps(single)
 
 
@@ -213,11 +221,15 @@ def _report(
         ))
 
 
-def _one(executor: AnyExecutor, req: Any, on_call: OnCall | None) -> dict[str, Any] | None:
+def _one(executor: AnyExecutor, req: Any, on_call: OnCall | None,
+         secrets: list[str]) -> dict[str, Any] | None:
     """The answer to one request object (reported to `on_call`), or None for a notification."""
     started = time.perf_counter()
     seen = _Seen()
     answer = _answer(executor, req, seen)
+    if secrets:  # before the message is cut: a cut never leaves part of a secret
+        answer = redact(answer, secrets)
+    answer = _cut(answer)
     _report(on_call, seen, answer, started)
     if not seen.called:  # a request that could not be read is always answered
         return answer
@@ -290,9 +302,17 @@ def _result(rid: Any, result: Any) -> dict[str, Any]:
 
 
 def _error(rid: Any, code: int, message: str) -> dict[str, Any]:
-    if len(message) > _MAX_MESSAGE:
-        message = message[:_MAX_MESSAGE] + "…"
-    return {"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": rid}
+    """An error answer; its message is cut to `_MAX_MESSAGE` by `_cut`, after redaction."""
+    return _cut({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": rid},
+                _MAX_MESSAGE * 8)
+
+
+def _cut(answer: dict[str, Any], limit: int = _MAX_MESSAGE) -> dict[str, Any]:
+    """`answer` with an error message longer than `limit` cut, saying so."""
+    error = answer.get("error")
+    if isinstance(error, dict) and len(message := str(error.get("message", ""))) > limit:
+        error["message"] = message[:limit] + "…"
+    return answer
 
 
 def _dumps(doc: Any) -> bytes:
