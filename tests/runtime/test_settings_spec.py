@@ -94,8 +94,8 @@ decisionLog: {keepDays: 0.5}
     ("channels: [{kind: webhook, url: 'ftp://user:pw@h/x'}]\n",
      "channels[0].url: expected an http(s):// URL, got a URL that is not http(s)://"),
     ("repository: 5\n", "repository: expected a path to a local git repository, got 5 (int)"),
-    ("serve: {port: 80}\n", "serve.port: unknown key. Allowed keys: tokens, agents, tokenEnv "
-                            "(host and port are command flags)"),
+    ("serve: {port: 80}\n", "serve.port: unknown key. Allowed keys: tokens, agents, tokenEnv, "
+                            "console (host and port are command flags)"),
     ("serve: {tokenEnv: 'a b'}\n", "serve.tokenEnv: expected an environment variable name"),
     ("serve: {tokens: {alice: 'x y'}}\n", "serve.tokens: alice: expected an environment "
                                           "variable name, got 'x y' (str)"),

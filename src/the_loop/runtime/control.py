@@ -6,6 +6,8 @@
     POST /items/<ref>/input             {"text": "/approve"} → written as the caller, delivered
     POST /webhook                       a tracker event: {"event": "comment", "ref", "author",
                                         "body"} | {"event": "closed", "ref", "actor"}
+    /console/…                          the read-only console in a browser (console/app.py):
+                                        its own sign-in with the same tokens, a session cookie
 
 Every request but /health is authenticated: `serve.tokens` maps each person's login to the
 variable holding their token, and the login comes from the token, never from the body. The
@@ -34,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from the_loop.config import Config
+from the_loop.console.app import Console
 from the_loop.errors import InputTooLong, LoopError
 from the_loop.hooks.serving.wire import NotUnicode, read_json
 from the_loop.runtime.identity import AGENT_PREFIX
@@ -59,6 +62,7 @@ class ControlServer(ThreadingHTTPServer):
         self._all: list[Loop] = [loop]
         self._pool.put(loop)
         self._made = threading.Lock()
+        self.console = Console(self)
         super().__init__((host, port), _Handler)
 
     @contextmanager
@@ -132,7 +136,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _path(self) -> str:
         return self.path.split("?", 1)[0].rstrip("/")
 
+    def _console(self, method: str) -> bool:
+        """Hand a /console request to the console (its own sign-in; no bearer token)."""
+        path = self._path()
+        if path != "/console" and not path.startswith("/console/"):
+            return False
+        self.server.console.handle(self, method)
+        return True
+
     def do_GET(self) -> None:
+        if self._console("GET"):
+            return
         path = self._path()
         if path == "/health":
             self._send(200, {"ok": True, "loop": self.server.loop.settings.loop})
@@ -185,6 +199,8 @@ class _Handler(BaseHTTPRequestHandler):
         return data
 
     def do_POST(self) -> None:
+        if self._console("POST"):
+            return
         path = self._path()
         who = self.server.who(self.headers.get("Authorization", ""))
         if who is None:  # before the body is read: a stranger gets nothing parsed

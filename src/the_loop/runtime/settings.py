@@ -75,6 +75,9 @@ class Settings:
     #: every variable named by a tokenEnv anywhere (hooks, channels, serve): never in a
     #: harness's environment, its value redacted wherever the loop writes
     secret_names: frozenset[str] = frozenset()
+    #: serve.console.compare: what the console may replay besides the declaration in effect
+    #: ({name, config} or {name, policy, hook}, paths resolved against the config's folder)
+    console_compare: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def db_path(self) -> Path:
@@ -121,6 +124,18 @@ def _one_token_per_person(serve: dict[str, Any], _ctx: object) -> dict[str, Any]
     return serve
 
 
+def _one_source(entry: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    if bool(entry["config"]) == bool(entry["policy"]):
+        raise Problem(f"{entry['name']!r} names {'both' if entry['config'] else 'neither'} of "
+                      "config and policy; give one: config: FILE (another cli-config.yaml) "
+                      "or policy: DIR (a policy folder to replay in a declared policy hook's "
+                      "place)")
+    if entry["hook"] and not entry["policy"]:
+        raise Problem("hook names the policy hook a policy folder replaces; it goes with "
+                      "policy: DIR", "hook")
+    return entry
+
+
 def _declared_harness(data: dict[str, Any], _ctx: object) -> dict[str, Any]:
     declared = [h["name"] for h in data["harnesses"]]
     data.setdefault("harness", declared[0])
@@ -164,9 +179,22 @@ WEBHOOK_CHANNEL = Mapping(expected="{kind: webhook, url: U}", then=(_webhook_url
                  required="a webhook channel names its url (http(s)://…)"),
     "tokenEnv": Field(ENV_NAME, default=""),
 })
+PATH = Str(pattern=NON_EMPTY_PATTERN, expected="a path (relative to the config's folder)")
+COMPARE = Mapping(
+    expected="{name: N, config: FILE} or {name: N, policy: DIR, hook: H}",
+    then=(_one_source,), fields={
+        "name": Field(NAME, required="each entry needs a name (the console lists it)"),
+        "config": Field(PATH, default=""),
+        "policy": Field(PATH, default=""),
+        "hook": Field(Str(expected="the name of a declared policy hook"), default=""),
+    })
+CONSOLE = Mapping(expected="{compare: [{name: N, config: FILE} | {name: N, policy: DIR}]}",
+                  fields={"compare": Field(ListOf(
+                      item=COMPARE, expected="a list of {name, config} or {name, policy, hook}"),
+                      default=list)})
 SERVE = Mapping(
-    expected="{tokens: {LOGIN: VAR, …}, agents: {LOGIN: VAR, …}, tokenEnv: VAR} (host and "
-             "port are command flags)",
+    expected="{tokens: {LOGIN: VAR, …}, agents: {LOGIN: VAR, …}, tokenEnv: VAR, console: "
+             "{compare: […]}} (host and port are command flags)",
     unknown_hint=" (host and port are command flags)", then=(_one_token_per_person,), fields={
         "tokens": Field(DictOf(
             key=Str(pattern=LOGIN_PATTERN, expected="a login"), value=ENV_NAME,
@@ -179,6 +207,7 @@ SERVE = Mapping(
         "tokenEnv": Field(Str(pattern=f"^({ENV_PATTERN[1:-1]})?$",
                               expected="an environment variable name (the operator's token)"),
                           default=""),
+        "console": Field(CONSOLE, default=lambda: {"compare": []}),
     })
 #: The runtime keys of cli-config.yaml (`loop`, `stateDir` and `hooks` are read elsewhere).
 SETTINGS = Mapping(extra=True, then=(_declared_harness, _no_secret_in_harness_env), fields={
@@ -203,7 +232,8 @@ SETTINGS = Mapping(extra=True, then=(_declared_harness, _no_secret_in_harness_en
                              expected="a list of channels"),
                       default=lambda: [{"kind": "file", "path": "channel.jsonl"}]),
     "repository": Field(Str(expected="a path to a local git repository"), nullable=True),
-    "serve": Field(SERVE, default=lambda: {"tokens": {}, "agents": {}, "tokenEnv": ""}),
+    "serve": Field(SERVE, default=lambda: {"tokens": {}, "agents": {}, "tokenEnv": "",
+                                           "console": {"compare": []}}),
     "decisionLog": Field(Mapping(expected="{keepDays: 30}", fields={
         "keepDays": Field(Number(above=0, maximum=36_500,
                                  expected="a number of days above 0 (e.g. 30)"), default=30),
@@ -234,7 +264,16 @@ def settings_of(config: Config) -> Settings:
         serve_token_env=serve["tokenEnv"], decision_keep_days=checked["decisionLog"]["keepDays"],
         serve_tokens=dict(serve["tokens"]), serve_agents=dict(serve["agents"]),
         secret_names=frozenset(secrets),
+        console_compare=[_compare(c, config) for c in serve["console"]["compare"]],
     )
+
+
+def _compare(entry: dict[str, str], config: Config) -> dict[str, str]:
+    out = dict(entry)
+    for key in ("config", "policy"):
+        if out[key]:
+            out[key] = str(config.resolve(out[key]))
+    return out
 
 
 def _harness(h: dict[str, Any]) -> Harness:

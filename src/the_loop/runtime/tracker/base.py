@@ -36,6 +36,7 @@ class Item:
     comments: list[Comment] = field(default_factory=list)
     parent: str = ""  # for a pull request: the ticket it belongs to
     closed_by: str = ""
+    created: float = 0.0  # when it was opened (epoch seconds); 0 when the tracker does not say
 
     def to_json(self) -> dict[str, Any]:
         return {

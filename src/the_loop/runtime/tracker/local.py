@@ -85,7 +85,8 @@ class LocalTracker:
                 "SELECT label FROM labels WHERE item=? ORDER BY label", (item_id,))
         ]
         cs = [
-            Comment(int(c["id"]), str(c["author"]), str(c["body"]), float(c["created"]))
+            Comment(int(c["id"]), str(c["author"]), str(c["body"]), float(c["created"]),
+                    str(c["source"]))
             for c in self.db.conn.execute(
                 "SELECT * FROM comments WHERE item=? ORDER BY id", (item_id,))
         ] if comments else []
@@ -94,6 +95,7 @@ class LocalTracker:
             kind=str(r["kind"]), title=str(r["title"]), body=str(r["body"]),  # type: ignore[index]
             state=str(r["state"]), labels=labels, comments=cs,  # type: ignore[index]
             parent=str(r["parent"]), closed_by=str(r["closed_by"]),  # type: ignore[index]
+            created=float(r["created"]),  # type: ignore[index]
         )
 
     def items(self, *, state: str | None = None) -> list[Item]:
