@@ -21,6 +21,7 @@ from the_loop.runtime.service import Loop
 
 TOKEN = "alice-console-token-0123456789"
 OPERATOR = "operator-console-token-9876543210"
+AGENT = "agent-console-token-5555555555"
 MARKUP = '<script>alert(1)</script> "><img onerror=alert(2) src=x>'
 FAILING_HOOK = f"""\
 from the_loop.sdk.hooks import LifecycleHooks
@@ -40,9 +41,11 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Lo
     token; yields (the loop folder, the item's ref, the server's URL)."""
     monkeypatch.setenv("ALICE_TOKEN", TOKEN)
     monkeypatch.setenv("OPERATOR_TOKEN", OPERATOR)
+    monkeypatch.setenv("BOT_TOKEN", AGENT)
     ld = LoopDir(tmp_path)
     ld.write("hooks/loud.py", FAILING_HOOK)
-    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}, tokenEnv: OPERATOR_TOKEN}\n"
+    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}, agents: {bot: BOT_TOKEN}, "
+                    "tokenEnv: OPERATOR_TOKEN}\n"
                     "hooks:\n  - {name: loud, path: hooks/loud.py}\n")
     ref = ld.add(f"Title {MARKUP}")
     ld.ok("items", "comment", ref, f"look: {MARKUP}", "--author", "bob")
@@ -101,6 +104,9 @@ def test_sign_in_sets_a_strict_httponly_expiring_cookie_and_a_wrong_token_gets_n
     wrong = fetch(f"{url}/console/signin", data=b"token=not-a-token")
     assert wrong.status == 401 and "Set-Cookie" not in wrong.headers
     assert "not one this server knows" in wrong.body
+    agent = fetch(f"{url}/console/signin", data=f"token={AGENT}".encode())
+    assert agent.status == 403 and "Set-Cookie" not in agent.headers
+    assert "an agent&#39;s token does not open the console" in agent.body
     got = fetch(f"{url}/console/signin", data=urllib.parse.urlencode({"token": OPERATOR}).encode())
     flags = got.headers["Set-Cookie"]
     assert got.status == 303 and flags.startswith("the_loop_console=operator.")
