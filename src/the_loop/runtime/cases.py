@@ -5,13 +5,15 @@ whose `tests/` it is). For each replayed point where that policy runs, it takes 
 it reached the policy in today's chain, runs the policy alone on it — as `the-loop policy test`
 will — and keeps a case with those facts, every decision the policy leaves as the expectation,
 the enforce rules that applied and the audit rules that matched. Identical cases are written
-once; a point where the policy fails is skipped (and counted). `write()` puts them in
-`<folder>/tests/replay-<UTC time>.yaml`.
+once; a point where the policy fails is skipped (and counted), and so is one where a hook
+replaced a text whole (the decision log's `replaced`: a redaction, perhaps) that the case
+would carry. `write()` puts them in `<folder>/tests/replay-<UTC time>.yaml`, mode 0600.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,13 @@ class CaseWriter:
             return
         entering = self.before[rec.point].run(ctx)
         facts = context_json(entering)
+        hidden = _hidden(rec, facts)
+        if hidden:
+            self.skipped.append(
+                f"#{rec.id} ({rec.point}, {rec.work_item}): not written: hook `{hidden[0]}` "
+                f"replaced {hidden[1]} when it ran (a redaction, perhaps), and the case would "
+                f"carry the text it replaced; write this case by hand with a made-up value")
+            return
         key = json.dumps([rec.point, facts], sort_keys=True)
         if key in self._seen:
             return
@@ -123,5 +132,20 @@ class CaseWriter:
                   "expectation.\n")
         text = yaml.safe_dump({"cases": self.cases}, sort_keys=False, allow_unicode=True,
                               width=100)
-        path.write_text(header + text, encoding="utf-8")
+        # Owner-only whatever the umask: the facts are what people wrote on work items.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o600)
+            fh.write(header + text)
         return path
+
+
+def _hidden(rec: Recorded, facts: dict[str, Any]) -> tuple[str, str] | None:
+    """(hook, decision) when a recorded step replaced a text whole (a redaction, perhaps)
+    and the text it replaced is what a case's facts would carry; None otherwise."""
+    for step in rec.steps:
+        for key in step.get("replaced", ()):
+            original = rec.context.get(key)
+            if isinstance(original, str) and original and facts.get(key) == original:
+                return str(step.get("hook", "?")), key
+    return None

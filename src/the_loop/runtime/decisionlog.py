@@ -4,9 +4,11 @@ One row per fired point in the `decision_log` table of `<stateDir>/loop.db` (cre
 in db.py's schema): the context as it entered the chain (every fact and every decision's
 incoming value, nothing shortened), each hook's step (its kind as the executor registry
 names it — local, remote or policy, `unknown` for an executor of no registered kind —,
-status, the decisions it changed, the policy rules that applied and the audit rules that
-matched, its error), and the final decisions. Secrets are replaced by the event log's rules
-(`EventLog.secrets_in`) before the row is written. Rows older than `decisionLog.keepDays` are
+status, the decisions it changed (`replaced` names a text it replaced whole rather than
+edited around: what a redaction does, so `--write-cases` never copies the original), the
+policy rules that applied and the audit rules that matched, its error), and the final
+decisions. Secrets are replaced by the event log's rules (`EventLog.secrets_in`) before the
+row is written. Rows older than `decisionLog.keepDays` are
 deleted by one indexed DELETE, at most once an hour per process. A write that fails is
 recorded as `decisions.failed` and the loop goes on. `read_points` reads the rows back for
 `the-loop policy replay`.
@@ -85,6 +87,7 @@ def entry_of(ctx: Context, outcome: Outcome, kinds: dict[str, str]) -> dict[str,
         if s.changed:
             changed: dict[str, Any] = {}
             edits: dict[str, list[str]] = {}
+            replaced: list[str] = []
             for key, value in s.changed.items():
                 was = current.get(key)
                 if isinstance(value, str) and isinstance(was, str) and was and (
@@ -92,9 +95,13 @@ def entry_of(ctx: Context, outcome: Outcome, kinds: dict[str, str]) -> dict[str,
                     edits[key] = [value[:at], value[at + len(was):]]
                 else:
                     changed[key] = value
+                    if isinstance(value, str) and isinstance(was, str) and was:
+                        replaced.append(key)  # the text it held is gone: maybe a redaction
                 current[key] = value
             if changed:
                 step["changed"] = changed
+            if replaced:
+                step["replaced"] = replaced
             if edits:
                 step["edits"] = edits
         if s.error:
