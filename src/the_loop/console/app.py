@@ -36,7 +36,7 @@ from the_loop.runtime.service import Loop
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
 HEADERS = (("Content-Security-Policy", CSP), ("X-Content-Type-Options", "nosniff"),
-           ("Referrer-Policy", "no-referrer"), ("X-Frame-Options", "DENY"),
+           ("Referrer-Policy", "same-origin"), ("X-Frame-Options", "DENY"),
            ("Cache-Control", "no-store"))
 MAX_FORM = 4096
 STATIC = {"console.css": "text/css; charset=utf-8"}
