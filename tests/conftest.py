@@ -186,3 +186,23 @@ def chromium_path() -> str:
             pytrace=False,
         )
     return path
+
+
+#: The test modules that drive Chromium; the run's summary says how long they took.
+BROWSER_MODULES = ("tests/console/test_console_browser.py",)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line: how many browser tests ran (or skipped) and their time, setup included."""
+    seconds, ran, skipped = 0.0, set(), set()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            nodeid = getattr(report, "nodeid", "")
+            if not nodeid.startswith(BROWSER_MODULES):
+                continue
+            seconds += float(getattr(report, "duration", 0.0))
+            (skipped if getattr(report, "skipped", False) else ran).add(nodeid)
+    if ran or skipped:
+        terminalreporter.write_line(
+            f"browser tests (Chromium): {len(ran - skipped)} ran, {len(skipped)} skipped, "
+            f"{seconds:.1f} s including setup")

@@ -101,6 +101,15 @@ decisionLog: {keepDays: 0.5}
                                           "variable name, got 'x y' (str)"),
     ("serve: {tokens: {alice: T}, tokenEnv: T}\n",
      "serve.tokens: each person and each agent needs a token of their own"),
+    ("serve: {console: {compare: [{name: a, config: x.yaml, policy: p}]}}\n",
+     "serve.console.compare[0]: 'a' names both of config and policy; give one: config: FILE"),
+    ("serve: {console: {compare: [{name: a}]}}\n",
+     "serve.console.compare[0]: 'a' names neither of config and policy; give one"),
+    ("serve: {console: {compare: [{name: a, config: x.yaml, hook: h}]}}\n",
+     "serve.console.compare[0].hook: hook names the policy hook a policy folder replaces; it "
+     "goes with policy: DIR"),
+    ("serve: {console: {compare: [{config: x.yaml}]}}\n",
+     "serve.console.compare[0].name: missing; each entry needs a name"),
     ("channels: [{kind: webhook, url: 'https://h.example/', tokenEnv: T}]\n"
      "harnesses: [{name: a, command: [x], env: [T]}]\n",
      "harnesses[0].env: T is named by a tokenEnv: a secret never reaches an agent's environment"),
