@@ -5,16 +5,19 @@
 Everything is measured in this one run (timeit, best of several repeats) and printed as a
 markdown table with ratios. Targets (issue 2): with no executors a point costs no more than
 3 plain function calls; per local executor the chain (copy, call, typed read-back) costs no
-more than pluggy's per-implementation cost.
+more than pluggy's per-implementation cost. Issue 22: a point with one policy executor
+costs at most 5 µs more than the executor's own handler.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 import timeit
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -23,6 +26,7 @@ from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain, Link
 from the_loop.hooks.engine.executor import LifecycleHooks
 from the_loop.hooks.engine.points import SessionSpawn, WorkItem
+from the_loop.hooks.executors.policy import load_policy
 
 CTX = SessionSpawn(
     work_item=WorkItem(ref="local:acme/app#7", tracker="local", repository="acme/app",
@@ -150,6 +154,37 @@ def measure(number: int, rounds: int) -> tuple[list[tuple[str, float, float, flo
     return rows, t["call"]
 
 
+POLICY = """\
+rules:
+""" + "".join(f"""\
+  - name: rule-{i}
+    on: session_spawn
+    when: "harness == 'h{i}' || contains(labels, 'team-{i}')"
+    set:
+      prompt_prefix: "[{i}] "
+""" for i in range(9)) + """\
+  - name: trusted
+    on: session_spawn
+    when: "contains(labels, 'trusted')"
+    set:
+      prompt_prefix: "[trusted] "
+"""
+
+
+def policy_point(number: int, rounds: int) -> tuple[float, float]:
+    """A point with one policy executor of 10 rules (one matches): (chain.run, the
+    executor's own handler on the same context), seconds per call."""
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "rules.yaml").write_text(POLICY, encoding="utf-8")
+        executor = load_policy("policy", Path(tmp))
+    chain = Chain([Link("policy", executor, frozenset({"session_spawn"}))], log=EventLog())
+    executor.bind_log(chain.log)
+    t = best({"chain": timer("chain.run(ctx)", chain=chain),
+              "handler": timer("handler(ctx)", handler=executor.handler("session_spawn"))},
+             number, rounds)
+    return t["chain"], t["handler"]
+
+
 def us(seconds: float) -> str:
     return f"{seconds * 1e6:.2f} µs"
 
@@ -182,6 +217,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{us(slope_plug)}")
     print("- the 'one changes' row includes reading the answer back and recording one "
           "hooks.decided event (in an in-memory log)")
+    t_chain, t_handler = policy_point(number, rounds)
+    print(f"- one policy executor of 10 rules (one matches): chain {us(t_chain)}, the "
+          f"executor's own handler {us(t_handler)}; the chain's own cost "
+          f"{us(t_chain - t_handler)} (target ≤ 5 µs, with its hooks.decided record): "
+          f"{'met' if t_chain - t_handler <= 5e-6 else 'MISSED'}")
     return 0
 
 

@@ -15,6 +15,7 @@ from hook_helpers import at
 from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain, Link, Outcome
 from the_loop.hooks.engine.executor import Decisions, HookError, LifecycleHooks
+from the_loop.hooks.executors.policy import load_policy
 from the_loop.hooks.engine.points import (
     POINTS,
     SPECS,
@@ -659,3 +660,38 @@ def test_the_chain_benchmark_runs_and_prints_its_table() -> None:
     assert "| per point invocation | the-loop chain | plain Python |" in result.stdout
     assert result.stdout.count("\n| ") == 5
     assert "- no executors: " in result.stdout
+
+
+POLICY_ON_PROMPT = """\
+rules:
+  - name: no-secrets-in-prompts
+    on: session_spawn
+    when: "contains(prompt, 'SECRET')"
+    set:
+      proceed: false
+      reason: "the prompt names a secret"
+"""
+
+
+class AddsSecret(LifecycleHooks):
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt += " SECRET"
+        return ctx
+
+
+def test_a_policy_after_a_class_reads_the_decision_the_class_made(tmp_path: Path) -> None:
+    """A policy executor gets the chain's current context uncopied (it only reads): it
+    still sees what an earlier executor decided, and the caller's context stays as given."""
+    (tmp_path / "rules.yaml").write_text(POLICY_ON_PROMPT, encoding="utf-8")
+    policy = load_policy("policy", tmp_path)
+    log = EventLog()
+    chain = Chain([Link("adds", AddsSecret(), frozenset({"session_spawn"})),
+                   Link("policy", policy, frozenset({"session_spawn"}))], log=log)
+    given = SessionSpawn(prompt="fix it")
+    out = chain.run(given)
+    assert (out.proceed, out.reason, out.prompt) == (False, "the prompt names a secret",
+                                                    "fix it SECRET")
+    assert (given.prompt, given.proceed) == ("fix it", True)
+    assert [e["hook"] for e in log.of("hooks.decided")] == ["adds", "policy"]
+    alone = Chain([Link("policy", policy, frozenset({"session_spawn"}))], log=EventLog())
+    assert alone.run(given).proceed is True

@@ -128,16 +128,21 @@ class Link:
     required: bool = False
 
 
+#: (name, handler, required, reads_only) of one executor at one point.
+_Entry = tuple[str, Callable[[Any], Any], bool, bool]
+
+
 class Chain:
     """Executors in declaration order, pre-sorted by point at construction."""
 
     def __init__(self, links: Iterable[Link] = (), *, log: EventLog | None = None) -> None:
         self.links: tuple[Link, ...] = tuple(links)
         self.log = log if log is not None else EventLog()
-        self._by_point: dict[str, tuple[tuple[str, Callable[[Any], Any], bool], ...]] = {}
+        self._by_point: dict[str, tuple[_Entry, ...]] = {}
         for point in POINTS:
             self._by_point[point] = tuple(
-                (link.name, handler_for(link.executor, point), link.required)
+                (link.name, handler_for(link.executor, point), link.required,
+                 bool(getattr(link.executor, "reads_only", False)))
                 for link in self.links
                 if point in link.points
             )
@@ -152,7 +157,7 @@ class Chain:
 
     def names(self, point: str) -> list[str]:
         """The hooks that run at `point`, in order."""
-        return [name for name, _, _ in self._by_point[point]]
+        return [entry[0] for entry in self._by_point[point]]
 
     def run(self, ctx: C) -> C:
         """Run the chain at ctx's point; returns a context with the final decisions."""
@@ -178,33 +183,37 @@ class Chain:
     def _run(
         self,
         ctx: Context,
-        handlers: tuple[tuple[str, Callable[[Any], Any], bool], ...],
+        handlers: tuple[_Entry, ...],
         trace: bool,
     ) -> Outcome | None:
-        cls = type(ctx)
-        shape = _SHAPES.get(cls)
-        if shape is None:
-            raise TypeError(f"{cls.__name__} is not a lifecycle context")
+        cls = ctx.__class__
+        try:
+            shape = _SHAPES[cls]
+        except KeyError:
+            raise TypeError(f"{cls.__name__} is not a lifecycle context") from None
         outcome = Outcome(shape.point, ctx, ctx) if trace else None
-        src = ctx.__dict__  # the current decisions live here
+        current: Context = ctx  # the current decisions live here
+        src = ctx.__dict__
         list2, more_lists = shape.list2, shape.more_lists
         labels = src["labels"]  # every context has labels; read again when src changes
         second = src[list2] if list2 else None
         new = _new
-        clock = time.perf_counter
         started = 0.0
-        for name, fn, required in handlers:
+        for name, fn, required, reads_only in handlers:
             if trace:
-                started = clock()
-            d = src.copy()
-            d["labels"] = labels[:]
-            if second is not None:
-                d[list2] = second[:]
-                if more_lists:
-                    for key in more_lists:
-                        d[key] = d[key][:]
-            work = new(cls)
-            work.__dict__ = d
+                started = time.perf_counter()
+            if reads_only:  # it never changes what it is given: no copy to protect
+                work = current
+            else:
+                d = src.copy()
+                d["labels"] = labels[:]
+                if second is not None:
+                    d[list2] = second[:]
+                    if more_lists:
+                        for key in more_lists:
+                            d[key] = d[key][:]
+                work = new(cls)
+                work.__dict__ = d
             try:
                 answer = fn(work)
             except HookError as exc:  # the chain's secrets go before the message is cut
@@ -221,7 +230,8 @@ class Chain:
             if outcome is None:
                 outcome = Outcome(shape.point, ctx, ctx)
             self._settle(outcome, shape, name, required, answer, (error, site), started, trace)
-            src = outcome.context.__dict__
+            current = outcome.context
+            src = current.__dict__
             labels = src["labels"]
             second = src[list2] if list2 else None
         if outcome is None:
@@ -238,8 +248,33 @@ class Chain:
         try:
             self.log.emit(event, **fields)
         except OSError as exc:
-            print(f"the-loop: could not record {event} in {self.log.path}: {exc}",
-                  file=sys.stderr)
+            self._unrecorded(event, exc)
+
+    def _unrecorded(self, event: str, exc: OSError) -> None:
+        print(f"the-loop: could not record {event} in {self.log.path}: {exc}", file=sys.stderr)
+
+    def _apply(self, outcome: Outcome, name: str, changes: dict[str, Any],
+               detail: dict[str, Any]) -> None:
+        """A clean answer (nothing dropped, no earlier refusal) into the outcome: what
+        `_settle` does for it, without its other branches."""
+        if not changes:
+            return
+        state = outcome.context
+        if state is outcome.given:
+            state = outcome.context = copy_context(state)  # never touch the caller's object
+        sd = state.__dict__
+        changed_by = outcome.changed_by
+        for key, value in changes.items():
+            sd[key] = value
+            changed_by[key] = name
+        fields = {**detail, "point": state.POINT, "hook": name, "changed": sorted(changes),
+                  "work_item": sd["work_item"].ref}
+        try:
+            self.log.emit("hooks.decided", **fields)
+        except OSError as exc:
+            self._unrecorded("hooks.decided", exc)
+        if changes.get("proceed") is False:
+            outcome.refused_by = name
 
     def _settle(
         self,
@@ -261,6 +296,11 @@ class Chain:
         state = outcome.context
         ref = state.work_item.ref
         changes, dropped, detail, error = _read_back(state, answer, failure[0])
+        if not (error or dropped or trace) and not (
+            shape.proceed and state.__dict__["proceed"] is False
+        ):
+            self._apply(outcome, name, changes, detail)  # the common case, kept short
+            return
         shown = located(error, failure[1]) if error else error
         if error:
             changes, dropped, detail = {}, [], {}
@@ -286,12 +326,12 @@ class Chain:
                 outcome.changed_by[key] = name
             outcome.context = state
             if not error:
-                self._record(
-                    "hooks.decided", **{
-                        **detail, "point": shape.point, "hook": name,
-                        "changed": sorted(changes), "work_item": ref,
-                    },
-                )
+                fields = {**detail, "point": shape.point, "hook": name,
+                          "changed": sorted(changes), "work_item": ref}
+                try:
+                    self.log.emit("hooks.decided", **fields)
+                except OSError as exc:
+                    self._unrecorded("hooks.decided", exc)
             if changes.get("proceed") is False:
                 outcome.refused_by = name
         if trace:
@@ -324,6 +364,13 @@ def _read_back(
         return changes, dropped, detail, error
     changes, dropped, error = read_answer(state, answer)
     if not error and isinstance(answer, Decisions):
+        given = answer.detail
+        if type(given) is dict:  # the common case: a plain dict keyed by strings
+            for key in given:
+                if type(key) is not str:
+                    break
+            else:
+                return changes, dropped, given.copy(), error
         try:
             detail = {str(k): v for k, v in answer.detail.items()}
         except BaseException as exc:  # a hostile patch whose detail is not a mapping
@@ -348,7 +395,8 @@ def read_answer(state: Context, answer: Any) -> tuple[dict[str, Any], list[str],
         if type(answer) is type(state):
             error = _read_context(shape, state, answer, changes, dropped)
         elif isinstance(answer, Decisions):
-            dropped.extend(str(k) for k in answer.dropped)
+            if answer.dropped:
+                dropped.extend(str(k) for k in answer.dropped)
             error = _read_patch(shape, state, answer.values, changes, dropped)
         else:
             error = _wrong_answer(type(state), answer)

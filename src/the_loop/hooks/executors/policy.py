@@ -50,6 +50,9 @@ class PolicyExecutor:
 
     #: A hook server may decide on its event loop: compiled rules never block on I/O.
     served_inline = True
+    #: Its handlers only read the context they are given (they answer `Decisions`), so the
+    #: chain hands them the current context without a copy.
+    reads_only = True
 
     def __init__(
         self, name: str, policy: Policy, *, points: tuple[str, ...] | None = None,
