@@ -15,7 +15,6 @@ from hook_helpers import at
 from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain, Link, Outcome
 from the_loop.hooks.engine.executor import Decisions, HookError, LifecycleHooks
-from the_loop.hooks.executors.policy import load_policy
 from the_loop.hooks.engine.points import (
     POINTS,
     SPECS,
@@ -28,6 +27,7 @@ from the_loop.hooks.engine.points import (
     WorkItemComplete,
     WorkItemStart,
 )
+from the_loop.hooks.executors.policy import load_policy
 
 ITEM = WorkItem(ref="local:acme/app#7", tracker="local", repository="acme/app", number=7)
 
