@@ -40,6 +40,14 @@ _FIELDS = {point: {f.name: f for f in spec.fields} for point, spec in SPECS.item
 _SIMPLE: dict[str, type] = {"str": str, "bool": bool, "int": int}
 _RECORD_TYPES: dict[str, type] = {name: int if name == "number" else str
                                   for name in WORK_ITEM_FIELDS}
+#: Per point: the scalar fields a value of the right type is taken for as it is (not one
+#: another name maps onto this point's fields, not one whose "" means the default).
+_PLAIN_FIELDS: dict[str, dict[str, type]] = {
+    point: {name: _SIMPLE[f.type] for name, f in fs.items()
+            if f.type in _SIMPLE and name not in EMPTY_MEANS_DEFAULT
+            and name not in ALIASES.get(point, {})}
+    for point, fs in _FIELDS.items()
+}
 
 
 def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
@@ -51,9 +59,13 @@ def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
         raise ValueError(f"the context must be a JSON object, got {_json_type(params)}")
     fields = _FIELDS[point]
     aliases = ALIASES.get(point, {})
+    simple = _PLAIN_FIELDS[point]
     ignored: list[str] = []
     kwargs: dict[str, Any] = {}
     for raw_key, value in params.items():
+        if simple.get(raw_key) is type(value):  # our name, the right scalar type
+            kwargs[raw_key] = value
+            continue
         key = str(raw_key)
         name = aliases.get(key, key)
         fs = fields.get(name)
