@@ -319,7 +319,7 @@ def main() -> int:
 
         for n in (1, 4):
             rate, values = _throughput(hook_client, n)
-            thr_rows.append(("HookServer (stdlib, threads)", n, rate, values))
+            thr_rows.append(("HookServer (httptools on uvloop)", n, rate, values))
         with tempfile.TemporaryDirectory() as tmp:
             for worker in ("sync", "gthread"):
                 url, proc = _gunicorn(Path(tmp), worker)

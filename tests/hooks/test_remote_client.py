@@ -462,8 +462,13 @@ def test_redirect_not_followed_and_token_never_reaches_target(
     (http(200, b""), "empty body"),
     (b"HTTP/1.1 204 No Content\r\n\r\n", "empty body"),
     (b"SMTP ready\r\n\r\n", "not valid HTTP"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+     "not valid HTTP (\"Duplicate Content-Length\")"),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+     "not valid HTTP (\"Invalid character in chunk size\")"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 2x\r\n\r\n{}", "not valid HTTP"),
 ], ids=["html", "wrong-id", "no-jsonrpc", "both", "list", "bad-error", "error-id-null",
-        "empty", "204", "not-http"])
+        "empty", "204", "not-http", "two-lengths", "bad-chunk-size", "bad-length"])
 def test_malformed_answers_are_failures_a_person_understands(
     scripted: Any, remote: Any, answer: bytes, expected: str
 ) -> None:

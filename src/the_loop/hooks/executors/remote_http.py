@@ -1,16 +1,17 @@
 """HTTP/1.1 for the remote executor: connections, and answers read under one deadline.
 
 Every socket operation gets only the time left before the call's deadline (`left`), so a
-server that trickles its answer cannot stretch a call. Bodies are framed by
-Content-Length, chunks or the end of the connection, and refused past `MAX_RESPONSE`
-without reading further. Failures are `HookError`s with a message for a person; a
-connection closed by the server is `Closed` (with the count of answer bytes read, which
-decides whether the executor may resend), a deadline is `TimeoutError`.
+server that trickles its answer cannot stretch a call. httptools (llhttp, the parser
+uvicorn uses) frames the bytes read — status line, headers, Content-Length, chunks —
+so duplicate lengths, bad chunk sizes and the like are judged by kept code; a body with
+neither length nor chunks ends with the connection. Bodies are refused past
+`MAX_RESPONSE` without reading further. Failures are `HookError`s with a message for a
+person; a connection closed by the server is `Closed` (with the count of answer bytes read,
+which decides whether the executor may resend), a deadline is `TimeoutError`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import json
 import select
@@ -19,6 +20,8 @@ import ssl
 import threading
 import time
 from typing import Any
+
+import httptools
 
 from the_loop.hooks.engine.executor import HookError
 
@@ -116,17 +119,16 @@ def resolve(host: str, port: int, deadline: float) -> AddrInfo:
 
 
 class Reader:
-    """Reads an answer from one connection; every recv gets only the time left."""
+    """Reads an answer's bytes from one connection; every recv gets only the time left."""
 
-    __slots__ = ("buf", "deadline", "received", "sock")
+    __slots__ = ("deadline", "received", "sock")
 
     def __init__(self, conn: Conn, deadline: float) -> None:
         self.sock = conn.sock
-        self.buf = conn.buf
         self.deadline = deadline
         self.received = 0
 
-    def fill(self) -> None:
+    def recv(self) -> bytes:
         self.sock.settimeout(left(self.deadline))
         try:
             data = self.sock.recv(65536)
@@ -135,35 +137,7 @@ class Reader:
         if not data:
             raise Closed(self.received)
         self.received += len(data)
-        self.buf += data
-
-    def line(self, limit: int, where: str) -> bytes:
-        while True:
-            end = self.buf.find(b"\n")
-            if end >= 0:
-                out = bytes(self.buf[: end + 1])
-                del self.buf[: end + 1]
-                return out
-            if len(self.buf) > limit:
-                raise HookError(f"the answer from {where} has a header line over {limit} bytes")
-            self.fill()
-
-    def exactly(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            self.fill()
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-    def until_close(self, cap: int, where: str) -> bytes:
-        with contextlib.suppress(Closed):
-            while len(self.buf) <= cap:
-                self.fill()
-        if len(self.buf) > cap:
-            raise HookError(_too_large(where, f"more than {cap} bytes"))
-        out = bytes(self.buf)
-        self.buf.clear()
-        return out
+        return data
 
 
 def _too_large(where: str, size: str) -> str:
@@ -173,102 +147,129 @@ def _too_large(where: str, size: str) -> str:
     )
 
 
-def read_response(conn: Conn, deadline: float, where: str) -> Answer:
-    """Read one HTTP/1.x answer: status, headers, body (framed by length, chunks or close)."""
-    r = Reader(conn, deadline)
-    bad = f"the answer from {where} is not valid HTTP"
-    while True:
-        status_line = r.line(MAX_HEAD, where).decode("latin-1").rstrip("\r\n")
-        version, _, rest = status_line.partition(" ")
-        code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1.") or len(code) != 3 or not code.isdigit():
-            raise HookError(f"{bad} (status line {quote(status_line[:80])})")
-        status = int(code)
-        headers = _read_headers(r, where, bad, len(status_line))
+class _Message:
+    """httptools' callbacks for one answer: status, headers (names lowercased, repeats
+    joined with ", "), body; the limits are checked as the bytes arrive."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.bad = f"the answer from {where} is not valid HTTP"
+        self.parser: Any = None
+        self.status = 0
+        self.reason = b""
+        self.head = 0
+        self.headers: dict[str, str] = {}
+        self.body: list[bytes] = []
+        self.size = 0
+        self.until_close = False  # no length and no chunks: the body ends with the connection
+        self.done = False
+        self.keep = False
+        self.extra = False  # bytes past the answer: never reuse the connection
+
+    def on_message_begin(self) -> None:
+        if self.done:
+            self.extra = True
+            return
+        self.reason, self.head, self.headers = b"", 0, {}
+
+    def on_status(self, reason: bytes) -> None:
+        self.reason += reason
+        self._count(len(reason) + 13)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1").strip()
+        self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
+
+    def _count(self, n: int) -> None:
+        self.head += n
+        if self.head > MAX_HEAD:
+            raise HookError(f"{self.bad} (headers over {MAX_HEAD} bytes)")
+
+    def on_headers_complete(self) -> None:
+        if self.done:
+            return
+        self.status = status = self.parser.get_status_code()
         if status == 101:
-            raise HookError(f"HTTP 101 from {where}: switching protocols is not part of a call")
-        if status >= 200:
-            break  # 1xx interim answers (100 Continue) are skipped
-    if 300 <= status < 400:
-        target = headers.get("location", "")
-        raise HookError(
-            f"HTTP {status} {reason} from {where}"
-            + (f" redirecting to {quote(target[:200])}" if target else "")
-            + ": redirects are never followed (a bearer token must not travel to another "
-            "host); set url to the final address"
-        )
-    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
-    keep = "close" not in tokens and (version == "HTTP/1.1" or "keep-alive" in tokens)
-    encoding = headers.get("transfer-encoding", "").lower()
-    if status in (204, 304):
-        body = b""
-    elif encoding:
-        if encoding.rsplit(",", 1)[-1].strip() != "chunked":
-            raise HookError(f"{bad} (unsupported Transfer-Encoding {quote(encoding)})")
-        body = _read_chunked(r, where, bad)
-    elif "content-length" in headers:
-        length_text = headers["content-length"]
-        if not length_text.isdigit():
-            raise HookError(f"{bad} (Content-Length {quote(length_text[:40])})")
-        length = int(length_text)
-        if length > MAX_RESPONSE:
-            raise HookError(_too_large(where, f"Content-Length {length}"))
-        body = r.exactly(length)
-    else:
-        keep = False
-        body = r.until_close(MAX_RESPONSE, where)
-    if r.buf:
-        keep = False  # bytes nobody asked for: never reuse this connection
-    return Answer(status, reason, body, keep)
-
-
-def _read_headers(r: Reader, where: str, bad: str, size: int) -> dict[str, str]:
-    """The header block up to its blank line, names lowercased, repeats joined with ", "
-    (Content-Length excepted: two that differ are an error); `size` counts the status line
-    against `MAX_HEAD`."""
-    headers: dict[str, str] = {}
-    while True:
-        raw = r.line(MAX_HEAD, where)
-        size += len(raw)
-        if size > MAX_HEAD:
-            raise HookError(f"{bad} (headers over {MAX_HEAD} bytes)")
-        text = raw.decode("latin-1").rstrip("\r\n")
-        if not text:
-            return headers
-        name, colon, value = text.partition(":")
-        if not colon:
-            raise HookError(f"{bad} (header line {quote(text[:80])})")
-        key = name.strip().lower()
-        value = value.strip()
-        if key in headers and key != "content-length":
-            headers[key] += ", " + value
-        elif key in headers and headers[key] != value:
-            raise HookError(f"{bad} (conflicting Content-Length headers)")
-        else:
-            headers[key] = value
-
-
-def _read_chunked(r: Reader, where: str, bad: str) -> bytes:
-    body = bytearray()
-    while True:
-        size_line = r.line(MAX_HEAD, where).split(b";", 1)[0].strip()
-        try:
-            size = int(size_line, 16)
-        except ValueError:
+            raise HookError(f"HTTP 101 from {self.where}: switching protocols is not part of "
+                            "a call")
+        if 300 <= status < 400:
+            target = self.headers.get("location", "")
             raise HookError(
-                f"{bad} (chunk size {quote(size_line[:40].decode('latin-1'))})"
-            ) from None
-        if size < 0:
-            raise HookError(f"{bad} (negative chunk size)")
-        if size == 0:
-            while r.line(MAX_HEAD, where).strip():
-                pass  # trailers
-            return bytes(body)
-        if len(body) + size > MAX_RESPONSE:
-            raise HookError(_too_large(where, "a chunked body over the cap"))
-        body += r.exactly(size)
-        if r.line(MAX_HEAD, where).strip():
-            raise HookError(f"{bad} (chunk not followed by CRLF)")
+                f"HTTP {status} {self.reason.decode('latin-1')} from {self.where}"
+                + (f" redirecting to {quote(target[:200])}" if target else "")
+                + ": redirects are never followed (a bearer token must not travel to another "
+                "host); set url to the final address"
+            )
+        encoding = self.headers.get("transfer-encoding", "").lower()
+        if encoding and encoding.rsplit(",", 1)[-1].strip() != "chunked":
+            raise HookError(f"{self.bad} (unsupported Transfer-Encoding {quote(encoding)})")
+        length = self.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_RESPONSE:
+            raise HookError(_too_large(self.where, f"Content-Length {int(length)}"))
+        self.until_close = (status >= 200 and status not in (204, 304) and not encoding
+                            and length is None)
+
+    def on_body(self, chunk: bytes) -> None:
+        if self.done:
+            return
+        self.size += len(chunk)
+        if self.size > MAX_RESPONSE:
+            raise HookError(_too_large(self.where, "more than the cap" if self.until_close
+                                       else "a chunked body over the cap"))
+        self.body.append(chunk)
+
+    def on_message_complete(self) -> None:
+        if self.done:
+            return
+        if self.status < 200:  # 1xx interim answers (100 Continue) are skipped
+            self.body, self.size = [], 0
+            return
+        self.done = True
+        self.keep = bool(self.parser.should_keep_alive())
+
+
+def read_response(conn: Conn, deadline: float, where: str) -> Answer:
+    """Read one HTTP/1.x answer, framed by httptools (llhttp): status, headers, a body by
+    Content-Length, chunks or the end of the connection, each read given the time left."""
+    r = Reader(conn, deadline)
+    msg = _Message(where)
+    parser = msg.parser = httptools.HttpResponseParser(msg)
+    data = bytes(conn.buf)
+    conn.buf.clear()
+    while True:
+        if data:
+            _feed(parser, msg, data)
+        if msg.done:
+            break
+        try:
+            data = r.recv()
+        except Closed:
+            if not (msg.until_close and msg.status):
+                raise
+            msg.keep = False  # the body ended with the connection
+            break
+    return Answer(msg.status, msg.reason.decode("latin-1"), b"".join(msg.body),
+                  msg.keep and not msg.extra)
+
+
+def _feed(parser: Any, msg: _Message, data: bytes) -> None:
+    try:
+        parser.feed_data(data)
+    except HookError:
+        raise
+    except httptools.HttpParserUpgrade:
+        msg.extra = True  # bytes past the answer's head belong to another protocol
+    except httptools.HttpParserError as exc:
+        cause = exc.__context__
+        if isinstance(cause, HookError):
+            raise cause from None
+        if msg.done:
+            msg.extra = True  # garbage after a complete answer: do not reuse
+            return
+        why = str(exc).strip() or type(exc).__name__
+        raise HookError(f"{msg.bad} ({quote(why[:80])})") from None
 
 
 def quote(text: str) -> str:
