@@ -68,7 +68,8 @@ class OperatorLoader(_Base):  # type: ignore[misc]
         node = self.get_single_node()
         if node is None:
             return None
-        _check_aliases(node)
+        if getattr(self, "may_alias", True):
+            _check_aliases(node)
         return self.construct_document(node)
 
     def construct_yaml_int(self, node: Any) -> int:
@@ -166,7 +167,12 @@ def load(text: str) -> Any:
     if len(text) > MAX_BYTES:
         raise TooLargeError(f"{len(text)} characters; at most {MAX_BYTES}")
     # OperatorLoader derives from SafeLoader: no arbitrary object construction.
-    return yaml.load(text, Loader=OperatorLoader)
+    loader = OperatorLoader(text)
+    loader.may_alias = "*" in text  # no "*" anywhere: no alias, nothing to expand
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 #: What a FIFO, socket or device is called wherever a regular file was expected.
