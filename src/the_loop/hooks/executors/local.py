@@ -21,6 +21,7 @@ from the_loop.errors import HooksConfigError, quote
 from the_loop.hooks.declaring.entry import HookEntry, entry_error
 from the_loop.hooks.engine.executor import LifecycleHooks
 from the_loop.hooks.engine.location import failure_line
+from the_loop.hooks.executors.classcheck import problems
 from the_loop.hooks.executors.kind import CALL, Kind
 from the_loop.interrupt import reraise_if_real
 
@@ -53,6 +54,9 @@ def construct(entry: HookEntry, names: Mapping[str, str] | None = None) -> Lifec
     names = names or YAML_KEYS
     module = _import(entry)
     cls = _pick_class(entry, module, names)
+    wrong = problems(type(cls) if isinstance(cls, LifecycleHooks) else cls)
+    if wrong:
+        raise entry_error(entry, entry.kind, "; ".join(wrong))
     if isinstance(cls, LifecycleHooks):
         if entry.with_:
             raise entry_error(entry, "with", f"{entry.executor} is already an instance; "
