@@ -118,7 +118,7 @@ class ExpressionError(LoopError):
 #: What `ExpressionError.kind` may be.
 EXPRESSION_ERROR_KINDS = (
     "empty", "incomplete", "lexer", "syntax", "arity", "variadic-arity", "unknown-function",
-    "too-deep", "bad-regex", "too-costly",
+    "too-deep", "bad-regex", "too-costly", "data",
 )
 
 

@@ -195,6 +195,7 @@ class Compiler:
         field_types: Mapping[str, str] | None = None,
         reference: bool = False,
         lazy: bool = False,
+        rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> CompiledExpression:
         """Parse and compile a JMESPath expression.
 
@@ -215,6 +216,10 @@ class Compiler:
         for an ordering comparison of a ``str``/``bool`` field. Reading a field of an
         ``"object"`` field stays guarded, so a broken promise there gives ``null``.
 
+        ``rewrite`` is given the parsed AST and returns the AST to compile (a new tree: the
+        parsed one is shared with the parser's cache); a caller replaces reads of values it
+        knows at compile time with literals this way, and may raise to refuse the expression.
+
         The returned expression is optimistic (see ``Emitter`` and ``_build``).
         """
         for field, declared in (field_types or {}).items():
@@ -225,6 +230,8 @@ class Compiler:
                 )
         parsed = Parser().parse(text)
         ast = cast("dict[str, Any]", parsed.parsed)
+        if rewrite is not None:
+            ast = rewrite(ast)
         _check_functions(ast, self.library.table)
         expression: CompiledExpression = object.__new__(CompiledExpression)
         object.__setattr__(expression, "text", text)

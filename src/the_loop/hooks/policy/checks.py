@@ -43,6 +43,8 @@ def describe_compile_error(shown: str, text: str, exc: ExpressionError) -> str:
         return f"syntax error in {shown} at column {exc.column}: {exc.detail}"
     if exc.kind == "bad-regex":
         return f"{shown} at column {exc.column}: {exc}"
+    if exc.kind == "data":  # a read of the policy data it does not hold
+        return f"{shown} {exc}"
     if exc.kind == "too-costly":
         return f"{shown} is refused: it {exc}"
     return f"{shown} does not compile: {exc}"

@@ -14,7 +14,7 @@ Nothing else is caught: a bug of ours in the compiler stays a bug, never a user'
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from jmespath import exceptions as jmes_errors
@@ -41,11 +41,16 @@ def compile_policy_expression(
     field_types: Mapping[str, str] | None = None,
     reference: bool = False,
     lazy: bool = False,
+    rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> CompiledExpression:
-    """`compile_expression(text, …)`; raises `ExpressionError` for anything wrong with `text`."""
+    """`compile_expression(text, …)`; raises `ExpressionError` for anything wrong with `text`.
+
+    `rewrite` (see `Compiler.compile_expression`) may raise `ExpressionError` itself: the
+    policy data does so for a name the data does not hold.
+    """
     try:
         compiled = compile_expression(
-            text, field_types=field_types, reference=reference, lazy=lazy
+            text, field_types=field_types, reference=reference, lazy=lazy, rewrite=rewrite
         )
     except jmes_errors.JMESPathError as exc:
         raise _convert(exc, text) from None

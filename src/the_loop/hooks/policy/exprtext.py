@@ -43,6 +43,9 @@ def _field(node: Mapping[str, Any], ch: Any) -> str:
 
 
 def _literal(node: Mapping[str, Any], ch: Any) -> str:
+    path = node.get("data_path")  # a read of the policy data, replaced by its value
+    if isinstance(path, list):
+        return ".".join(["data", *(_field({"value": name}, ()) for name in path)])
     return literal(node["value"])
 
 

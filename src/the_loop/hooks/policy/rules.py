@@ -10,14 +10,10 @@ this module built.
 from __future__ import annotations
 
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from the_loop import yamlsafe
 from the_loop.configspec import (
     NAME,
     NON_EMPTY_PATTERN,
@@ -41,8 +37,9 @@ from the_loop.hooks.engine.points import (
 )
 from the_loop.hooks.policy.checks import check_fields, describe_compile_error
 from the_loop.hooks.policy.expressions import compile_policy_expression
+from the_loop.hooks.policy.data import PolicyData, read_data
+from the_loop.hooks.policy.files import Unloadable, load_yaml, rule_files, unsafe_entries
 from the_loop.hooks.policy.typecheck import type_messages
-from the_loop.hooks.policy.yamlhints import yaml_hint
 from the_loop.jmes import CompiledExpression, root_paths
 
 FILE_KEYS = ("rules",)
@@ -99,6 +96,7 @@ class Policy:
     files: list[Path]
     rules: list[Rule]
     reference: bool = False
+    data: PolicyData = field(default_factory=PolicyData)
 
     def rules_at(self, point: str) -> list[Rule]:
         return [r for r in self.rules if point in r.points]
@@ -118,53 +116,15 @@ def field_types(point: str) -> dict[str, str]:
     return {f.name: "object" if f.type == "WorkItem" else f.type for f in SPECS[point].fields}
 
 
-def rule_files(folder: Path) -> list[Path]:
-    """The `*.yaml`/`*.yml` files directly in `folder` (never `tests/`), in name order."""
-    return sorted(
-        (p for p in folder.iterdir()
-         if p.is_file() and p.suffix in (".yaml", ".yml") and not p.name.startswith(".")),
-        key=lambda p: p.name,
-    )
-
-
-def unsafe_entries(folder: Path) -> list[str]:
-    """One message per entry of `folder` the loader refuses (issue 11 rule 6).
-
-    A dangling symlink (a rule file that silently vanished), a FIFO, socket or device
-    (reading one can block forever), and a rule file whose real path is outside the folder
-    (a link into someone else's files) each fail the load; `policy check` lists them too.
-    """
-    errors: list[str] = []
-    real_folder = folder.resolve()
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        try:
-            st = entry.stat()
-        except FileNotFoundError:
-            errors.append(f"{entry}: a dangling symlink (its target does not exist); remove it "
-                          "or point it at a rule file in this folder")
-            continue
-        except OSError as exc:
-            errors.append(f"{entry}: cannot be read: {exc.strerror}")
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            errors.append(f"{entry}: {yamlsafe.NOT_REGULAR}; a policy folder holds only "
-                          "rule files; remove it")
-            continue
-        if entry.suffix in (".yaml", ".yml") and not entry.name.startswith("."):
-            real = entry.resolve()
-            if not real.is_relative_to(real_folder):
-                errors.append(f"{entry}: resolves to {real}, outside the policy folder; copy "
-                              "the rule file into the folder instead of linking to it")
-    return errors
-
-
-def read_policy(folder: Path, *, reference: bool = False, lazy: bool = False) -> Policy:
+def read_policy(
+    folder: Path, *, reference: bool = False, lazy: bool = False,
+    data: dict[str, Any] | None = None,
+) -> Policy:
     """Read and check every rule file in `folder`; raises `PolicyError` listing every error.
 
     `lazy` defers generating each expression's own code to its first use: the executor
     compiles a point's conditions together (`fast.py`) and rarely needs them one by one.
+    `data` replaces some of the data names' values (a test case's `data:`).
     """
     if not folder.exists():
         raise PolicyError([
@@ -182,14 +142,19 @@ def read_policy(folder: Path, *, reference: bool = False, lazy: bool = False) ->
             f"{folder}: no rule files (*.yaml or *.yml) in this folder; add one with a "
             "`rules:` list (see docs/policy-guide.md)"
         ])
-    checker = _Checker(reference, lazy)
+    values, problems = read_data(folder)
+    if problems:
+        raise PolicyError(problems, folder=str(folder))
+    if data:
+        values = values.with_values(data)
+    checker = _Checker(reference, lazy, values)
     for path in files:
         checker.read_file(path)
     if not checker.errors and not checker.rules:
         checker.errors.append(f"{folder}: the rule files hold no rules")
     if checker.errors:
         raise PolicyError(checker.errors, folder=str(folder))
-    return Policy(folder, files, checker.rules, reference)
+    return Policy(folder, files, checker.rules, reference, values)
 
 
 def _some_decision(values: dict[str, Any], _ctx: object) -> dict[str, Any]:
@@ -214,23 +179,14 @@ RULE = Mapping(expected="a mapping with name, on and set", fields={
 })
 
 
-def _hint_for(path: Path, exc: yaml.YAMLError) -> str:
-    """The rule and the fix when the line YAML refused shows a known slip, else ''."""
-    mark = getattr(exc, "problem_mark", None)
-    if mark is None:
-        return ""
-    try:
-        return yaml_hint(yamlsafe.read_text(path), mark.line)
-    except OSError:
-        return ""
-
-
 class _Checker:
     """Collects rules and errors across the files of one folder."""
 
-    def __init__(self, reference: bool, lazy: bool = False) -> None:
+    def __init__(self, reference: bool, lazy: bool = False,
+                 data: PolicyData | None = None) -> None:
         self.reference = reference
         self.lazy = lazy
+        self.data = data if data is not None else PolicyData()
         self.errors: list[str] = []
         self.rules: list[Rule] = []
         self.seen: dict[str, str] = {}  # rule name → file
@@ -238,13 +194,9 @@ class _Checker:
     def read_file(self, path: Path) -> None:
         where = str(path)
         try:
-            data = yamlsafe.load_file(path)
-        except OSError as exc:
-            self.errors.append(f"{where}: cannot read: {exc.strerror or exc}")
-            return
-        except yaml.YAMLError as exc:
-            self.errors.append(f"{where}: not valid YAML {yamlsafe.describe_error(exc)}"
-                               f"{_hint_for(path, exc)}")
+            data = load_yaml(path)
+        except Unloadable as exc:
+            self.errors.append(str(exc))
             return
         if not isinstance(data, dict) or "rules" not in data:
             said = "an empty file" if data is None else (
@@ -408,9 +360,10 @@ class _Checker:
         `shown` is how messages name the expression (default: the expression quoted).
         """
         shown = shown or quote(text)
+        rewrite = self.data.rewrite(text)
         if not points:  # `on` was already reported; still report a syntax error
             try:
-                compile_policy_expression(text, reference=self.reference)
+                compile_policy_expression(text, reference=self.reference, rewrite=rewrite)
             except ExpressionError as exc:
                 fail(key, describe_compile_error(shown, text, exc))
             return None
@@ -419,7 +372,7 @@ class _Checker:
             try:
                 out[point] = compile_policy_expression(
                     text, field_types=field_types(point), reference=self.reference,
-                    lazy=self.lazy,
+                    lazy=self.lazy, rewrite=rewrite,
                 )
             except ExpressionError as exc:
                 fail(key, describe_compile_error(shown, text, exc))

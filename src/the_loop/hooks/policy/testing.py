@@ -44,7 +44,8 @@ from the_loop.hooks.engine.points import (
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.policy.explain import RuleTrace
 from the_loop.hooks.policy.explain import explain as explain_rules
-from the_loop.hooks.policy.rules import Policy, read_policy, rule_files
+from the_loop.hooks.policy.files import rule_files
+from the_loop.hooks.policy.rules import Policy, read_policy
 
 HOOK = "policy"
 

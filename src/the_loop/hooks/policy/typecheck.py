@@ -11,6 +11,8 @@ rejected (`tests/policy/test_policy_types.py` generates them to prove it).
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -276,9 +278,15 @@ _TYPE_WORDS = {"string": "a string", "number": "a number", "array": "a list",
 def _lit_side(node: Node, a: T, b: T) -> tuple[Node, T, Node, T]:
     """(the non-literal side, its type, the literal side, its type), literal second if any."""
     left, right = node["children"]
-    if a.literal is not NO_LITERAL and b.literal is NO_LITERAL:
+    if _written(left, a) and not _written(right, b):
         return right, b, left, a
     return left, a, right, b
+
+
+def _written(node: Node, t: T) -> bool:
+    """Whether `node` is a literal as written (a read of the policy data is not: it is
+    shown by its name, like a field)."""
+    return t.literal is not NO_LITERAL and "data_path" not in node
 
 
 def _number_text(value: Any) -> str | None:
@@ -293,7 +301,12 @@ def _number_text(value: Any) -> str | None:
 
 def _equality_fix(node: Node, a: T, b: T) -> str:
     x, tx, y, ty = _lit_side(node, a, b)
+    if not _written(y, ty):  # no fix that rewrites a literal applies to data
+        ty = dataclasses.replace(ty, literal=NO_LITERAL)
     sx, sy = show(x), show(y)
+    if ARR in ty.kinds and STR in tx.kinds and not _written(y, ty):  # actor == data.people
+        x, tx, y, ty = y, ty, x, tx
+        sx, sy = sy, sx
     if ARR in tx.kinds and STR in ty.kinds:
         neg = "" if node["value"] == "eq" else "!"
         what = "holds" if node["value"] == "eq" else "lacks"
@@ -317,7 +330,9 @@ def json_text(value: Any) -> str:
 
 
 def _ordering_fix(node: Node, a: T, b: T) -> str:
-    x, tx, _y, ty = _lit_side(node, a, b)
+    x, tx, y, ty = _lit_side(node, a, b)
+    if not _written(y, ty):
+        ty = dataclasses.replace(ty, literal=NO_LITERAL)
     op = OPS[node["value"]]
     if NUM in tx.kinds and _number_text(ty.literal):
         left, right = (show(x), f"`{ty.literal}`")
