@@ -156,6 +156,42 @@ def direct_calls(python: Any, compiled: Any, reference: Any) -> dict[str, Callab
     }
 
 
+def variant_yaml(n: int, data: bool) -> str:
+    """`n` rules that read a maintainer list: written as a literal, or from `data/`."""
+    people = "data.maintainers" if data else "['alice', 'bob', 'carol']"
+    named = "{{ join(', ', data.maintainers) }}" if data else "alice, bob, carol"
+    lines = ["rules:"]
+    for i in range(n):
+        label = "loop" if matches(i) else f"team-{i}"
+        lines += [
+            f"  - name: rule-{i}",
+            "    on: session_spawn",
+            f"    when: \"contains({people}, actor) && contains(labels, '{label}')\"",
+            f"    set: {{prompt_prefix: \"[{i}] by {named}. \"}}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def data_rows(base: Path) -> list[str]:
+    """Per size: the executor's handler with the list as a literal vs read from data/."""
+    rows: list[str] = []
+    for n in SIZES:
+        handlers = {}
+        for key in ("literal", "data"):
+            folder = base / f"{key}{n}"
+            (folder / "data").mkdir(parents=True)
+            (folder / "rules.yaml").write_text(variant_yaml(n, key == "data"), "utf-8")
+            (folder / "data" / "people.yaml").write_text("maintainers: [alice, bob, carol]\n",
+                                                        "utf-8")
+            handlers[key] = load_policy("p", folder).handler("session_spawn")
+        work = copy_context(CTX)
+        assert handlers["literal"](work) == handlers["data"](work)
+        t = per_call({key: partial(fn, work) for key, fn in handlers.items()})
+        rows.append(f"| {n:,} | {us(t['literal'])} | {us(t['data'])} | "
+                    f"{t['data'] / t['literal']:.2f}× |")
+    return rows
+
+
 def us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f}"
 
@@ -207,6 +243,7 @@ def main() -> int:
                 f"{d['reference'] / d['python']:.1f}× |"
             )
             loads.append(f"| {n:,} | {ms(load_py)} | {ms(load_c)} | {ms(load_r)} |")
+        with_data = data_rows(base)
     print("session_spawn through one Chain, 1 rule in 10 matching (best of 11, interleaved; "
           "µs per call; × = ratio)\n")
     print("| rules | hand-written Python µs | policy compiled µs | compiled / Python "
@@ -226,6 +263,12 @@ def main() -> int:
     print("| rules | Python import ms | policy compiled ms | policy reference ms |")
     print("|---:|---:|---:|---:|")
     print("\n".join(loads))
+    print("\nPolicy data: the same rules reading a maintainer list written in each rule (and "
+          "in its prompt prefix) or read from data/people.yaml (`data.maintainers`, "
+          "`{{ join(', ', data.maintainers) }}`); the executor called directly, µs per call\n")
+    print("| rules | list as a literal µs | list from data/ µs | data / literal |")
+    print("|---:|---:|---:|---:|")
+    print("\n".join(with_data))
     print("\nThe compliance suite's benchmarks.json expressions and typical policy conditions, "
           "one evaluation each (µs; from benchmarks/jmespath_compiler.py)\n")
     print_expression_table(expression_rows(QUICK))

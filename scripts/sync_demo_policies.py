@@ -1,4 +1,4 @@
-"""Copy the example rule files in policies/ (and their tests/) into the package, where
+"""Copy the example rule files in policies/ (and their tests/ and data/) into the package, where
 `the-loop demo` finds them.
 
 The top-level policies/ folder is what an operator reads and copies; an installed
@@ -23,7 +23,8 @@ def rule_files(folder: Path) -> dict[str, str]:
 
 
 def main() -> int:
-    for source, target in ((SOURCE, TARGET), (SOURCE / "tests", TARGET / "tests")):
+    for source, target in ((SOURCE, TARGET), (SOURCE / "tests", TARGET / "tests"),
+                           (SOURCE / "data", TARGET / "data")):
         target.mkdir(parents=True, exist_ok=True)
         for old in target.iterdir():
             if old.suffix in (".yaml", ".yml"):

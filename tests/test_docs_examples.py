@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,7 @@ def rule_blocks() -> list[tuple[str, str]]:
 def test_every_rule_example_in_the_docs_loads_against_the_catalog(
     tmp_path: Path, page: str, block: str
 ) -> None:
+    shutil.copytree(ROOT / "policies" / "data", tmp_path / "data")  # what examples read
     (tmp_path / "rules.yaml").write_text(block, "utf-8")
     load_policy("docs", tmp_path)  # raises PolicyError naming each problem
 

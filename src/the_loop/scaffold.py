@@ -34,6 +34,24 @@ rules:
     set:
       proceed: false           # a policy may only refuse; a refusal sticks
       reason: "{{ work_item.ref }} is labelled do-not-automate"
+
+  - name: allowed-repositories
+    description: starts only for repositories on the allow list (data/repositories.yaml)
+    on: work_item_start
+    when: "!contains(data.allowed_repositories, work_item.repository)"
+    set:
+      proceed: false
+      reason: "{{ work_item.repository }} is not on the allow list in data/repositories.yaml"
+"""
+
+PEOPLE = """\
+# Named values the rules read as data.<name>: keep a list here once instead of in every rule.
+maintainers: [alice, bob]
+"""
+
+REPOSITORIES = """\
+# The repositories this loop starts work on (owner/name), read as data.allowed_repositories.
+allowed_repositories: [acme/app]
 """
 
 SESSIONS = """\
@@ -66,10 +84,11 @@ rules:
   - name: approve-only-by-maintainers
     description: only maintainers may /approve a gate
     on: input_received
-    when: "control == 'approve' && !contains(['alice', 'bob'], actor)"
+    when: "control == 'approve' && !contains(data.maintainers, actor)"
     set:
       proceed: false
-      reason: "only maintainers (alice, bob) may approve; {{ actor }} is not one"
+      reason: "only maintainers ({{ join(', ', data.maintainers) }}) may approve; \\
+        {{ actor }} is not one"
 """
 
 TEST_STARTS = """\
@@ -86,12 +105,29 @@ cases:
       reason: "local:acme/app#1 is labelled do-not-automate"
     rules: [refuse-by-label]
 
-  - name: any other item starts
+  - name: any other item of an allowed repository starts
     point: work_item_start
     facts:
+      work_item: {repository: acme/app}
       labels: [bug]
     expect: {proceed: true}
     rules: []
+
+  - name: an item of another repository is refused
+    point: work_item_start
+    facts:
+      work_item: {repository: evil/fork}
+    expect:
+      proceed: false
+      reason: "evil/fork is not on the allow list in data/repositories.yaml"
+    rules: [allowed-repositories]
+
+  - name: a case may give its own data
+    point: work_item_start
+    data: {allowed_repositories: [evil/fork]}
+    facts:
+      work_item: {repository: evil/fork}
+    expect: {proceed: true}
 """
 
 TEST_SESSIONS = """\
@@ -177,6 +213,8 @@ FILES: dict[str, str] = {
     "policies/20-sessions.yaml": SESSIONS,
     "policies/30-notifications.yaml": NOTIFICATIONS,
     "policies/40-input.yaml": INPUT,
+    "policies/data/people.yaml": PEOPLE,
+    "policies/data/repositories.yaml": REPOSITORIES,
     "policies/tests/starts.yaml": TEST_STARTS,
     "policies/tests/sessions.yaml": TEST_SESSIONS,
     "policies/tests/notifications.yaml": TEST_NOTIFICATIONS,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -359,7 +360,7 @@ def test_i5_9_guide_rule_examples_load_and_match_the_shipped_files(tmp_path: Pat
     assert len(rule_blocks) >= 4
     for i, block in enumerate(rule_blocks):
         where = tmp_path / str(i)
-        where.mkdir()
+        shutil.copytree(ROOT / "policies" / "data", where / "data")  # the examples' data
         (where / "rules.yaml").write_text(block, encoding="utf-8")
         load_policy("guide", where)  # raises on any error
         first = block.splitlines()[0]

@@ -20,7 +20,7 @@ def _sync_module():  # type: ignore[no-untyped-def]
 def test_demo_ships_the_example_policies_unchanged() -> None:
     sync = _sync_module()
     assert sync.rule_files(sync.SOURCE), "policies/ has no rule files"
-    for sub in (".", "tests"):
+    for sub in (".", "tests", "data"):
         assert sync.rule_files(sync.TARGET / sub) == sync.rule_files(sync.SOURCE / sub), (
             f"src/the_loop/demo/policies/{sub} differs from policies/{sub}: run "
             "`python scripts/sync_demo_policies.py`"

@@ -389,4 +389,5 @@ def test_i8_measure_the_policy_benchmark_runs_and_prints_its_tables() -> None:
     assert "| rules | hand-written Python µs | policy compiled µs | compiled / Python " in out
     assert "| rules | Python import ms | policy compiled ms | policy reference ms |" in out
     assert "| compliance | `b` |" in out and "| policy | `work_item.kind" in out
-    assert out.count("\n| 10 | ") == 3 and out.count("\n| 100 | ") == 3
+    assert "| rules | list as a literal µs | list from data/ µs | data / literal |" in out
+    assert out.count("\n| 10 | ") == 4 and out.count("\n| 100 | ") == 4

@@ -179,6 +179,7 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
         return 0, {
             "folder": str(folder), "ok": True, "files": [f.name for f in policy.files],
             "rules": len(policy.rules), "compile_stats": stats, "warnings": warnings,
+            "data": {name: Path(where).name for name, where in policy.data.origin.items()},
             "points": {
                 p: [{"name": r.name, "mode": r.mode, "file": Path(r.file).name,
                      "description": r.description} for r in rules]
@@ -198,6 +199,8 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
             if r.description:
                 line += f"  {r.description}"
             print(line.rstrip())
+    if policy.data.values:
+        print(f"data: {', '.join(policy.data.values)}")
     idle = [p for p, rules in by_point.items() if not rules]
     if idle:
         print(f"no rules at: {', '.join(idle)}")

@@ -25,7 +25,7 @@ from the_loop.hooks.policy.files import DATA_FOLDER, Unloadable, data_files, loa
 from the_loop.hooks.policy.files import unsafe_entries as unsafe_entries
 from the_loop.jmes import root_paths
 
-__all__ = ["ROOT", "PolicyData", "check_value", "read_data"]
+__all__ = ["ROOT", "PolicyData", "check_value", "read_data", "reads_context"]
 
 #: The root name under which expressions read the policy data.
 ROOT = "data"
@@ -166,6 +166,20 @@ class _Rewriter:
         return {"type": "literal", "value": value, "children": [], MARK: list(path)}
 
 
+def reads_context(node: Mapping[str, Any], at_start: bool = True) -> bool:
+    """Whether the (rewritten) expression may read the context: a field, `@` or an identity
+    where a path starts. False means its value is a constant (data and literals only)."""
+    kind = node.get("type")
+    if at_start and kind in ("field", "current", "identity"):
+        return True
+    children = [c for c in node.get("children") or [] if isinstance(c, Mapping)]
+    if kind == "subexpression":
+        return reads_context(children[0], at_start) or any(
+            reads_context(c, False) for c in children[1:])
+    return any(reads_context(c, _Rewriter._starts(kind, i, at_start))
+               for i, c in enumerate(children))
+
+
 def _column(text: str, dotted: str) -> int:
     names = dotted.split(".")
     pattern = r"\s*\.\s*".join(re.escape(n) for n in names)
@@ -181,7 +195,7 @@ def data_paths(ast: Mapping[str, Any]) -> list[tuple[str, ...]]:
 def check_value(value: Any, where: str) -> str | None:
     """Why `value` (at `where`) cannot be policy data, or None: data is JSON without null,
     mappings keyed by strings, numbers finite."""
-    if isinstance(value, bool | str) or (isinstance(value, int)):
+    if isinstance(value, bool | str | int):
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else (

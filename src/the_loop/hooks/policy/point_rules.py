@@ -9,6 +9,7 @@ placeholder compiled by `jmes.batch.compile_value`); both give the same text.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from the_loop.hooks.engine.points import SPECS, WorkItem, context_to_json
+from the_loop.hooks.policy.data import reads_context
 from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.rules import AFFIXES, Rule, Template, Value
 from the_loop.jmes.api import COMPILE_ERRORS
@@ -156,11 +158,11 @@ def point_rules(rules: list[Rule], point: str, *, fast: bool = True) -> tuple[Po
         templates: dict[str, Template] = {}
         for key, value in values.items():
             if isinstance(value, Template):
-                folded = _fold(value)  # every placeholder a literal: rendered now
-                if folded is None:
-                    templates[key] = value
+                folded = _fold(value)  # placeholders of literals and data: rendered now
+                if all(isinstance(p, str) for p in folded.parts):
+                    constants[key] = "".join(str(p) for p in folded.parts)
                 else:
-                    constants[key] = folded
+                    templates[key] = folded
         static = None if templates else dict(constants)
         out.append(PointRule(
             name=rule.name, file=rule.file, audit=rule.audit, when=rule.when.get(point),
@@ -173,17 +175,19 @@ def point_rules(rules: list[Rule], point: str, *, fast: bool = True) -> tuple[Po
     return tuple(out)
 
 
-def _fold(template: Template) -> str | None:
-    """The rendered template when every placeholder is a literal, else None."""
-    chunks: list[str] = []
+def _fold(template: Template) -> Template:
+    """The template with each placeholder that reads no context (literals and policy data
+    only: `{{ join(', ', data.maintainers) }}`) rendered now, into its text."""
+    parts: list[str | Any] = []
     for part in template.parts:
-        if isinstance(part, str):
-            chunks.append(part)
-        elif part.ast.get("type") == "literal":
-            chunks.append(render_value(part.ast["value"]))
+        if not isinstance(part, str) and not reads_context(part.ast):
+            with contextlib.suppress(Exception):  # it fails whatever the context: let it
+                part = render_value(part.search({}))  # fail where it runs
+        if isinstance(part, str) and parts and isinstance(parts[-1], str):
+            parts[-1] += part
         else:
-            return None
-    return "".join(chunks)
+            parts.append(part)
+    return Template(template.text, tuple(parts))
 
 
 def _on_json_view(search: Callable[[Any], Any]) -> Callable[[Any], Any]:

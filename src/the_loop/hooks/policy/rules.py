@@ -36,8 +36,8 @@ from the_loop.hooks.engine.points import (
     point_list,
 )
 from the_loop.hooks.policy.checks import check_fields, describe_compile_error
-from the_loop.hooks.policy.expressions import compile_policy_expression
 from the_loop.hooks.policy.data import PolicyData, read_data
+from the_loop.hooks.policy.expressions import compile_policy_expression
 from the_loop.hooks.policy.files import Unloadable, load_yaml, rule_files, unsafe_entries
 from the_loop.hooks.policy.typecheck import type_messages
 from the_loop.jmes import CompiledExpression, root_paths

@@ -42,10 +42,11 @@ from the_loop.hooks.engine.points import (
     unknown_point_message,
 )
 from the_loop.hooks.executors.policy import PolicyExecutor
+from the_loop.hooks.policy.data import check_value as check_data
 from the_loop.hooks.policy.explain import RuleTrace
 from the_loop.hooks.policy.explain import explain as explain_rules
 from the_loop.hooks.policy.files import rule_files
-from the_loop.hooks.policy.rules import Policy, read_policy
+from the_loop.hooks.policy.rules import Policy, PolicyError, read_policy
 
 HOOK = "policy"
 
@@ -133,6 +134,7 @@ class _Case:
     expect: dict[str, Any]
     rules: list[str] | None
     audit: list[str] | None
+    data: dict[str, Any] | None = None
 
 
 def run_tests(
@@ -158,16 +160,19 @@ def run_tests(
     cases: list[_Case] = []
     for path in files:
         cases.extend(_read_cases(path, policy, report.errors))
-    executor = PolicyExecutor(HOOK, policy)
-    chain = Chain([Link(HOOK, executor, frozenset(executor.points()))], log=EventLog())
-    executor.bind_log(chain.log)
+    chains = _Chains(policy)
     report.coverage = {r.name: [0, 0] for r in policy.rules}
     at = {r.name: set(r.points) for r in policy.rules}
     for case in cases:
+        built = chains.get(case)
+        if isinstance(built, str):
+            report.errors.append(built)
+            continue
+        case_policy, chain = built
         result = _run_case(chain, case)
         if explain:
             result.explained = explain_rules(
-                policy, case.point, context_from_json(case.point, case.facts))
+                case_policy, case.point, context_from_json(case.point, case.facts))
         matched = set(result.rules) | set(result.audit)
         for name, counts in report.coverage.items():
             if name in matched:
@@ -177,6 +182,36 @@ def run_tests(
         report.results.append(result)
     report.unexercised = [name for name, (m, _) in report.coverage.items() if not m]
     return report
+
+
+def _chain(policy: Policy) -> Chain:
+    executor = PolicyExecutor(HOOK, policy)
+    chain = Chain([Link(HOOK, executor, frozenset(executor.points()))], log=EventLog())
+    executor.bind_log(chain.log)
+    return chain
+
+
+class _Chains:
+    """The folder's chain, and one per distinct `data:` a case gives (read once each)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.built: dict[str, tuple[Policy, Chain] | str] = {"": (policy, _chain(policy))}
+
+    def get(self, case: _Case) -> tuple[Policy, Chain] | str:
+        """(the policy, its chain) for `case`, or the error that the policy with the case's
+        data does not load."""
+        key = json.dumps(case.data, sort_keys=True) if case.data else ""
+        if key not in self.built:
+            try:
+                policy = read_policy(self.policy.folder, reference=self.policy.reference,
+                                     data=case.data)
+            except PolicyError as exc:
+                self.built[key] = (f"{case.file}: case {case.name!r} → data: with this data "
+                                   f"the policy does not load: {'; '.join(exc.errors)}")
+            else:
+                self.built[key] = (policy, _chain(policy))
+        return self.built[key]
 
 
 def _run_case(chain: Chain, case: _Case) -> CaseResult:
@@ -262,6 +297,8 @@ CASE = Mapping(expected="a mapping with name, point, facts, expect", fields={
                            then=(_a_decision,)), nullable=True),
     "rules": Field(_RULE_NAMES),
     "audit": Field(_RULE_NAMES),
+    "data": Field(DictOf(key=Str(expected="a data name"), value=Any_(),
+                         expected="a mapping of data names to the values this case uses")),
 })
 
 
@@ -286,12 +323,35 @@ def _read_case(
     expect = _check_expect(point, checked["expect"], fail) if "expect" in checked else {}
     rules = _rule_list(checked.get("rules"), "rules", point, policy, fail)
     audit = _rule_list(checked.get("audit"), "audit", point, policy, fail)
+    data = checked.get("data")
+    for wrong in data_problems(data or {}, policy):
+        fail("data", wrong)
     if not {"expect", "rules", "audit"} & set(checked):
         fail("expect", "missing; a case must expect decisions (and/or rules, audit), or it "
                        "could never fail")
     if len(errors) != before:
         return None
-    return _Case(where, checked["name"], point, checked["facts"], expect, rules, audit)
+    return _Case(where, checked["name"], point, checked["facts"], expect, rules, audit,
+                 data or None)
+
+
+def data_problems(data: dict[str, Any], policy: Policy) -> list[str]:
+    """Every problem of a case's `data:`: a name the folder's data does not define (with its
+    did-you-mean), a value that is not data."""
+    known = list(policy.data.values)
+    out: list[str] = []
+    for name, value in data.items():
+        if name not in policy.data.values:
+            hint = closest(str(name), known)
+            out.append(f"the folder's data has no {name!r}"
+                       + (f" (did you mean {hint!r}?)" if hint else "")
+                       + (f"; data names: {', '.join(known)}" if known
+                          else "; the folder has no data/ files"))
+            continue
+        problem = check_data(value, str(name))
+        if problem:
+            out.append(problem)
+    return out
 
 
 def fact_problems(point: str, facts: dict[Any, Any]) -> list[str]:

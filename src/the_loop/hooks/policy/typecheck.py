@@ -12,7 +12,6 @@ rejected (`tests/policy/test_policy_types.py` generates them to prove it).
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
