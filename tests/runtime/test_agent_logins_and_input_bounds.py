@@ -67,6 +67,35 @@ def test_issue20_item1_an_agent_token_cannot_approve_and_acts_only_on_its_own_it
     assert not any(t in log for t in TOKENS.values())
 
 
+def test_an_agent_token_cannot_read_another_items_session_and_act_on_it(ld: LoopDir) -> None:
+    """Two running items: an agent token reads no item (403), so it cannot learn item B's
+    session id from GET /items and then comment on or /stop item B as B's agent; a person's
+    token still reads both."""
+    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}, agents: {agentbot: AGENT_TOKEN}}\n")
+    mine, other = ld.add("The agent's own"), ld.add("Someone else's")
+    ld.start(mine)
+    ld.start(other)
+    ld.poll()
+    theirs = ld.work(other)["session_id"]
+    proc = ld.popen("serve", "--port", "0", "--quiet", env=TOKENS)
+    try:
+        api = Client(readline(proc).split(" on ", 1)[1].strip())
+        for path in ("/items", f"/items/{other.rsplit('#', 1)[1]}",
+                     f"/items/{mine.rsplit('#', 1)[1]}"):
+            status, answer = api.call("GET", path, token="agentbot-secret-20")
+            assert status == 403, answer
+            assert answer["error"].startswith("you are agent:agentbot (from your token), an "
+                                              "agent: an agent's token reads no work item"), answer
+            assert theirs not in json.dumps(answer)
+        status, listed = api.call("GET", "/items", token="alice-secret-20")
+        assert status == 200 and {i["ref"] for i in listed} == {mine, other}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert ld.work(other)["state"] == "running"
+
+
 def test_issue20_item1_a_login_that_is_both_a_person_and_an_agent_is_a_config_error(
         ld: LoopDir) -> None:
     ld.write_config("serve: {tokens: {bot: A_TOKEN}, agents: {bot: B_TOKEN}}\n")

@@ -15,7 +15,8 @@ operator's token (`serve.tokenEnv` / `--token-env`) may act for a named person, 
 does, and is the only one a tracker's webhook may use. An agent harness's token
 (`serve.agents`) gives exactly an in-session agent's rights: its input names its session
 (`"session": "$THE_LOOP_SESSION"`), is accepted only while that session is its item's
-current one at an agent node, is written as `agent:<session>`, and never answers a gate.
+current one at an agent node, is written as `agent:<session>`, and never answers a gate;
+it reads no item (an item's loop state names its session, the key an agent acts with).
 Requests run concurrently: each takes a loop (its own database connection) from a pool; a
 work item's steps are serialised by its claim, not by a lock around the server. A body that
 is not Unicode text (not UTF-8, or a lone surrogate: `wire.read_json`) is a 400 naming why,
@@ -151,8 +152,15 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health":
             self._send(200, {"ok": True, "loop": self.server.loop.settings.loop})
             return
-        if self.server.who(self.headers.get("Authorization", "")) is None:
+        who = self.server.who(self.headers.get("Authorization", ""))
+        if who is None:
             self._send(401, {"error": "missing or wrong bearer token"})
+            return
+        if who[0].startswith(AGENT_PREFIX):  # an item's loop state names its session
+            self._send(403, {"error": f"you are {who[0]} (from your token), an agent: an "
+                                      "agent's token reads no work item (each names its "
+                                      "session, an agent's key to act on it); its prompt "
+                                      "carries its own"})
             return
         with self.server.borrow() as loop:
             try:
