@@ -16,7 +16,7 @@ from runtime_helpers import LoopDir
 from the_loop.cli import main
 
 
-@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "1e400", "soon"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "1e-300", "0.001", "1e400", "soon"])
 def test_poll_interval_that_is_not_a_positive_finite_number_is_a_usage_error(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, value: str) -> None:
     with pytest.raises(SystemExit) as stopped:
@@ -24,8 +24,8 @@ def test_poll_interval_that_is_not_a_positive_finite_number_is_a_usage_error(
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert err.splitlines()[-1] == (
-        "the-loop poll: error: argument --interval: expected a number of seconds above 0 "
-        f"and up to 86400 (e.g. 5 or 0.5), got {value!r}")
+        "the-loop poll: error: argument --interval: expected a number of seconds from 0.05 "
+        f"up to 86400 (e.g. 5 or 0.5), got {value!r}")
     assert "bug" not in err
 
 

@@ -17,8 +17,8 @@ from the_loop.errors import LoopError
 MAX_SECONDS = 86_400.0
 
 
-def seconds(text: str, *, zero: bool = True) -> float:
-    """A duration flag's value: a finite number of seconds up to a day (`zero`: 0 allowed).
+def seconds(text: str, *, least: float = 0.0) -> float:
+    """A duration flag's value: a finite number of seconds from `least` up to a day.
 
     `float()` alone takes "inf", "nan" and "-1", which a poller then spins on or crashes on.
     """
@@ -26,18 +26,21 @@ def seconds(text: str, *, zero: bool = True) -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    low_ok = value >= 0 if zero else value > 0
-    if not (low_ok and value <= MAX_SECONDS):  # also refuses nan and inf
-        span = "from 0" if zero else "above 0 and"
+    if not (least <= value <= MAX_SECONDS):  # also refuses nan and inf
         raise argparse.ArgumentTypeError(
-            f"expected a number of seconds {span} up to {MAX_SECONDS:g} (e.g. 5 or 0.5), "
-            f"got {text!r}")
+            f"expected a number of seconds from {least:g} up to {MAX_SECONDS:g} (e.g. 5 or "
+            f"0.5), got {text!r}")
     return value
 
 
+#: The shortest poll interval: anything shorter (0, 1e-300) is a busy loop writing a
+#: poll.cycle event per round; the soak and the throughput benchmark poll at this rate.
+MIN_INTERVAL = 0.05
+
+
 def positive_seconds(text: str) -> float:
-    """`seconds` for an interval, where 0 would be a busy loop."""
-    return seconds(text, zero=False)
+    """`seconds` for an interval, where 0 (or next to it) would be a busy loop."""
+    return seconds(text, least=MIN_INTERVAL)
 
 
 def config_of(args: argparse.Namespace) -> Config:
