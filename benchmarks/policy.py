@@ -33,6 +33,7 @@ from the_loop.hooks.engine.chain import Chain, Link, copy_context
 from the_loop.hooks.engine.executor import LifecycleHooks
 from the_loop.hooks.engine.points import SessionSpawn, WorkItem
 from the_loop.hooks.executors.policy import load_policy
+from the_loop.hooks.policy.branches import BranchCounter
 
 QUICK = "--quick" in sys.argv
 SIZES = (10, 100) if QUICK else (10, 100, 1000)
@@ -192,6 +193,27 @@ def data_rows(base: Path) -> list[str]:
     return rows
 
 
+def coverage_rows(base: Path) -> list[str]:
+    """Per size: the compiled handler of a policy never used for coverage vs one whose rules
+    a coverage run counted (no counter is compiled into it), and what counting costs a case."""
+    rows: list[str] = []
+    for n in SIZES:
+        folder = base / f"policy{n}"
+        plain = load_policy("p", folder)
+        covered = load_policy("p", folder)
+        counter = BranchCounter.of(covered.policy)
+        counter.count(covered.policy, "session_spawn", CTX)
+        work = copy_context(CTX)
+        t = per_call({
+            "plain": partial(plain.handler("session_spawn"), work),
+            "covered": partial(covered.handler("session_spawn"), work),
+            "count": partial(counter.count, covered.policy, "session_spawn", work),
+        })
+        rows.append(f"| {n:,} | {us(t['plain'])} | {us(t['covered'])} | "
+                    f"{t['covered'] / t['plain']:.2f}× | {us(t['count'])} |")
+    return rows
+
+
 def us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f}"
 
@@ -244,6 +266,7 @@ def main() -> int:
             )
             loads.append(f"| {n:,} | {ms(load_py)} | {ms(load_c)} | {ms(load_r)} |")
         with_data = data_rows(base)
+        with_coverage = coverage_rows(base)
     print("session_spawn through one Chain, 1 rule in 10 matching (best of 11, interleaved; "
           "µs per call; × = ratio)\n")
     print("| rules | hand-written Python µs | policy compiled µs | compiled / Python "
@@ -269,6 +292,13 @@ def main() -> int:
     print("| rules | list as a literal µs | list from data/ µs | data / literal |")
     print("|---:|---:|---:|---:|")
     print("\n".join(with_data))
+    print("\nBranch coverage: the compiled handler of a policy no coverage run touched, and of "
+          "one whose rules `policy test --coverage` counted (its counting is a separate walk; "
+          "the compiled code has no counters); last, what counting one case costs\n")
+    print("| rules | compiled µs | compiled after a coverage run µs | after / before "
+          "| counting one case µs |")
+    print("|---:|---:|---:|---:|---:|")
+    print("\n".join(with_coverage))
     print("\nThe compliance suite's benchmarks.json expressions and typical policy conditions, "
           "one evaluation each (µs; from benchmarks/jmespath_compiler.py)\n")
     print_expression_table(expression_rows(QUICK))

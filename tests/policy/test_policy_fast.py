@@ -390,4 +390,5 @@ def test_i8_measure_the_policy_benchmark_runs_and_prints_its_tables() -> None:
     assert "| rules | Python import ms | policy compiled ms | policy reference ms |" in out
     assert "| compliance | `b` |" in out and "| policy | `work_item.kind" in out
     assert "| rules | list as a literal µs | list from data/ µs | data / literal |" in out
-    assert out.count("\n| 10 | ") == 4 and out.count("\n| 100 | ") == 4
+    assert "| rules | compiled µs | compiled after a coverage run µs | after / before " in out
+    assert out.count("\n| 10 | ") == 5 and out.count("\n| 100 | ") == 5

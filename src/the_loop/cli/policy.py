@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,11 +49,19 @@ def register_test(ps: Any) -> None:
     pt.add_argument("--explain", action="store_true",
                     help="under each case, why each rule at its point matched or not")
     pt.add_argument("--coverage", action="store_true",
-                    help="per rule, how many cases matched it and how many did not")
+                    help="per rule, how many cases matched it and how many did not; per "
+                    "condition, which parts (each side of && and ||, each comparison, each "
+                    "contains) were never true or never false")
     pt.add_argument("--min-coverage", type=percent, default=None, metavar="PCT",
-                    help="exit 1 when fewer than PCT%% of the rules are matched by some case, "
-                    "naming the rules no case matched (implies --coverage); PCT is 0 to 100, "
-                    "with or without %%")
+                    help="exit 1 when the measure --coverage-of names is below PCT%%, naming "
+                    "what no case reached (implies --coverage); PCT is 0 to 100, with or "
+                    "without %%")
+    pt.add_argument("--coverage-of", choices=("rules", "branches"), default="rules",
+                    help="what --min-coverage gates: the share of rules some case matched "
+                    "(default), or the share of condition parts seen both true and false")
+    pt.add_argument("--run", type=pattern, default=None, metavar="PATTERN",
+                    help="run only the cases whose name matches PATTERN (a regular "
+                    "expression, searched)")
     add_json(pt)
     pt.set_defaults(func=cmd_test)
 
@@ -68,6 +77,15 @@ def percent(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"expected a percentage from 0 to 100 (e.g. 100 or 80%), got {text!r}")
     return value
+
+
+def pattern(text: str) -> re.Pattern[str]:
+    """`--run`'s value: a regular expression."""
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(
+            f"not a regular expression ({exc}): {text!r}; a plain case name works too") from None
 
 
 @dataclass(frozen=True)
@@ -219,19 +237,25 @@ def _test(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]
 
     folder = target.folder
     try:
-        report = run_tests(folder, policy=load_target(target), explain=args.explain)
+        report = run_tests(folder, policy=load_target(target), explain=args.explain,
+                           branches=args.coverage or args.min_coverage is not None,
+                           run=args.run)
     except PolicyError as exc:
         if not args.json:
             raise  # exit 1, every error listed on stderr
         return 1, {"folder": str(folder), "ok": False, "passed": 0, "failed": 0,
                    "errors": exc.errors, "cases": []}
     floor = args.min_coverage
-    below = floor is not None and report.covered_percent < floor
+    branches = args.coverage_of == "branches" and report.branches is not None
+    measured = report.branches.percent() if branches and report.branches else \
+        report.covered_percent
+    below = floor is not None and measured < floor
     code = 0 if report.ok and not below else 1
     if args.json:
         doc = report.to_json()
         if floor is not None:
             doc["coverage"]["min"] = floor
+            doc["coverage"]["of"] = args.coverage_of
             doc["coverage"]["ok"] = not below
         return code, doc
     for r in report.results:
@@ -250,7 +274,11 @@ def _test(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]
     if report.errors:
         summary += f", {len(report.errors)} test file error(s)"
     print(summary)
-    if below:
+    if below and branches and report.branches is not None:
+        print(f"branch coverage {report.branches.shown_percent():.1f}% is below "
+              f"--min-coverage {floor:g}: add cases to {folder / 'tests'} that make each part "
+              "above true and false")
+    elif below:
         print(f"coverage {report.shown_percent:.1f}% is below --min-coverage {floor:g}: no "
               f"case matched {', '.join(report.unexercised)}; add a case to "
               f"{folder / 'tests'} that each of them matches")  # below 100%: some rule is named
@@ -266,3 +294,11 @@ def _print_coverage(report: Any) -> None:
     total = len(report.coverage)
     print(f"coverage: {report.shown_percent:.1f}% of rules matched by a case "
           f"({total - len(report.unexercised)} of {total})")
+    branches = report.branches
+    if branches is None:
+        return
+    for rule, part, said in branches.gaps():
+        print(f"branches: {rule}: `{part}` {said}")
+    seen, outcomes = branches.outcomes()
+    print(f"branches: {branches.shown_percent():.1f}% of condition outcomes seen ({seen} of "
+          f"{outcomes}: each part of a condition true and false)")

@@ -10,6 +10,7 @@ file naming an unknown point, field, decision or rule is an error, never a pass.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from the_loop.hooks.engine.points import (
     unknown_point_message,
 )
 from the_loop.hooks.executors.policy import PolicyExecutor
+from the_loop.hooks.policy.branches import BranchCounter
 from the_loop.hooks.policy.data import check_value as check_data
 from the_loop.hooks.policy.explain import RuleTrace
 from the_loop.hooks.policy.explain import explain as explain_rules
@@ -86,6 +88,8 @@ class TestReport:
     unexercised: list[str] = field(default_factory=list)
     #: rule → [cases that matched it, cases at one of its points that did not], rule order
     coverage: dict[str, list[int]] = field(default_factory=dict)
+    #: with branches=True: which parts of each condition were seen true and false
+    branches: BranchCounter | None = None
 
     @property
     def covered_percent(self) -> float:
@@ -120,7 +124,7 @@ class TestReport:
                 "percent": self.shown_percent,
                 "rules": {k: {"matched": m, "not_matched": n}
                           for k, (m, n) in self.coverage.items()},
-            },
+            } | ({} if self.branches is None else {"branches": self.branches.to_json()}),
             "cases": [r.to_json() for r in self.results],
         }
 
@@ -139,12 +143,14 @@ class _Case:
 
 def run_tests(
     folder: Path, *, reference: bool = False, policy: Policy | None = None,
-    explain: bool = False,
+    explain: bool = False, branches: bool = False, run: re.Pattern[str] | None = None,
 ) -> TestReport:
     """Load the policy (raises `PolicyError`), then run every case in `folder/tests`.
 
     `policy`: the folder's rules, already read (by a caller that checked more about them).
     `explain`: each result also says, per rule at its point, why it did or did not match.
+    `branches`: also count which parts of each condition were seen true and false.
+    `run`: only the cases whose name it matches (`re.search`).
     """
     if policy is None:
         policy = read_policy(folder, reference=reference)
@@ -160,7 +166,13 @@ def run_tests(
     cases: list[_Case] = []
     for path in files:
         cases.extend(_read_cases(path, policy, report.errors))
+    if run is not None:
+        cases = [c for c in cases if run.search(c.name)]
+        if not cases and not report.errors:
+            report.errors.append(f"{tests}: no case's name matches --run {run.pattern!r}")
     chains = _Chains(policy)
+    if branches:
+        report.branches = BranchCounter.of(policy)
     report.coverage = {r.name: [0, 0] for r in policy.rules}
     at = {r.name: set(r.points) for r in policy.rules}
     for case in cases:
@@ -170,6 +182,9 @@ def run_tests(
             continue
         case_policy, chain = built
         result = _run_case(chain, case)
+        if report.branches is not None:
+            report.branches.count(case_policy, case.point,
+                                  context_from_json(case.point, case.facts))
         if explain:
             result.explained = explain_rules(
                 case_policy, case.point, context_from_json(case.point, case.facts))
