@@ -76,7 +76,8 @@ def axis(points: list[Recorded], refused: set[int]) -> Axis:
     if points:
         for k in range(5):
             t = points[0].at + (points[-1].at - points[0].at) * k / 4
-            out.ticks.append({"x": LEFT + WIDTH * k / 4, "label": clock(t)})
+            out.ticks.append({"x": LEFT + WIDTH * k / 4, "label": clock(t),
+                              "cls": "start" if k == 0 else "end" if k == 4 else "middle"})
     return out
 
 
