@@ -37,10 +37,11 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]
         mp.setenv("CONSOLE_ALICE_TOKEN", TOKEN)
         assert run_demo(folder, io.StringIO()) == 0
         shutil.copytree(folder / "policies", folder / "policies-next")
-        rule = folder / "policies-next" / "30-input.yaml"
-        text = rule.read_text(encoding="utf-8")
-        rule.write_text(text.replace("['alice', 'bob']", "['alice', 'bob', 'mallory']"),
-                        encoding="utf-8")
+        people = folder / "policies-next" / "data" / "people.yaml"
+        text = people.read_text(encoding="utf-8")
+        assert "maintainers: [alice, bob]" in text  # the demo's list, which mallory joins
+        people.write_text(text.replace("maintainers: [alice, bob]",
+                                       "maintainers: [alice, bob, mallory]"), encoding="utf-8")
         config = folder / "cli-config.yaml"
         with config.open("a", encoding="utf-8") as f:
             f.write("serve:\n  tokens: {alice: CONSOLE_ALICE_TOKEN}\n  console:\n"
