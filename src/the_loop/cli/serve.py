@@ -13,7 +13,8 @@ from the_loop.errors import UsageError
 
 
 def register(sub: Any) -> None:
-    s = sub.add_parser("serve", help="the control plane: a JSON API and a tracker webhook")
+    s = sub.add_parser("serve", help="the control plane: a JSON API, a tracker webhook and a "
+                                            "read-only console in a browser (/console/)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8700)
     s.add_argument("--token-env", default="", metavar="VAR",

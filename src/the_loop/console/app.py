@@ -197,6 +197,7 @@ class Console:
             self._send(h, 403, b"cross-site request refused", "text/plain; charset=utf-8")
             return
         if path == "/console/signout":
+            h.close_connection = True  # its body, if any, is not read
             self._redirect(h, "/console/signin", set_cookie("", secure=self._secure(h),
                                                            max_age=0))
             return
