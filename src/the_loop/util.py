@@ -1,4 +1,5 @@
-"""Small helpers several layers borrow: a did-you-mean hint, and who may carry a token where.
+"""Small helpers several layers borrow: a did-you-mean hint, who may carry a token where, and
+a long value cut for a person to read.
 
 Kept free of imports from the rest of the package, so the engine, the runtime, the config
 reader and the CLI can all use them without importing each other.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import json
 import os
 from urllib.parse import urlsplit
 
@@ -30,6 +32,25 @@ def closest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
     """The valid name a typo most likely meant, or None."""
     found = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
     return found[0] if found else None
+
+
+#: Longer JSON than this is cut for a person: its first `HEAD` and last `TAIL` characters.
+SHOWN_LIMIT, HEAD, TAIL = 120, 60, 30
+
+
+def shown_value(value: object, *, full: bool = False) -> str:
+    """`value` as JSON for a person; when longer than `SHOWN_LIMIT` (and not `full`), its first
+    and last characters around `…`, then its length: characters for a string, else items."""
+    text = json.dumps(value, ensure_ascii=False)
+    if full or len(text) <= SHOWN_LIMIT:
+        return text
+    if isinstance(value, str):
+        size = f"{len(value):,} characters"
+    elif isinstance(value, (list, dict)):
+        size = f"{len(value):,} items, {len(text):,} characters of JSON"
+    else:
+        size = f"{len(text):,} characters"
+    return f"{text[:HEAD]}…{text[-TAIL:]} ({size}; --full shows all)"
 
 
 def is_loopback(host: str) -> bool:

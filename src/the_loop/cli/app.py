@@ -15,7 +15,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from the_loop import __version__
-from the_loop.cli import completion, demo, events, hooks, init, items, loop, policy, replay, serve
+from the_loop.cli import (
+    completion,
+    demo,
+    events,
+    hooks,
+    init,
+    items,
+    loop,
+    policy,
+    policy_eval,
+    replay,
+    serve,
+)
 from the_loop.cli.helptext import decorate
 from the_loop.errors import LoopError, exception_line
 from the_loop.interrupt import install as install_interrupt
@@ -26,7 +38,7 @@ Register = Callable[[Any], None]
 COMMANDS: tuple[Register, ...] = (
     init.register,         # init [DIR]
     hooks.register,        # hooks, hooks points|run|schema|serve
-    policy.register,       # policy check|test (subcommands below)
+    policy.register,       # policy check|test|eval|replay (subcommands below)
     items.register,        # items add|list|show|comment|label|close
     loop.register,         # start, reply, poll, ask, graph complete
     serve.register,        # serve (the control plane)
@@ -39,6 +51,7 @@ COMMANDS: tuple[Register, ...] = (
 POLICY_SUBCOMMANDS: tuple[Register, ...] = (
     policy.register_check,  # policy check [DIR]
     policy.register_test,   # policy test [DIR]
+    policy_eval.register_eval,  # policy eval DIR --point P [--context FILE|-] [--facts …]
     replay.register,        # policy replay [--since 7d] [--point P] … (cli/replay.py)
 )
 

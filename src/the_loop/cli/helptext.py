@@ -22,6 +22,8 @@ EXAMPLES: dict[str, str] = {
     "policy": "the-loop policy test --min-coverage 100",
     "policy check": "the-loop policy check policies --json",
     "policy test": "the-loop policy test --coverage --explain",
+    "policy eval": "the-loop policy eval policies --point work_item_start --facts "
+                   "actor=alice work_item=github:acme/app#12 --explain",
     "policy replay": "the-loop policy replay --since 7d --fail-on-change",
     "items": "the-loop items add 'Fix the login page' --label loop",
     "items add": "the-loop items add 'Fix the login page' --label loop",

@@ -1,27 +1,36 @@
-"""`the-loop hooks …`: list the declaration, show the catalog, dry-run a point, the schema."""
+"""`the-loop hooks …`: list the declaration, show the catalog, dry-run a point (the declared
+chain or one hook named on the command line), the schema."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from the_loop import yamlsafe
-from the_loop.cli._common import add_json, completes_points, config_of, print_json
-from the_loop.cli.serve_hooks import register_serve
-from the_loop.errors import UsageError
+from the_loop.cli._common import add_json, completes_points, config_of, print_json, require_path
+from the_loop.cli.dryrun import (
+    add_input_args,
+    dry_context,
+    dry_input,
+    explained_of,
+    print_outcome,
+)
+from the_loop.cli.serve_hooks import CLI_NAMES, register_serve
+from the_loop.errors import HooksConfigError, UsageError
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.declaration import parse_hooks
+from the_loop.hooks.declaring.loading import construct, load_executor
+from the_loop.hooks.engine.chain import Chain, Link
 from the_loop.hooks.engine.points import (
     POINTS,
     SPECS,
     WORK_ITEM_FIELDS,
-    context_from_json,
     context_to_json,
+    unknown_point_message,
 )
-from the_loop.hooks.serving.wire import NotUnicode, read_json
+from the_loop.hooks.executors.registry import default_points
+from the_loop.hooks.serving.hosted import policy_executor
 
 
 def register(sub: Any) -> None:
@@ -35,15 +44,19 @@ def register(sub: Any) -> None:
     completes_points(pp.add_argument("--point", metavar="P", help="one point only"))
     pp.set_defaults(func=cmd_points)
 
-    pr = hs.add_parser("run", help="run the declared chain at one point on given fields")
+    pr = hs.add_parser("run", help="run the declared chain, or one hook, at one point on "
+                                   "given fields")
     completes_points(pr.add_argument("point", metavar="POINT",
                                      help=f"the lifecycle point: {', '.join(POINTS)}"))
-    pr.add_argument("--context", metavar="FILE|-",
-                    help="a JSON object of the point's fields, from FILE or stdin (-); fields "
-                         "left out take their defaults (default: an empty object)")
-    pr.add_argument("--explain", action="store_true",
-                    help="per policy rule: matched, not matched (the false part of `when` and "
-                    "the fields it read) or failed; audit rules with what they would set")
+    one = pr.add_mutually_exclusive_group()
+    one.add_argument("--policy", metavar="DIR", help="run this policy folder alone, with no "
+                                                     "config")
+    one.add_argument("--path", metavar="FILE", help="run the LifecycleHooks class of this .py "
+                                                    "file alone, with no config")
+    one.add_argument("--url", metavar="URL", help="call this hook server alone, with no config")
+    pr.add_argument("--token-env", metavar="VAR", default="",
+                    help="with --url: the environment variable holding its bearer token")
+    add_input_args(pr)
     add_json(pr)
     pr.set_defaults(func=cmd_run)
 
@@ -81,8 +94,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_points(args: argparse.Namespace) -> int:
     if args.point is not None and args.point not in POINTS:
-        from the_loop.hooks.engine.points import unknown_point_message
-
         raise UsageError(unknown_point_message(args.point))
     specs = [SPECS[args.point]] if args.point else list(SPECS.values())
     if args.json:
@@ -105,94 +116,62 @@ def cmd_points(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_context_arg(source: str | None) -> Any:
-    if source is None:
-        return {}
-    try:
-        text = _context_text(source)
-    except OSError as exc:
-        raise UsageError(f"--context {source}: cannot read: {exc.strerror}") from None
-    try:
-        return read_json(text) if text.strip() else {}
-    except NotUnicode as exc:
-        raise UsageError(f"--context {source}: the context {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"--context {source}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
-
-
-def _context_text(source: str) -> str:
-    """The --context file (a regular file) or standard input, bounded and UTF-8."""
-    if source != "-":
-        return yamlsafe.read_text(Path(source))
-    limit = yamlsafe.MAX_BYTES
-    data = sys.stdin.buffer.read(limit + 1)
-    if len(data) > limit:
-        raise yamlsafe.UnreadableError(f"more than {limit // (1024 * 1024)} MiB on standard "
-                                       "input; a context is far smaller (is this the right "
-                                       "input?)")
-    return yamlsafe.decoded(data)
+def one_hook_chain(args: argparse.Namespace) -> Chain | None:
+    """The chain of the one hook --policy, --path or --url names (None: use the config's)."""
+    if args.token_env and not args.url:
+        raise UsageError("--token-env names the token of a --url hook; pass --url URL too")
+    if args.policy or args.path:
+        option, value = ("--policy", args.policy) if args.policy else ("--path", args.path)
+        require_path(args, value, f"{option} ", or_else="or leave it out to run the declared "
+                                                        "chain")
+        if args.policy:
+            executor: Any = policy_executor(args.policy)
+        else:
+            executor = load_executor(path=args.path, module=None, names=CLI_NAMES)
+        name = "policy" if args.policy else "path"
+    elif args.url:
+        entry: dict[str, Any] = {"name": "url", "url": args.url}
+        if args.token_env:
+            entry["tokenEnv"] = args.token_env
+        try:
+            executor = construct(parse_hooks([entry], Path.cwd())[0])
+        except HooksConfigError as exc:
+            option = "--token-env" if exc.key == "tokenEnv" else "--url"
+            raise UsageError(f"{option}: {exc.detail}") from None
+        name = "url"
+    else:
+        return None
+    chain = Chain([Link(name, executor, frozenset(default_points(executor)))], log=EventLog())
+    bind = getattr(executor, "bind_log", None)
+    if bind is not None:
+        bind(chain.log)
+    return chain
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from the_loop.hooks.declaring.loading import chain_from_config
-    from the_loop.hooks.engine.points import unknown_point_message
 
-    if args.point not in POINTS:
-        raise UsageError(unknown_point_message(args.point))
-    data = _read_context_arg(args.context)
-    config = config_of(args)
-    if isinstance(data, dict) and "loop" not in data and config.loop:
-        data = {**data, "loop": config.loop}  # the fact the loop itself would pass
-    try:
-        ctx = context_from_json(args.point, data)
-    except ValueError as exc:
-        raise UsageError(f"--context: {exc}") from None
+    given = dry_input(args, args.point)  # before the config: a bad context is the answer
+    chain = one_hook_chain(args)
+    config = config_of(args) if chain is None else None
+    ctx = dry_context(args.point, given, loop=config.loop if config is not None else "")
     # A dry run: the chain's events stay in memory, so the loop's event log never shows a
     # decision or refusal for a work item that does not exist.
-    chain = chain_from_config(config, log=EventLog())
+    if chain is None:
+        assert config is not None
+        chain = chain_from_config(config, log=EventLog())
     outcome = chain.invoke(ctx)
-    final = context_to_json(outcome.context)
-    trace = [step.to_json() for step in outcome.steps]
-    explained = _explained(chain, outcome) if args.explain else {}
-    for item in trace:
-        if item["hook"] in explained:
-            item["explain"] = [t.to_json() for t in explained[item["hook"]]]
+    explained = explained_of(args, chain, outcome)
     if args.json:
-        print_json({"point": args.point, "context": final, "trace": trace})
+        trace = [step.to_json() for step in outcome.steps]
+        for item in trace:
+            if item["hook"] in explained:
+                item["explain"] = [t.to_json() for t in explained[item["hook"]]]
+        print_json({"point": args.point, "context": context_to_json(outcome.context),
+                    "trace": trace})
         return 0
-    names = chain.names(args.point)
-    print(f"{args.point}: {len(names)} hook(s) run: {', '.join(names) or 'none'}")
-    for step in outcome.steps:
-        line = f"  {step.hook:<16} {step.status:<9} {step.ms:8.3f} ms"
-        if step.changed:
-            line += "  changed " + ", ".join(
-                f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in step.changed.items()
-            )
-        if step.error:
-            line += f"  error: {step.error}"
-        if step.dropped:
-            line += f"  ignored: {', '.join(step.dropped)}"
-        rules = step.detail.get("rules")
-        if rules:
-            line += f"  rules: {', '.join(rules)}"
-        audit = step.detail.get("audit")
-        if audit:
-            line += f"  audit rules matched: {', '.join(audit)}"
-        print(line)
-        for rule in explained.get(step.hook, ()):
-            print(f"      {rule.text()}")
-    print("final decisions:")
-    for d in SPECS[args.point].decisions:
-        print(f"  {d.name} = {json.dumps(final[d.name], ensure_ascii=False)}")
+    print_outcome(args, chain, outcome, explained)
     return 0
-
-
-def _explained(chain: Any, outcome: Any) -> dict[str, Any]:
-    from the_loop.hooks.policy.explain import explain_chain
-
-    return explain_chain(chain, outcome)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

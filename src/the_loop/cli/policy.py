@@ -48,6 +48,9 @@ def register_test(ps: Any) -> None:
     pt.add_argument("dir", metavar="DIR", nargs="?", help=_DIR_HELP)
     pt.add_argument("--explain", action="store_true",
                     help="under each case, why each rule at its point matched or not")
+    pt.add_argument("--full", action="store_true",
+                    help="with --explain, show long values whole (by default their first and "
+                         "last characters and their length)")
     pt.add_argument("--coverage", action="store_true",
                     help="per rule, how many cases matched it and how many did not; per "
                     "condition, which parts (each side of && and ||, each comparison, each "
@@ -263,7 +266,7 @@ def _test(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]
         for problem in r.problems:
             print(f"      {problem}")
         for rule in r.explained or ():
-            print(f"      · {rule.text()}")
+            print(f"      · {rule.text(args.full)}")
     for error in report.errors:
         print(f"ERROR {error}")
     if args.coverage or floor is not None:

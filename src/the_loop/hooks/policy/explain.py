@@ -10,7 +10,6 @@ cost only an explaining person pays.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from the_loop.hooks.policy.point_rules import RuntimeFailure, point_rules
 from the_loop.hooks.policy.rules import Policy
 from the_loop.jmes import root_paths
 from the_loop.jmes.semantics import truthy
+from the_loop.util import shown_value
 
 MATCHED, NOT_MATCHED, FAILED = "matched", "not matched", "failed"
 
@@ -39,9 +39,9 @@ class FalsePart:
     def to_json(self) -> dict[str, Any]:
         return {"condition": self.condition, "value": self.value, "fields": self.fields}
 
-    def text(self) -> str:
-        shown = _json(self.value)
-        reads = "; ".join(f"{k} = {_json(v)}" for k, v in self.fields.items()
+    def text(self, full: bool = False) -> str:
+        shown = shown_value(self.value, full=full)
+        reads = "; ".join(f"{k} = {shown_value(v, full=full)}" for k, v in self.fields.items()
                           if k != self.condition)
         return f"{self.condition} is {shown}" + (f" ({reads})" if reads else "")
 
@@ -69,19 +69,16 @@ class RuleTrace:
             out["error"] = self.error
         return out
 
-    def text(self) -> str:
+    def text(self, full: bool = False) -> str:
+        """One line; long values cut (`shown_value`) unless `full`."""
         name = self.rule + (" (audit)" if self.mode == "audit" else "")
         if self.outcome == MATCHED:
             verb = "would set" if self.mode == "audit" else "sets"
-            what = ", ".join(f"{k}={_json(v)}" for k, v in self.sets.items())
+            what = ", ".join(f"{k}={shown_value(v, full=full)}" for k, v in self.sets.items())
             return f"{name}: matched; {verb} {what}"
         if self.outcome == NOT_MATCHED:
-            return f"{name}: not matched: " + " and ".join(p.text() for p in self.because)
+            return f"{name}: not matched: " + " and ".join(p.text(full) for p in self.because)
         return f"{name}: failed: {self.error}"
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
 
 
 def explain_chain(chain: Chain, outcome: Outcome) -> dict[str, list[RuleTrace]]:
