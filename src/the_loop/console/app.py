@@ -141,11 +141,12 @@ class Console:
                 values = views.timeline(loop, loop.tracker.resolve(raw), query)
                 self._page(h, "timeline.html", login=login, **values)
         elif path.startswith("/console/points/") and path[16:].isdigit() and len(path) < 30:
-            with self.server.borrow() as loop:
-                self._page(h, "point.html", login=login, **views.one_point(loop, int(path[16:])))
+            values = views.one_point(self.server.loop.settings.db_path, int(path[16:]))
+            self._page(h, "point.html", login=login, **values)
         elif path == "/console/rules":
-            with self.server.borrow() as loop:
-                self._page(h, "rules.html", login=login, **views.rules(loop, query))
+            loop = self.server.loop
+            values = views.rules(loop.settings.db_path, loop.chain.links, query)
+            self._page(h, "rules.html", login=login, **values)
         elif path == "/console/whatif":
             self._whatif(h, query, login)
         else:

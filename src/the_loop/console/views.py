@@ -11,11 +11,13 @@ import json
 import math
 import time
 import urllib.parse
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from the_loop.console import charts, reads
 from the_loop.errors import LoopError
+from the_loop.hooks.engine.chain import Link
 from the_loop.hooks.engine.points import POINTS, SPECS
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.runtime.decisionlog import Recorded
@@ -194,21 +196,23 @@ def sessions(db: Path, ref: str) -> list[dict[str, Any]]:
     return out
 
 
-def one_point(loop: Loop, point_id: int) -> dict[str, Any]:
-    rec = reads.point(loop.settings.db_path, point_id)
+def one_point(db: Path, point_id: int) -> dict[str, Any]:
+    """One recorded point of the decision log in `db` (any loop.db-shaped log)."""
+    rec = reads.point(db, point_id)
     if rec is None:
         raise LoopError(f"no recorded point #{point_id} in the decision log")
     return {"p": shown(rec)}
 
 
-def rules(loop: Loop, query: dict[str, str]) -> dict[str, Any]:
+def rules(db: Path, links: Iterable[Link], query: dict[str, str]) -> dict[str, Any]:
+    """Each rule of each policy hook in `links`, with its matches in the log in `db`."""
     period = query.get("since", "7d")
     period = period if period in RULE_PERIODS else "7d"
     until = time.time()
     since = until - RULE_PERIODS[period]
-    hits = reads.rule_hits(loop.settings.db_path, since, until, BUCKETS)
+    hits = reads.rule_hits(db, since, until, BUCKETS)
     folders = []
-    for link in loop.chain.links:
+    for link in links:
         if not isinstance(link.executor, PolicyExecutor):
             continue
         policy = link.executor.policy
