@@ -57,11 +57,11 @@ def test_glob_match_given_an_800kb_fact_as_its_pattern_fails_that_rule_naming_th
     assert out["context"]["proceed"] is True  # type: ignore[index]
 
 
-def test_glob_match_with_thousands_of_stars_answers_as_fnmatch_does(
+def test_glob_match_with_two_thousand_stars_answers_as_fnmatch_does(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`*a` 4,000 times against a long subject that cannot match: RE2 answers (linearly);
-    the answer is fnmatch's."""
-    pattern = "*a" * 4_000 + "b"
+    """`*a` 2,000 times (a literal) against a subject that cannot match: RE2 answers
+    (linearly); the answer is fnmatch's."""
+    pattern = "*a" * 2_000 + "b"
     config = _loop(tmp_path, f"""\
         rules:
           - name: stars
@@ -69,7 +69,7 @@ def test_glob_match_with_thousands_of_stars_answers_as_fnmatch_does(
             when: "glob_match('{pattern}', text)"
             set: {{proceed: false}}
     """)
-    text = "a" * 20_000
+    text = "a" * 2_500
     out = _run(config, {"text": text}, capsys)
     assert out["context"]["proceed"] is True  # type: ignore[index]
     assert glob_match(pattern, text + "b") is fnmatch.fnmatchcase(text + "b", pattern) is True
@@ -133,3 +133,27 @@ def test_policy_check_warns_about_a_pattern_that_is_not_a_literal_with_the_fix(
     assert main(["policy", "check", str(folder), "--json"]) == 0
     [doc] = json.loads(capsys.readouterr().out)["folders"]
     assert len(doc["warnings"]) == 3 and doc["ok"] is True
+
+
+def test_glob_match_with_a_fact_as_pattern_and_a_long_subject_fails_that_rule(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both arguments from facts: `*a` 4,999 times against 65,536 characters (one input's
+    most) took 17 s in RE2 (its DFA gives up within its memory budget and the NFA walks every
+    pattern position for every character). The rule fails at once, naming both sizes; a
+    pattern with no `*` and a short one with stars still match a long subject."""
+    config = _loop(tmp_path, """\
+        rules:
+          - name: actor-glob
+            on: input_received
+            when: "glob_match(actor, text)"
+            set: {proceed: false, reason: "matched"}
+    """)
+    out = _run(config, {"actor": "*a" * 4_999, "text": "a" * 65_536}, capsys)
+    [step] = out["trace"]  # type: ignore[misc]
+    assert step["status"] == "failed"
+    assert step["error"].endswith(
+        "In function glob_match(), a pattern of 9,998 characters with a '*' against a subject "
+        "of 65,536: at most 20,000,000 pattern characters times subject characters")
+    assert out["context"]["proceed"] is True  # type: ignore[index]
+    assert glob_match("*a*", "b" * 1_000_000 + "a") is True
+    assert glob_match("a" * 9_000, "a" * 9_000) is True
