@@ -10,6 +10,10 @@ sharing the work through claims. Best of `--repeat` runs (default 2). Prints a m
 table: items per second for each poller count and its ratio to one poller.
 
     .venv/bin/python benchmarks/loop_throughput.py [--items 20] [--repeat 2] [--quick]
+
+With `--backend postgresql` it measures 1, 2 and 4 hosts on one PostgreSQL database instead
+(see benchmarks/loop_hosts.py): `--dsn` names a server where it may create and drop
+databases (default $THE_LOOP_BENCH_PG_DSN, else postgresql:///postgres).
 """
 
 from __future__ import annotations
@@ -132,8 +136,16 @@ def main() -> int:
     ap.add_argument("--items", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="8 items, one run each")
+    ap.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
+    ap.add_argument("--dsn", default=os.environ.get("THE_LOOP_BENCH_PG_DSN",
+                                                    "postgresql:///postgres"))
+    ap.add_argument("--sleep", type=float, default=2.0, help="postgresql: a session's sleep")
+    ap.add_argument("--max-sessions", type=int, default=4, help="postgresql: per host")
+    ap.add_argument("--claim-seconds", type=float, default=3.0)
     args = ap.parse_args()
     items, repeat = (8, 1) if args.quick else (args.items, args.repeat)
+    if args.backend == "postgresql":
+        return hosts_report(args, items, repeat)
     best: dict[int, float] = {}
     for _ in range(repeat):
         for pollers in (1, 2):
@@ -150,6 +162,20 @@ def main() -> int:
         rate = items / best[pollers]
         base = items / best[1]
         print(f"| {pollers} | {best[pollers]:.2f} | {rate:.2f} | {rate / base:.2f} |")
+    return 0
+
+
+def hosts_report(args: argparse.Namespace, items: int, repeat: int) -> int:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from loop_hosts import report
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} "
+          f"{platform.release()}, Python {platform.python_version()}, load {load:.1f} at start")
+    print(f"command: python benchmarks/loop_throughput.py --backend postgresql --items {items} "
+          f"--repeat {repeat} --sleep {args.sleep:g} --max-sessions {args.max_sessions}")
+    report(args.dsn, items=items, sleep=args.sleep, max_sessions=args.max_sessions,
+           repeat=repeat, claim_seconds=args.claim_seconds)
     return 0
 
 

@@ -163,6 +163,15 @@ def pg_dsn(_pg_admin_dsn: str) -> Iterator[str]:
             )
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest) -> str:
+    """A test taking this runs on both backends: '' (SQLite in stateDir, the default) and
+    then a PostgreSQL database of its own (skipped without THE_LOOP_TEST_PG_DSN)."""
+    if request.param == "sqlite":
+        return ""
+    return str(request.getfixturevalue("pg_dsn"))
+
+
 def _with_dbname(dsn: str, name: str) -> str:
     """`dsn` pointing at database `name`: a URL stays a URL, key=value stays key=value."""
     from urllib.parse import urlsplit

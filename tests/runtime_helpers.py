@@ -110,8 +110,9 @@ class LoopDir:
     """One loop's folder: cli-config.yaml, stateDir, hooks, and the processes it started."""
 
     def __init__(self, root: Path, extra: str = "", *, harness: str = "record",
-                 graph: str = "short", channels: str = "") -> None:
+                 graph: str = "short", channels: str = "", database: str = "") -> None:
         self.root = root
+        self.database = database  # a postgresql:// DSN, or '' for SQLite in stateDir
         self.config = root / "cli-config.yaml"
         self.state = root / ".the-loop"
         self.home = root / "_home"
@@ -137,6 +138,8 @@ class LoopDir:
             f"    model: m-1\ngraph: {graph}\n"
         )
         text += channels or "channels:\n  - {kind: file, path: channel.jsonl}\n"
+        if self.database:
+            text += f"database: {self.database}\n"
         text += textwrap.dedent(extra)
         self.config.write_text(text, encoding="utf-8")
         return self.config
@@ -245,6 +248,8 @@ class LoopDir:
         return conn
 
     def query(self, sql: str, *params: Any) -> list[dict[str, Any]]:
+        if self.database:
+            return pg_query(self.database, sql, *params)
         if not (self.state / "loop.db").exists():
             return []
         with closing(self.db()) as conn:
@@ -256,10 +261,10 @@ class LoopDir:
 
     def item(self, ref: str) -> dict[str, Any]:
         """The item as `items show --json` gives it, read through the tracker in-process."""
-        from the_loop.runtime.db import Database
+        from the_loop.runtime.db import open_database
         from the_loop.runtime.tracker import LocalTracker
 
-        db = Database(self.state / "loop.db")
+        db = open_database(self.database or self.state / "loop.db")
         try:
             return LocalTracker(db, "acme/app").get(ref).to_json()
         finally:
@@ -323,6 +328,18 @@ class LoopDir:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def pg_query(dsn: str, sql: str, *params: Any) -> list[dict[str, Any]]:
+    """`sql` (sqlite3's `?` placeholders) on PostgreSQL, rows as dicts ([] before the loop
+    made its tables)."""
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        if conn.execute("SELECT to_regclass('work') AS t").fetchone()["t"] is None:  # type: ignore[index]
+            return []
+        return conn.execute(sql.replace("%", "%%").replace("?", "%s"), params).fetchall()
 
 
 def alive(pid: int) -> bool:

@@ -35,6 +35,10 @@ TOP_LEVEL_KEYS: dict[str, str] = {
     "serve": "control-plane tokens ({tokens: {LOGIN: VAR}, tokenEnv: VAR}); host and port "
              "are flags of `the-loop serve`",
     "decisionLog": "how long fired points are kept for replay ({keepDays: 30})",
+    "database": "the shared database, postgresql://user@host/dbname (absent: SQLite in "
+                "stateDir); its password comes from PGPASSWORD or ~/.pgpass",
+    "maxSessions": "harness sessions this host runs at once (default 8)",
+    "lease": "claims on work items ({expirySeconds: 30, heartbeatSeconds: 5})",
 }
 
 

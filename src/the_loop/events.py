@@ -48,6 +48,13 @@ EVENT_TYPES: dict[str, str] = {
     "session.launched": "a harness process was launched; fields: work_item, session_id, pid",
     "session.refused": "a launch was refused; fields: work_item, hook, reason",
     "session.exited": "a harness process ended; fields: session_id, code",
+    "session.fenced": "this host was away past its lease and another took the item over: "
+                      "its session is ended, nothing written; fields: session_id, work_item",
+    "claim.fenced": "another owner took a work item over while this process worked on it "
+                    "(a newer fencing number): nothing more is written; fields: work_item, "
+                    "error",
+    "host.lost": "a host's heartbeat lapsed: its sessions are over and its items taken over; "
+                 "fields: host, work_item, sessions",
     "session.failed": "a session could not start (its workspace or its harness command "
                       "failed); the item is blocked; fields: work_item, error",
     "session.announced": "the session-started comment was posted; fields: session_id",

@@ -40,9 +40,9 @@ def settle(ld: LoopDir) -> None:
 
 
 def test_two_pollers_on_one_state_folder_start_each_item_once_and_deliver_each_comment_once(
-        tmp_path: Path) -> None:
-    with LoopDir(tmp_path) as ld:
-        hold(ld, policy=False)
+        tmp_path: Path, database: str) -> None:
+    with LoopDir(tmp_path, database=database) as ld:
+        hold(ld, "maxSessions: 10\n", policy=False)  # all ten at once
         refs = [ld.add(f"Item {i}") for i in range(10)]
         for ref in refs:
             ld.start(ref)
@@ -74,10 +74,11 @@ def test_two_pollers_on_one_state_folder_start_each_item_once_and_deliver_each_c
         assert live_sessions(ld) == Counter(dict.fromkeys(refs, 1))
 
 
-def test_twenty_concurrent_replies_queue_behind_one_session_at_a_time(tmp_path: Path) -> None:
+def test_twenty_concurrent_replies_queue_behind_one_session_at_a_time(
+        tmp_path: Path, database: str) -> None:
     """20 `reply` processes at once at a running agent node, then two pollers: each reply is
     delivered once, to a session that is not ended before it starts; never two at once."""
-    with LoopDir(tmp_path) as ld:
+    with LoopDir(tmp_path, database=database) as ld:
         hold(ld, policy=False)
         ref = ld.add()
         ld.start(ref)

@@ -65,8 +65,8 @@ def drive(ld: LoopDir, ref: str) -> list[str]:
 
 
 def test_r1_2_e2e_arming_to_close_seven_points_in_order_each_before_what_it_decides(
-        tmp_path: Path) -> None:
-    with LoopDir(tmp_path, harness="demo", graph="builtin") as ld:
+        tmp_path: Path, database: str) -> None:
+    with LoopDir(tmp_path, harness="demo", graph="builtin", database=database) as ld:
         ld.write_config("hooks:\n" + ld.add_recorder(), harness="demo", graph="builtin")
         ref = ld.add("Add a login page", "--body", "Users sign in with email.")
         assert "armed" in ld.cli("start", ref, "--actor", "operator").stdout

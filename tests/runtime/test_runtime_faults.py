@@ -102,9 +102,9 @@ def act(ld: LoopDir, ref: str, action: str, failpoint: str) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_a_crash_at_each_failpoint_loses_doubles_and_sticks_nothing(
-        tmp_path: Path, case: tuple[str, tuple[str, ...], int]) -> None:
+        tmp_path: Path, case: tuple[str, tuple[str, ...], int], database: str) -> None:
     point, walk, at = case
-    with LoopDir(tmp_path) as ld:
+    with LoopDir(tmp_path, database=database) as ld:
         hold(ld, asking=walk is ASKING)
         ref = ld.add("Add a login page", *(["--label", "frozen"] if walk is FROZEN else []))
         for i, action in enumerate(walk):

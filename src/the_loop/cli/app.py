@@ -27,6 +27,7 @@ from the_loop.cli import (
     policy_eval,
     replay,
     serve,
+    state,
 )
 from the_loop.cli.helptext import decorate
 from the_loop.errors import LoopError, exception_line
@@ -42,6 +43,7 @@ COMMANDS: tuple[Register, ...] = (
     items.register,        # items add|list|show|comment|label|close
     loop.register,         # start, reply, poll, ask, graph complete
     serve.register,        # serve (the control plane)
+    state.register,        # state migrate|check (the loop's database)
     events.register,       # events
     demo.register,         # demo
     completion.register,   # completion bash|zsh|fish

@@ -64,13 +64,14 @@ def tracker_of(
 ) -> tuple[LocalTracker, Database]:
     """The local tracker of the config in effect. `read`: a command that only reads, which
     creates no state folder or database (it reads an empty one when none exists yet)."""
-    from the_loop.runtime.db import Database
+    from the_loop.runtime.db import open_database
     from the_loop.runtime.settings import settings_of
     from the_loop.runtime.tracker import LocalTracker
 
     settings = settings_of(config_of(args))
     path = settings.db_path
-    db = Database(Path(":memory:") if read and not path.exists() else path)
+    fresh = read and not settings.database and not path.exists()
+    db = open_database(Path(":memory:") if fresh else settings.db_target)
     return LocalTracker(db, settings.repository), db
 
 

@@ -43,6 +43,7 @@ def register(sub: Any) -> None:
     p.add_argument("--interval", type=positive_seconds, default=5.0, metavar="S",
                    help="seconds between cycles (default: %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no line per thing the loop does")
+    add_host_id(p)
     add_json(p)
     p.set_defaults(func=cmd_poll)
 
@@ -62,6 +63,12 @@ def register(sub: Any) -> None:
     gc.add_argument("--summary", default="",
                     help="what the node produced, posted with the phase change (default: none)")
     gc.set_defaults(func=cmd_graph_complete)
+
+
+def add_host_id(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host-id", default="", metavar="ID",
+                   help="this host's id in a loop shared by several (default: "
+                        "$THE_LOOP_HOST_ID, else the host's name)")
 
 
 def _work_item(args: argparse.Namespace) -> str:
@@ -103,8 +110,11 @@ def unmended(loop: Loop, what: str) -> bool:
 def daemon(args: argparse.Namespace, source: str) -> Loop:
     """A loop for a daemon: the hooks load now and a bad declaration refuses the start."""
     from the_loop.runtime.identity import agent_session
+    from the_loop.runtime.lease import set_host_id
     from the_loop.runtime.service import Loop
 
+    if getattr(args, "host_id", ""):
+        set_host_id(args.host_id)
     loop = Loop(config_of(args), strict_hooks=True, source=source)
     sid = agent_session(loop.db, loop.settings.state_dir / "sessions")
     if sid:
@@ -210,6 +220,7 @@ def cmd_poll(args: argparse.Namespace) -> int:
     from the_loop.runtime.poller import poll_once, run_forever
 
     loop = daemon(args, "poll")
+    loop.start_heartbeat()
     try:
         if args.once:
             report = poll_once(loop)
@@ -227,6 +238,7 @@ def cmd_poll(args: argparse.Namespace) -> int:
         print(f"poller stopped ({why})", file=sys.stderr)
         return 0
     finally:
+        loop.stop_heartbeat()
         loop.db.close()
 
 

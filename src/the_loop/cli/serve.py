@@ -13,6 +13,8 @@ from the_loop.errors import UsageError
 
 
 def register(sub: Any) -> None:
+    from the_loop.cli.loop import add_host_id
+
     s = sub.add_parser("serve", help="the control plane: a JSON API, a tracker webhook and a "
                                             "read-only console in a browser (/console/)")
     s.add_argument("--host", default="127.0.0.1")
@@ -21,6 +23,7 @@ def register(sub: Any) -> None:
                    help="the operator's token variable (default: serve.tokenEnv); people "
                         "get their own tokens under serve.tokens")
     s.add_argument("--quiet", action="store_true", help="no line per thing the loop does")
+    add_host_id(s)
     s.set_defaults(func=cmd_serve)
 
 
@@ -55,6 +58,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         loop.db.close()
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") \
             from None
+    loop.start_heartbeat()
     loop.log.emit("serve.started", url=server.url)
     print(f"the-loop control plane on {server.url}", flush=True)
     stop = threading.Event()
@@ -69,6 +73,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.serve_forever()
     finally:
         server.server_close()
+        loop.stop_heartbeat()
         loop.log.emit("serve.stopped")
         server.close_loops()
     return 0

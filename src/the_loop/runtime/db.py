@@ -1,20 +1,38 @@
-"""The loop's SQLite database under stateDir: tracker tables and loop state, one file.
+"""The loop's database: tracker tables and loop state, on SQLite (one file under stateDir, the
+default) or PostgreSQL (`database: postgresql://…`, shared by every host), one schema for both.
 
-WAL mode and a busy timeout let the pollers, the control plane and a session's one-shot
-commands write at once; `transaction()` is BEGIN IMMEDIATE … COMMIT, so a crash leaves a
-step either done or not done. The file (and its -wal/-shm companions, which SQLite creates
-with the same mode) is readable by its owner only.
+`open_database(target)` opens either; the schema is created and migrated here, recorded in
+`schema_version`, and a database whose schema is newer than this version knows is refused.
+`transaction()` is one writer's transaction (SQLite: BEGIN IMMEDIATE; PostgreSQL: BEGIN), so
+a crash leaves a step either done or not done. While this thread holds a claim (`hold`),
+every transaction first checks, under a row lock, that the claim is still its own with the
+same fencing number, and raises `Fenced` when a newer owner took it over — so a process that
+was paused past its lease writes nothing. The SQLite file (and its -wal/-shm companions) is
+readable by its owner only.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from the_loop.errors import ConfigError
+from the_loop.errors import ConfigError, LoopError
+from the_loop.sqldb import (
+    POSTGRESQL,
+    SQLITE,
+    Conn,
+    Dialect,
+    PgConnection,
+    check_dsn,
+    connect_sqlite,
+    is_postgresql,
+    shown_dsn,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS items(
@@ -50,16 +68,36 @@ CREATE INDEX IF NOT EXISTS steps_pending ON steps(state, ref, seq);
 CREATE TABLE IF NOT EXISTS settled(
     key TEXT PRIMARY KEY, outcome TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '',
     done INTEGER NOT NULL DEFAULT 0, at REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS cursors(ref TEXT PRIMARY KEY, last INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS cursors(ref TEXT PRIMARY KEY, last INTEGER NOT NULL)
 """
 
-#: Columns added after the first release: (table, column, definition), added when missing.
-_ADDED = (
-    ("work", "epoch", "INTEGER NOT NULL DEFAULT 0"),
-    ("work", "claim", "TEXT NOT NULL DEFAULT ''"),
-    ("sessions", "step", "TEXT NOT NULL DEFAULT ''"),
-    ("comments", "source", "TEXT NOT NULL DEFAULT 'comment'"),
-)
+#: Version 2: leases (expiry, fencing number, the host of an item's session) and hosts.
+LEASES = """
+CREATE TABLE IF NOT EXISTS hosts(
+    id TEXT PRIMARY KEY, seen REAL NOT NULL, owner TEXT NOT NULL DEFAULT '')
+"""
+
+#: Columns added after a table was first released: version → (table, column, definition).
+ADDED: dict[int, tuple[tuple[str, str, str], ...]] = {
+    1: (("work", "epoch", "INTEGER NOT NULL DEFAULT 0"),
+        ("work", "claim", "TEXT NOT NULL DEFAULT ''"),
+        ("sessions", "step", "TEXT NOT NULL DEFAULT ''"),
+        ("comments", "source", "TEXT NOT NULL DEFAULT 'comment'")),
+    2: (("work", "claim_until", "REAL NOT NULL DEFAULT 0"),
+        ("work", "fence", "INTEGER NOT NULL DEFAULT 0"),
+        ("work", "host", "TEXT NOT NULL DEFAULT ''"),
+        ("sessions", "host", "TEXT NOT NULL DEFAULT ''"),
+        ("sessions", "lost", "INTEGER NOT NULL DEFAULT 0")),
+}
+#: version → its tables (made before that version's added columns), and its indexes (after).
+TABLES = {1: SCHEMA, 2: LEASES}
+INDEXES = {1: "", 2: "CREATE INDEX IF NOT EXISTS sessions_live ON sessions(host, exited)"}
+#: The schema this version of the-loop reads and writes.
+SCHEMA_VERSION = 2
+
+
+class Fenced(LoopError):
+    """A newer owner holds the claim this thread worked under: it must write nothing more."""
 
 
 def private_dir(path: Path) -> None:
@@ -74,41 +112,154 @@ def private_dir(path: Path) -> None:
 
 
 class Database:
-    """One connection to `<stateDir>/loop.db` for this process."""
+    """One connection to the loop's database for this process (or this request)."""
 
-    def __init__(self, path: Path) -> None:
+    dialect: Dialect = SQLITE
+    conn: Conn
+    where: str
+
+    def __init__(self, path: Path, *, migrate: bool = True) -> None:
         self.path = path
+        self.where = str(path)
+        self._local = threading.local()
         if str(path) != ":memory:":
             private_dir(path.parent)
             if not path.exists():
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         try:
-            self.conn = sqlite3.connect(str(path), timeout=30.0, isolation_level=None,
-                                        check_same_thread=False)
-            self.conn.row_factory = sqlite3.Row
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA busy_timeout=30000")
-            self.conn.executescript(SCHEMA)
-            self._migrate()
+            self.conn = self._sqlite = connect_sqlite(path)
+            if migrate:
+                self.migrate()
         except sqlite3.DatabaseError as exc:
             raise ConfigError(f"{path} is not a usable loop database ({exc}); move it aside "
                               "and the loop starts a new one") from None
 
-    def _migrate(self) -> None:
-        for table, column, definition in _ADDED:
-            cols = {r["name"] for r in self.conn.execute(f"PRAGMA table_info({table})")}
-            if column not in cols:
-                self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+    # ------------------------------------------------------------------ transactions
+    @contextmanager
+    def _begin(self) -> Iterator[Any]:
+        self._sqlite.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._sqlite
+        except BaseException:
+            self._sqlite.execute("ROLLBACK")
+            raise
+        self._sqlite.execute("COMMIT")
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+    def transaction(self) -> Iterator[Any]:
+        with self._begin() as conn:
+            held = getattr(self._local, "fence", None)
+            if held is not None:
+                self._check_fence(conn, *held)
+            yield conn
+
+    def _check_fence(self, conn: Conn, ref: str, owner: str, fence: int) -> None:
+        row = conn.execute(f"SELECT claim, fence FROM work WHERE ref=?{self.dialect.for_update}",
+                           (ref,)).fetchone()
+        if row is None or row["claim"] != owner or int(row["fence"]) != fence:
+            raise Fenced(f"{ref}: another loop process took this work item over (fencing "
+                         f"number {fence} is stale); this one writes nothing more for it")
+
+    def hold(self, ref: str, owner: str, fence: int) -> None:
+        """From now on this thread writes only while it holds `ref`'s claim at `fence`."""
+        self._local.fence = (ref, owner, fence)
+
+    def drop(self, ref: str) -> None:
+        held = getattr(self._local, "fence", None)
+        if held is not None and held[0] == ref:
+            self._local.fence = None
+
+    def lock(self, conn: Conn, key: str) -> None:
+        """Inside a transaction: wait for the lock on `key` (a no-op where writers are
+        already one at a time)."""
+        sql = self.dialect.xact_lock(key)
+        if sql is not None:
+            conn.execute(sql)
+
+    # ------------------------------------------------------------------ schema
+    def version(self) -> int:
+        """The schema version the database holds (0: none yet)."""
+        if self.dialect is SQLITE:
+            found = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND "
+                                      "name='schema_version'").fetchone()
+        else:
+            found = self.conn.execute("SELECT to_regclass('schema_version') AS t").fetchone()
+            found = found if found and found["t"] else None
+        if found is None:
+            return 0
+        row = self.conn.execute("SELECT MAX(version) AS v FROM schema_version").fetchone()
+        return int(row["v"] or 0)
+
+    def migrate(self) -> int:
+        """Bring the schema to SCHEMA_VERSION; refuse a newer one. Returns the version
+        found before (several processes migrating at once take turns)."""
+        before = self.version()
+        if before == SCHEMA_VERSION:
+            return before
+        self._refuse_newer(before)
+        with self._begin() as conn:
+            self.lock(conn, "the-loop schema")
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)")
+            row = conn.execute("SELECT MAX(version) AS v FROM schema_version").fetchone()
+            found = int(row["v"] or 0)
+            self._refuse_newer(found)
+            for version in range(found + 1, SCHEMA_VERSION + 1):
+                for statement in self.dialect.ddl(TABLES[version]).split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                for table, column, definition in ADDED[version]:
+                    self._add_column(conn, table, column, self.dialect.ddl(definition))
+                if INDEXES[version]:
+                    conn.execute(INDEXES[version])
+            conn.execute("DELETE FROM schema_version")
+            conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))
+        return before
+
+    def _refuse_newer(self, found: int) -> None:
+        if found > SCHEMA_VERSION:
+            raise ConfigError(f"the loop database at {self.where} has schema version {found}, "
+                              f"newer than this the-loop knows ({SCHEMA_VERSION}); upgrade "
+                              "the-loop on this host (every host sharing a database runs the "
+                              "same version or a newer one)")
+
+    def _add_column(self, conn: Conn, table: str, column: str, definition: str) -> None:
+        if self.dialect is SQLITE:
+            cols = {r["name"] for r in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in cols:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+        else:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {definition}")
 
     def close(self) -> None:
-        self.conn.close()
+        self._sqlite.close()
+
+
+class PgDatabase(Database):
+    """The loop's database on PostgreSQL: a connection from this process's pool."""
+
+    dialect = POSTGRESQL
+
+    def __init__(self, dsn: str, *, migrate: bool = True) -> None:
+        self.path = Path(":postgresql:")
+        self.where = shown_dsn(dsn)
+        self._local = threading.local()
+        self._pg = PgConnection(check_dsn(dsn))
+        self.conn = self._pg
+        if migrate:
+            self.migrate()
+
+    @contextmanager
+    def _begin(self) -> Iterator[Any]:
+        with self._pg.transaction() as conn:
+            yield conn
+
+    def close(self) -> None:
+        self._pg.close()
+
+
+def open_database(target: Path | str, *, migrate: bool = True) -> Database:
+    """The database a `database:` value (a postgresql:// URL) or a SQLite path names, its
+    schema brought up to date unless `migrate` is false."""
+    if isinstance(target, str) and is_postgresql(target):
+        return PgDatabase(target, migrate=migrate)
+    return Database(Path(target), migrate=migrate)

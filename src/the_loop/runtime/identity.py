@@ -16,6 +16,7 @@ from pathlib import Path
 from the_loop.errors import UsageError
 from the_loop.runtime.db import Database
 from the_loop.runtime.harness import held_session, session_alive
+from the_loop.runtime.lease import host_id
 
 AGENT_PREFIX = "agent:"
 
@@ -36,8 +37,8 @@ def agent_session(db: Database, sessions_dir: Path) -> str:
         leader = os.getsid(0)
     except OSError:
         return ""
-    row = db.conn.execute("SELECT id FROM sessions WHERE pid=? AND exited=0",
-                          (leader,)).fetchone()
+    row = db.conn.execute("SELECT id FROM sessions WHERE pid=? AND exited=0 AND host IN "
+                          "('', ?)", (leader, host_id())).fetchone()
     if row is not None and session_alive(sessions_dir, str(row["id"]), leader):
         return str(row["id"])
     return held_session(leader, sessions_dir) if leader != os.getpid() else ""

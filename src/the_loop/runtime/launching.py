@@ -12,7 +12,8 @@ from the_loop.errors import LoopError
 from the_loop.hooks.engine.points import SessionSpawn, SessionSpawned
 from the_loop.runtime import harness as harness_mod
 from the_loop.runtime import workspace
-from the_loop.runtime.service import Decided, Loop, failpoint, session_id_for
+from the_loop.runtime.lease import HOST_ENV
+from the_loop.runtime.service import Decided, Loop, failpoint
 from the_loop.runtime.stepkinds import StepKind
 from the_loop.runtime.store import Step
 
@@ -44,7 +45,10 @@ def launch(loop: Loop, step: Step) -> None:
     if d.refused:
         _launch_refused(loop, step, d, target.ref)
         return
-    sid = session_id_for(step.key)
+    sid = loop.session_id(step.key)
+    prior = loop.store.session_of_step(step.key)
+    if prior is not None and not prior["lost"]:
+        sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
     if loop.store.session(sid) is None:
         pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
         if pid < 0:
@@ -116,10 +120,11 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
     # The session is the item's current one before its process exists: an agent that runs
     # `graph complete` at once, even if this process dies before registering it, is
     # answering for its own item's node (the previous session has ended by now).
-    loop.set_work(step.ref, session_id=sid)
+    loop.set_work(step.ref, session_id=sid, host=loop.store.host)
     h = loop.settings.harnesses[loop.settings.harness]
     env = harness_mod.harness_env(h.env, set(loop.settings.secret_names))
     env["THE_LOOP_NODE"] = str(step.payload["node"])
+    env[HOST_ENV] = loop.store.host  # its one-shot commands act for this host
     try:
         launched, proc = harness_mod.launch(
             h.command, prompt=prompt, cwd=path, config_path=loop.config.path,  # type: ignore[arg-type]
@@ -128,6 +133,7 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
         launch_failed(loop, step, str(exc))
         return -1
     loop.procs[sid] = proc
+    loop.proc_refs[sid] = step.ref
     failpoint("spawn")
     return launched.pid
 

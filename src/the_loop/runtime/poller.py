@@ -16,6 +16,7 @@ from typing import Any
 
 from the_loop.errors import InputTooLong
 from the_loop.interrupt import is_real as is_real_interrupt
+from the_loop.runtime.db import Fenced
 from the_loop.runtime.input_bound import input_refusal
 from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, failpoint, render
 from the_loop.runtime.stepkinds import StepKind, UnknownStepKind
@@ -37,11 +38,12 @@ class Report:
     closed: list[str] = field(default_factory=list)
     exited: list[str] = field(default_factory=list)
     busy: int = 0
+    waiting: int = 0  # items whose launch waits for room (maxSessions)
 
     def to_json(self) -> dict[str, Any]:
         return {"started": self.started, "inputs": self.inputs, "refused": self.refused,
                 "launched": self.launched, "closed": self.closed, "exited": self.exited,
-                "busy": self.busy}
+                "busy": self.busy, "waiting": self.waiting}
 
     def count(self, step: Step) -> None:
         if step.kind is StepKind.START and step.outcome == "started":
@@ -90,17 +92,34 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
             return n
         if step is None:
             break
+        if step.kind is StepKind.LAUNCH and not has_room(loop, ref):
+            if report is not None:
+                report.waiting += 1
+            return n  # a host with room takes it (or this one, once a session ends)
         n += 1
         try:
             RUN[step.kind](loop, step)
         except BaseException as exc:  # a step's failure is the step's
-            if is_real_interrupt(exc):  # the CLI's SIGINT handler marks it (the_loop/interrupt.py)
-                raise  # a real Ctrl-C of a one-shot `poll --once`
+            if is_real_interrupt(exc) or isinstance(exc, Fenced):
+                raise  # a real Ctrl-C of a one-shot `poll --once` (the_loop/interrupt.py),
+                # or another owner has the item now: this process writes nothing more for it
             _step_failed(loop, step, exc)
             return n
         if report is not None:
             report.count(step)
     return n
+
+
+def has_room(loop: Loop, ref: str) -> bool:
+    """Whether this host may start one more session for `ref` (its own current session,
+    which a launch replaces, does not count)."""
+    current = str((loop.work(ref) or {}).get("session_id") or "")
+    if loop.store.running_here(besides=current) < loop.settings.max_sessions:
+        return True
+    # Recorded as running: ask each session's lock (one this loop ended may not be reaped).
+    running = sum(1 for row in loop.store.live_sessions()
+                  if row["id"] != current and loop.session_alive(str(row["id"])))
+    return running < loop.settings.max_sessions
 
 
 def _step_failed(loop: Loop, step: Step, exc: BaseException) -> None:
@@ -164,19 +183,65 @@ def reap(loop: Loop) -> list[str]:
         if loop.store.session_ended(sid, code):
             loop.log.emit("session.exited", session_id=sid, code=code)
             ended.append(sid)
+    for host in loop.store.sweep_lost():
+        loop.log.emit("host.lost", host=host)
+    for row in loop.store.lost_here():  # this host was away and its items were taken over
+        if loop.session_alive(str(row["id"])):
+            loop.log.emit("session.fenced", session_id=row["id"], work_item=row["ref"])
+            loop.end_session(str(row["id"]))
     return ended
 
 
+def ours(loop: Loop, w: dict[str, Any]) -> bool:
+    """Whether this host may run the item's steps: its session runs here or nowhere — or on
+    a host whose heartbeat has lapsed (taken over once claimed)."""
+    host = str(w.get("host") or "")
+    if host in ("", loop.store.host) or not loop.store.host_alive(host):
+        return True
+    sid = str(w.get("session_id") or "")
+    row = loop.store.session(sid) if sid else None
+    return bool(sid) and row is not None and bool(row["exited"])
+
+
+def take_over(loop: Loop, ref: str) -> None:
+    """Under the claim: when the item's session was on a lost host, that session is over
+    (not the session's own failure: the respawn count starts again) and the item is ours."""
+    w = loop.work(ref) or {}
+    host = str(w.get("host") or "")
+    if host in ("", loop.store.host) or loop.store.host_alive(host):
+        return
+    n = loop.store.take_over(ref, host)
+    loop.set_work(ref, respawns=0)
+    loop.log.emit("host.lost", work_item=ref, host=host, sessions=n)
+
+
+def fenced_out(loop: Loop, ref: str, exc: Fenced) -> None:
+    """Another owner took `ref` over while this process worked on it: end the sessions it
+    launched for it here (none of them is the item's current one), write nothing."""
+    loop.log.emit("claim.fenced", work_item=ref, error=str(exc))
+    for sid, proc in list(loop.procs.items()):
+        if loop.proc_refs.get(sid) == ref:
+            loop.end_session(sid, pid=proc.pid)
+
+
 def work_on(loop: Loop, ref: str, report: Report, *, wait: float = 0.0) -> bool:
-    """Claim `ref`, run what it is owed, release it; False when another process holds it."""
+    """Claim `ref`, run what it is owed, release it; False when another process holds it
+    (or its session runs on another live host)."""
+    w = loop.work(ref)
+    if w is not None and not ours(loop, w):
+        report.busy += 1
+        return False
     got = loop.store.claim_wait(ref, wait) if wait else loop.store.claim(ref)
     if not got:
         report.busy += 1
         return False
     try:
         failpoint("claim")
+        take_over(loop, ref)
         run_steps(loop, ref, report)
         check_session(loop, ref, report)
+    except Fenced as exc:
+        fenced_out(loop, ref, exc)
     finally:
         loop.store.release(ref)
     return True

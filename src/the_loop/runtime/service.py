@@ -28,10 +28,11 @@ from the_loop.hooks.engine.chain import Chain, Outcome
 from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.runtime import harness as harness_mod
 from the_loop.runtime.channels import Channels
-from the_loop.runtime.db import Database
+from the_loop.runtime.db import open_database, private_dir
 from the_loop.runtime.decisionlog import DecisionLog
 from the_loop.runtime.graph import load_graph
 from the_loop.runtime.identity import AGENT_PREFIX
+from the_loop.runtime.lease import Heartbeat, check_host_id
 from the_loop.runtime.record import point_record
 from the_loop.runtime.settings import Settings, settings_of
 from the_loop.runtime.stepkinds import StepKind
@@ -108,19 +109,38 @@ class Loop:
 
     def __init__(self, config: Config, *, strict_hooks: bool, source: str = "the-loop") -> None:
         self.config = config
+        check_host_id()
         self.settings: Settings = settings_of(config)
-        self.db = Database(self.settings.db_path)
+        self.db = open_database(self.settings.db_target)
         self.log = EventLog(self.settings.events_path, source=source, secrets=self.secrets)
-        self.store = Store(self.db, redact=self.redact)
+        self.store = Store(self.db, redact=self.redact, expiry=self.settings.lease_expiry)
         self.tracker = LocalTracker(self.db, self.settings.repository)
         self.graph = load_graph(self.settings.graph)
         self.channels = Channels(self.settings.channels, self.log)
         self.strict_hooks = strict_hooks
         self.source = source
         self._chain: Chain | None = None
+        if self.settings.database:  # the decision log stays in this host's stateDir
+            private_dir(self.settings.state_dir)
+            os.close(os.open(self.settings.db_path, os.O_WRONLY | os.O_CREAT, 0o600))
         self.decision_log = DecisionLog(self.settings.db_path,
                                         keep_days=self.settings.decision_keep_days, log=self.log)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.proc_refs: dict[str, str] = {}  # session id → work item, launched here
+        self.heartbeat: Heartbeat | None = None
+
+    def start_heartbeat(self) -> None:
+        """A daemon's: renew this process's claims and its host's `seen` time in the
+        background (its own connection), every `lease.heartbeatSeconds`."""
+        if self.heartbeat is None:
+            store = Store(open_database(self.settings.db_target),
+                          expiry=self.settings.lease_expiry)
+            self.heartbeat = Heartbeat(store, self.settings.heartbeat).start()
+
+    def stop_heartbeat(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.close()
+            self.heartbeat = None
 
     # ------------------------------------------------------------------ secrets
     def secrets(self) -> list[str]:
@@ -304,8 +324,19 @@ class Loop:
         return there.name
 
     # ------------------------------------------------------------------ sessions
+    def session_id(self, step_key: str) -> str:
+        """A launch step's session id. On a shared database it names the host too: a host
+        that takes a launch over from a lost one starts a session of its own."""
+        if self.settings.database:
+            return session_id_for(f"{step_key}@{self.store.host}")
+        return session_id_for(step_key)
+
     def session_alive(self, sid: str) -> bool:
+        """Asked of the session's lock on its own host; another host's session lives while
+        it is not known to have ended and its host's heartbeat does."""
         row = self.store.session(sid)
+        if row is not None and row.get("host") not in ("", self.store.host):
+            return not row["exited"] and self.store.host_alive(str(row["host"]))
         pid = int(row["pid"]) if row else 0
         return harness_mod.session_alive(self.sessions_dir, sid, pid)
 
@@ -313,18 +344,27 @@ class Loop:
     def sessions_dir(self) -> Any:
         return self.settings.state_dir / "sessions"
 
-    def end_session(self, sid: str, *, grace: float = 0.0) -> None:
-        """Stop a session — its process group and every process still holding its lock —
-        waiting up to `grace` s for it to end on its own first."""
-        row = self.store.session(sid)
-        if row is None or not self.session_alive(sid):
+    def end_session(self, sid: str, *, grace: float = 0.0, pid: int | None = None) -> None:
+        """Stop a session of this host — its process group and every process still holding
+        its lock — waiting up to `grace` s for it to end on its own first. Writes nothing.
+        (`pid`: a session this process launched and never recorded.)"""
+        if pid is None:
+            row = self.store.session(sid)
+            if row is None or row.get("host") not in ("", self.store.host):
+                return
+            pid = int(row["pid"])
+        here = pid
+
+        def alive() -> bool:
+            return harness_mod.session_alive(self.sessions_dir, sid, here)
+
+        if not alive():
             return
-        pid = int(row["pid"])
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and self.session_alive(sid):
+        while time.monotonic() < deadline and alive():
             time.sleep(0.05)
         for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-            if not self.session_alive(sid):
+            if not alive():
                 return
             if pid > 0:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -333,7 +373,7 @@ class Loop:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(holder, sig)
             until = time.monotonic() + wait
-            while time.monotonic() < until and self.session_alive(sid):
+            while time.monotonic() < until and alive():
                 proc = self.procs.get(sid)
                 if proc is not None:
                     proc.poll()
@@ -345,4 +385,5 @@ class Loop:
             if wait and proc.poll() is None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=wait)
+        self.stop_heartbeat()
         self.db.close()

@@ -72,6 +72,10 @@ class Settings:
     #: login → the variable holding an agent harness's control-plane token: a caller with
     #: it has an in-session agent's rights, never a person's
     serve_agents: dict[str, str] = field(default_factory=dict)
+    database: str = ""  # a postgresql:// URL, or '' for SQLite in stateDir
+    max_sessions: int = 8  # maxSessions: harness sessions this host runs at once
+    lease_expiry: float = 30.0  # lease.expirySeconds: a claim not renewed for this long lapses
+    heartbeat: float = 5.0  # lease.heartbeatSeconds: how often a daemon renews its claims
     #: every variable named by a tokenEnv anywhere (hooks, channels, serve): never in a
     #: harness's environment, its value redacted wherever the loop writes
     secret_names: frozenset[str] = frozenset()
@@ -82,6 +86,11 @@ class Settings:
     @property
     def db_path(self) -> Path:
         return self.state_dir / "loop.db"
+
+    @property
+    def db_target(self) -> Path | str:
+        """What `open_database` opens: the shared database, else loop.db in stateDir."""
+        return self.database or self.db_path
 
     @property
     def events_path(self) -> Path:
@@ -136,6 +145,12 @@ def _one_source(entry: dict[str, Any], _ctx: object) -> dict[str, Any]:
     return entry
 
 
+def _whole(value: float, _ctx: object) -> int:
+    if value != int(value):
+        raise Problem(f"expected a whole number, got {value:g}")
+    return int(value)
+
+
 def _declared_harness(data: dict[str, Any], _ctx: object) -> dict[str, Any]:
     declared = [h["name"] for h in data["harnesses"]]
     data.setdefault("harness", declared[0])
@@ -153,6 +168,23 @@ def _no_secret_in_harness_env(data: dict[str, Any], secrets: set[str]) -> dict[s
             raise Problem(f"{', '.join(leaked)} is named by a tokenEnv: a secret never reaches "
                           "an agent's environment; remove it from env", "harnesses", i, "env")
     return data
+
+
+def _database_url(dsn: str, _ctx: object) -> str:
+    from the_loop.sqldb import check_dsn
+
+    try:
+        return check_dsn(dsn, "a postgresql:// URL")
+    except ConfigError as exc:
+        raise Problem(str(exc).split(": ", 1)[1]) from None
+
+
+def _heartbeat_below_expiry(lease: dict[str, Any], _ctx: object) -> dict[str, Any]:
+    if lease["heartbeatSeconds"] * 2 > lease["expirySeconds"]:
+        raise Problem(f"heartbeatSeconds ({lease['heartbeatSeconds']:g}) must be at most half "
+                      f"of expirySeconds ({lease['expirySeconds']:g}), so a live host renews "
+                      "its claims at least twice before they lapse", "heartbeatSeconds")
+    return lease
 
 
 # ------------------------------------------------------------------ the description
@@ -209,6 +241,13 @@ SERVE = Mapping(
                           default=""),
         "console": Field(CONSOLE, default=lambda: {"compare": []}),
     })
+LEASE = Mapping(expected="{expirySeconds: 30, heartbeatSeconds: 5}",
+                then=(_heartbeat_below_expiry,), fields={
+    "expirySeconds": Field(Number(above=0, maximum=86_400, expected="seconds above 0 (e.g. 30)"),
+                           default=30),
+    "heartbeatSeconds": Field(Number(above=0, maximum=3_600,
+                                     expected="seconds above 0 (e.g. 5)"), default=5),
+})
 #: The runtime keys of cli-config.yaml (`loop`, `stateDir` and `hooks` are read elsewhere).
 SETTINGS = Mapping(extra=True, then=(_declared_harness, _no_secret_in_harness_env), fields={
     "tracker": Field(Mapping(expected="{kind: local, repository: owner/repo}", fields={
@@ -238,6 +277,13 @@ SETTINGS = Mapping(extra=True, then=(_declared_harness, _no_secret_in_harness_en
         "keepDays": Field(Number(above=0, maximum=36_500,
                                  expected="a number of days above 0 (e.g. 30)"), default=30),
     }), default=lambda: {"keepDays": 30.0}),
+    "database": Field(Str(pattern="^postgres(ql)?://", expected="a postgresql://user@host/dbname "
+                          "URL (absent: SQLite in stateDir)", then=(_database_url,),
+                          shown=lambda v: "a URL of another scheme" if isinstance(v, str)
+                          else type(v).__name__), default=""),
+    "maxSessions": Field(Number(above=0, maximum=10_000, expected="a whole number of sessions "
+                                "above 0 (e.g. 8)", then=(_whole,)), default=8),
+    "lease": Field(LEASE, default=lambda: {"expirySeconds": 30.0, "heartbeatSeconds": 5.0}),
 })
 
 
@@ -265,6 +311,9 @@ def settings_of(config: Config) -> Settings:
         serve_tokens=dict(serve["tokens"]), serve_agents=dict(serve["agents"]),
         secret_names=frozenset(secrets),
         console_compare=[_compare(c, config) for c in serve["console"]["compare"]],
+        database=checked["database"], max_sessions=checked["maxSessions"],
+        lease_expiry=checked["lease"]["expirySeconds"],
+        heartbeat=checked["lease"]["heartbeatSeconds"],
     )
 
 

@@ -5,26 +5,25 @@ node, launch a session, tell the channels about a phase, complete it. A step is 
 before anything acts on it and marked done in the same transaction that records its effect,
 so a crash anywhere leaves it pending and the next poll redoes it. The decisions of the
 points a step fired are recorded on the step before the effect, so a redo never asks the
-hooks again. A *claim* on a work item is the right to run its steps: one process at a time.
+hooks again. A *claim* on a work item is the right to run its steps: one owner at a time, a
+lease with an expiry (renewed by the owner's heartbeat) and a fencing number that grows with
+every new owner (see db.py: a write under a stale fencing number is refused). Every
+statement here runs on SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import socket
-import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from the_loop.runtime.db import Database
-from the_loop.runtime.harness import process_start_time
 from the_loop.runtime.identity import AGENT_PREFIX
+from the_loop.runtime.lease import host_id, owner_dead_here, owner_id, process_owner
 from the_loop.runtime.stepkinds import StepKind, step_kind
+from the_loop.sqldb import Conn
 
 ACTIVE = ("armed", "running", "waiting", "gate")
 
@@ -42,55 +41,37 @@ class Step:
     detail: str
 
     @classmethod
-    def of(cls, row: sqlite3.Row) -> Step:
+    def of(cls, row: Any) -> Step:
         key = str(row["key"])
         return cls(int(row["seq"]), key, str(row["ref"]), step_kind(str(row["kind"]), key),
                    json.loads(row["payload"]), json.loads(row["decisions"]),
                    str(row["state"]), str(row["outcome"]), str(row["detail"]))
 
 
-def owner_id() -> str:
-    """This thread as a claim owner: host, pid and the process's start time (a pid alone
-    is reused; the pair is not), and the thread."""
-    return f"{_process_id(os.getpid())}#{threading.get_ident()}"
-
-
-@functools.lru_cache(maxsize=4)
-def _process_id(pid: int) -> str:
-    """host/pid/start time, read once per process (keyed by pid: a fork gets its own)."""
-    return f"{socket.gethostname()}/{pid}/{process_start_time(pid)}"
-
-
-def owner_alive(owner: str) -> bool:
-    """Whether the process that wrote `owner` still runs (on another host: assume it does;
-    a claim there is released by its owner — see docs/runtime.md for shared databases)."""
-    try:
-        host, pid_s, start = owner.split("#", 1)[0].rsplit("/", 2)
-        pid = int(pid_s)
-    except ValueError:
-        return False
-    if host != socket.gethostname():
-        return True
-    return process_start_time(pid) == start and start != ""
-
-
 class Store:
     """The SQL for the loop's state; `Loop` keeps the orchestration."""
 
-    def __init__(self, db: Database, redact: Callable[[str], str] = str) -> None:
+    def __init__(self, db: Database, redact: Callable[[str], str] = str, *,
+                 expiry: float = 30.0) -> None:
         self.db = db
         self.redact = redact
+        self.expiry = expiry
+        self.now = db.dialect.now
 
     @property
     def me(self) -> str:
         return owner_id()
+
+    @property
+    def host(self) -> str:
+        return host_id()
 
     # ------------------------------------------------------------------ work
     def work(self, ref: str) -> dict[str, Any] | None:
         row = self.db.conn.execute("SELECT * FROM work WHERE ref=?", (ref,)).fetchone()
         return dict(row) if row else None
 
-    def set_work(self, ref: str, conn: sqlite3.Connection | None = None, **fields: Any) -> None:
+    def set_work(self, ref: str, conn: Conn | None = None, **fields: Any) -> None:
         fields["updated"] = time.time()
         cols = ", ".join(f"{k}=?" for k in fields)
         sql = f"UPDATE work SET {cols} WHERE ref=?"
@@ -108,6 +89,7 @@ class Store:
     def arm(self, ref: str, *, actor: str, source: str, cursors: dict[str, int]) -> int:
         """Arm `ref` and queue its start step in one transaction; 0 when already active."""
         with self.db.transaction() as conn:
+            self.db.lock(conn, f"arm {ref}")
             row = conn.execute("SELECT state, arm_seq FROM work WHERE ref=?", (ref,)).fetchone()
             if row is not None and row["state"] in ACTIVE:
                 return 0
@@ -120,23 +102,31 @@ class Store:
                 "updated=excluded.updated", (ref, seq, actor, source, time.time()),
             )
             for endpoint, last in cursors.items():
-                conn.execute("INSERT INTO cursors VALUES (?, ?) ON CONFLICT(ref) DO UPDATE "
-                             "SET last=excluded.last", (endpoint, last))
+                conn.execute("INSERT INTO cursors(ref, last) VALUES (?, ?) ON CONFLICT(ref) "
+                             "DO UPDATE SET last=excluded.last", (endpoint, last))
             self.add_step(conn, StepKind.START.key(ref, seq), ref, StepKind.START,
                           {"actor": actor, "source": source, "arm_seq": seq})
         return int(seq)
 
     # ------------------------------------------------------------------ claims
     def claim(self, ref: str) -> bool:
-        """Take the right to run `ref`'s steps; False while another live process holds it."""
+        """Take the right to run `ref`'s steps; False while another owner's lease lives
+        (or another process is taking it at this very moment: SKIP LOCKED, no waiting)."""
+        me = self.me
         with self.db.transaction() as conn:
-            row = conn.execute("SELECT claim FROM work WHERE ref=?", (ref,)).fetchone()
+            row = conn.execute(f"SELECT claim, claim_until, fence, {self.now} AS now FROM work "
+                               f"WHERE ref=?{self.db.dialect.skip_locked}", (ref,)).fetchone()
             if row is None:
                 return False
-            held = str(row["claim"])
-            if held and held != self.me and owner_alive(held):
-                return False
-            conn.execute("UPDATE work SET claim=? WHERE ref=?", (self.me, ref))
+            held, fence = str(row["claim"]), int(row["fence"])
+            if held != me:
+                if held and float(row["claim_until"]) > float(row["now"]) and \
+                        not owner_dead_here(held):
+                    return False
+                fence += 1  # a new owner: whatever the last one still writes is refused
+            conn.execute(f"UPDATE work SET claim=?, claim_until={self.now} + ?, fence=? "
+                         "WHERE ref=?", (me, self.expiry, fence, ref))
+        self.db.hold(ref, me, fence)
         return True
 
     def claim_wait(self, ref: str, timeout: float) -> bool:
@@ -149,11 +139,37 @@ class Store:
         return True
 
     def release(self, ref: str) -> None:
+        """Give the claim up (nothing is written when a newer owner has it)."""
+        self.db.drop(ref)
         with self.db.transaction() as conn:
-            conn.execute("UPDATE work SET claim='' WHERE ref=? AND claim=?", (ref, self.me))
+            conn.execute("UPDATE work SET claim='', claim_until=0 WHERE ref=? AND claim=?",
+                         (ref, self.me))
+
+    def beat(self) -> None:
+        """Renew every claim this process holds, and say this host is alive."""
+        prefix = process_owner() + "#"
+        with self.db.transaction() as conn:
+            conn.execute(f"UPDATE work SET claim_until={self.now} + ? WHERE substr(claim, 1, ?)=?",
+                         (self.expiry, len(prefix), prefix))
+            conn.execute(f"INSERT INTO hosts(id, seen, owner) VALUES (?, {self.now}, ?) "
+                         "ON CONFLICT(id) DO UPDATE SET seen=excluded.seen, owner=excluded.owner",
+                         (self.host, process_owner()))
+
+    def host_alive(self, host: str) -> bool:
+        """Whether `host` renewed its heartbeat within the lease expiry (this host: yes)."""
+        if host in ("", self.host):
+            return True
+        row = self.db.conn.execute(f"SELECT seen, {self.now} AS now FROM hosts WHERE id=?",
+                                   (host,)).fetchone()
+        return row is not None and float(row["seen"]) > float(row["now"]) - self.expiry
+
+    def hosts(self) -> list[dict[str, Any]]:
+        """Every host that ever beat, with how long ago (`ago`, seconds by the db clock)."""
+        return [dict(r) for r in self.db.conn.execute(
+            f"SELECT id, seen, owner, {self.now} - seen AS ago FROM hosts ORDER BY id")]
 
     # ------------------------------------------------------------------ steps
-    def add_step(self, conn: sqlite3.Connection, key: str, ref: str, kind: StepKind,
+    def add_step(self, conn: Conn, key: str, ref: str, kind: StepKind,
                  payload: dict[str, Any]) -> None:
         """Queue a step (inside the caller's transaction); a key already queued is kept.
         A kind that is not a `StepKind`, or a payload its kind cannot run, is refused here."""
@@ -162,8 +178,8 @@ class Store:
         kind.check(payload)
         now = time.time()
         conn.execute(
-            "INSERT OR IGNORE INTO steps(key, ref, kind, payload, created, updated) "
-            "VALUES (?,?,?,?,?,?)",
+            "INSERT INTO steps(key, ref, kind, payload, created, updated) "
+            "VALUES (?,?,?,?,?,?) ON CONFLICT(key) DO NOTHING",
             (key, ref, kind.value, self.redact(json.dumps(payload)), now, now))
 
     def queue(self, key: str, ref: str, kind: StepKind, payload: dict[str, Any]) -> None:
@@ -171,14 +187,14 @@ class Store:
             self.add_step(conn, key, ref, kind, payload)
 
     @staticmethod
-    def extend_queued_launch(conn: sqlite3.Connection, ref: str, node: str, endpoint: str,
+    def extend_queued_launch(conn: Conn, ref: str, node: str, endpoint: str,
                              text: str) -> str:
         """Append `text` to the prompt of `ref`'s launch at `node` that is queued and not yet
         decided (inside the caller's transaction); its key, or '' when there is none. A
         second launch would end that session before it read its input."""
         for row in conn.execute("SELECT key, payload, decisions FROM steps WHERE ref=? AND "
                                 "kind=? AND state='pending' ORDER BY seq",
-                                (ref, StepKind.LAUNCH.value)):
+                                (ref, StepKind.LAUNCH.value)).fetchall():
             payload = json.loads(row["payload"])
             if (json.loads(row["decisions"]) or payload["node"] != node
                     or payload["endpoint"] != endpoint):
@@ -233,7 +249,7 @@ class Store:
                          (self.redact(json.dumps(step.decisions)), time.time(), step.key))
 
     def finish(self, step: Step, outcome: str, detail: str = "",
-               conn: sqlite3.Connection | None = None) -> None:
+               conn: Conn | None = None) -> None:
         """Mark a step done (inside the caller's transaction when one is given)."""
         sql = "UPDATE steps SET state='done', outcome=?, detail=?, updated=? WHERE key=?"
         args = (outcome, self.redact(detail), time.time(), step.key)
@@ -266,8 +282,9 @@ class Store:
                               {"endpoint": endpoint, "comment": c.id, "actor": c.author,
                                "source": c.source})
                 n += 1
-            conn.execute("INSERT INTO cursors VALUES (?, ?) ON CONFLICT(ref) DO UPDATE SET "
-                         "last=MAX(last, excluded.last)", (endpoint, last))
+            conn.execute("INSERT INTO cursors(ref, last) VALUES (?, ?) ON CONFLICT(ref) DO "
+                         "UPDATE SET last=CASE WHEN excluded.last > cursors.last THEN "
+                         "excluded.last ELSE cursors.last END", (endpoint, last))
         return n
 
     # ------------------------------------------------------------------ sessions
@@ -276,7 +293,9 @@ class Store:
         return dict(row) if row else None
 
     def session_of_step(self, key: str) -> dict[str, Any] | None:
-        row = self.db.conn.execute("SELECT * FROM sessions WHERE step=?", (key,)).fetchone()
+        """The session a launch step started (one its host did not lose, when there is)."""
+        row = self.db.conn.execute("SELECT * FROM sessions WHERE step=? ORDER BY lost, started "
+                                   "DESC LIMIT 1", (key,)).fetchone()
         return dict(row) if row else None
 
     def register_session(self, sid: str, step_key: str, *, ref: str, endpoint: str,
@@ -286,18 +305,57 @@ class Store:
         question the session already asked), in one transaction."""
         with self.db.transaction() as conn:
             conn.execute(
-                "INSERT OR IGNORE INTO sessions(id, ref, endpoint, harness, pid, node, "
-                "started, log, step) VALUES (?,?,?,?,?,?,?,?,?)",
-                (sid, ref, endpoint, harness, pid, node, time.time(), log, step_key))
-            self.set_work(ref, conn, state=state, node=node, session_id=sid)
+                "INSERT INTO sessions(id, ref, endpoint, harness, pid, node, started, log, "
+                "step, host) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING",
+                (sid, ref, endpoint, harness, pid, node, time.time(), log, step_key,
+                 self.host))
+            self.set_work(ref, conn, state=state, node=node, session_id=sid, host=self.host)
 
     def live_sessions(self) -> list[dict[str, Any]]:
+        """The sessions of this host not known to have ended ('' is a session recorded
+        before sessions had hosts: a local one)."""
         return [dict(r) for r in self.db.conn.execute(
-            "SELECT * FROM sessions WHERE exited=0 ORDER BY started")]
+            "SELECT * FROM sessions WHERE exited=0 AND host IN ('', ?) ORDER BY started",
+            (self.host,))]
+
+    def running_here(self, besides: str = "") -> int:
+        """How many of this host's sessions run, not counting session `besides`."""
+        row = self.db.conn.execute(
+            "SELECT COUNT(*) AS n FROM sessions WHERE exited=0 AND host IN ('', ?) AND id<>?",
+            (self.host, besides)).fetchone()
+        return int(row["n"])
+
+    def take_over(self, ref: str, host: str) -> int:
+        """`host` is lost: its sessions of `ref` are over (marked lost, not counted as
+        the session's own failure) and the item no longer belongs to it. Returns how many
+        sessions it ran."""
+        with self.db.transaction() as conn:
+            cur = conn.execute("UPDATE sessions SET exited=1, lost=1 WHERE ref=? AND host=? "
+                               "AND exited=0", (ref, host))
+            self.set_work(ref, conn, host="")
+        return int(cur.rowcount)
+
+    def sweep_lost(self) -> list[str]:
+        """Mark lost the sessions recorded as running on hosts whose heartbeat lapsed (an
+        item that finished just before its host died is claimed by no one again)."""
+        hosts = [str(r["host"]) for r in self.db.conn.execute(
+            "SELECT DISTINCT host FROM sessions WHERE exited=0 AND host NOT IN ('', ?)",
+            (self.host,))]
+        gone = [h for h in hosts if not self.host_alive(h)]
+        for host in gone:
+            with self.db.transaction() as conn:
+                conn.execute("UPDATE sessions SET exited=1, lost=1 WHERE host=? AND exited=0",
+                             (host,))
+        return gone
+
+    def lost_here(self) -> list[dict[str, Any]]:
+        """This host's sessions another host declared lost (it was away past its lease)."""
+        return [dict(r) for r in self.db.conn.execute(
+            "SELECT * FROM sessions WHERE lost=1 AND host=?", (self.host,))]
 
     def session_ended(self, sid: str, code: int | None) -> bool:
         """Record a session's end; False when another process already did."""
         with self.db.transaction() as conn:
             cur = conn.execute("UPDATE sessions SET exited=1, code=? WHERE id=? AND exited=0",
                                (code, sid))
-        return cur.rowcount == 1
+        return bool(cur.rowcount == 1)

@@ -1,4 +1,4 @@
-"""The embedded tracker: tickets, pull requests, comments and labels in the loop's SQLite file."""
+"""The embedded tracker: tickets, pull requests, comments and labels in the loop's database."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class LocalTracker:
         return self._item(row, comments=comments)
 
     def _item(self, row: object, *, comments: bool) -> Item:
-        r = row  # sqlite3.Row
+        r = row  # a row by column name (sqlite3.Row, or a dict on PostgreSQL)
         item_id = r["id"]  # type: ignore[index]
         labels = [
             str(x["label"]) for x in self.db.conn.execute(
@@ -116,30 +116,31 @@ class LocalTracker:
                 raise TrackerError("--for links a pull request to its ticket; use "
                                    "--kind pull-request")
         with self.db.transaction() as conn:
+            self.db.lock(conn, f"items {self.repository}")
             row = conn.execute(
                 "SELECT COALESCE(MAX(number), 0) + 1 AS n FROM items WHERE repository=?",
                 (self.repository,),
             ).fetchone()
             number = int(row["n"])
-            cur = conn.execute(
+            item_id = conn.execute(
                 "INSERT INTO items(repository, number, kind, title, body, parent, author, "
-                "created) VALUES (?,?,?,?,?,?,?,?)",
+                "created) VALUES (?,?,?,?,?,?,?,?) RETURNING id",
                 (self.repository, number, kind, title, body, parent, author, time.time()),
-            )
+            ).fetchone()["id"]
             for label in labels or []:
-                conn.execute("INSERT OR IGNORE INTO labels VALUES (?, ?)",
-                             (cur.lastrowid, label))
+                conn.execute("INSERT INTO labels(item, label) VALUES (?, ?) ON CONFLICT "
+                             "DO NOTHING", (item_id, label))
         return f"local:{self.repository}#{number}"
 
     def comment(self, ref: str, body: str, *, author: str, source: str = "comment") -> int:
         """Write a comment; `source` records how it came in (a reply, the API)."""
         item_id, _, _ = self._row(ref)
         with self.db.transaction() as conn:
-            cur = conn.execute(
-                "INSERT INTO comments(item, author, body, created, source) VALUES (?,?,?,?,?)",
-                (item_id, author, body, time.time(), source),
-            )
-        return int(cur.lastrowid or 0)
+            row = conn.execute(
+                "INSERT INTO comments(item, author, body, created, source) VALUES (?,?,?,?,?) "
+                "RETURNING id", (item_id, author, body, time.time(), source),
+            ).fetchone()
+        return int(row["id"])
 
     def comments_after(self, ref: str, after_id: int) -> list[Comment]:
         item_id, _, _ = self._row(ref)
@@ -158,7 +159,8 @@ class LocalTracker:
             if remove:
                 conn.execute("DELETE FROM labels WHERE item=? AND label=?", (item_id, label))
             else:
-                conn.execute("INSERT OR IGNORE INTO labels VALUES (?, ?)", (item_id, label))
+                conn.execute("INSERT INTO labels(item, label) VALUES (?, ?) ON CONFLICT DO "
+                             "NOTHING", (item_id, label))
 
     def close(self, ref: str, *, actor: str) -> bool:
         """Close the item; False when it was already closed."""
@@ -168,7 +170,7 @@ class LocalTracker:
                 "UPDATE items SET state='closed', closed_by=?, closed_at=? "
                 "WHERE id=? AND state='open'", (actor, time.time(), item_id),
             )
-        return cur.rowcount == 1
+        return bool(cur.rowcount == 1)
 
     def comment_body(self, comment_id: int) -> str:
         """The text of one comment ('' when it no longer exists)."""

@@ -1,0 +1,55 @@
+"""maxSessions (issue 24.5): a host runs at most that many sessions; the items beyond it wait,
+are launched as sessions end, and on a shared database go to a host with room."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+from fault_helpers import hold, live_sessions
+from hosts_helpers import Host
+from runtime_helpers import LoopDir, pg_query, until
+
+
+def test_a_host_runs_at_most_max_sessions_and_the_rest_wait(tmp_path: Path,
+                                                            database: str) -> None:
+    with LoopDir(tmp_path, database=database) as ld:
+        hold(ld, "maxSessions: 2\n", policy=False)
+        refs = [ld.add(f"Item {i}") for i in range(4)]
+        for ref in refs:
+            ld.start(ref)
+        report = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        assert (report["launched"], report["waiting"]) == (2, 2)
+        assert sum(live_sessions(ld).values()) == 2
+        waiting = [r for r in refs if not ld.work(r)["session_id"]]
+        assert len(waiting) == 2 and all(ld.work(r)["state"] == "running" for r in waiting)
+        # One session dies: three items now want one free place (its own respawn and the
+        # two waiting); the next poll launches one of them.
+        [first] = ld.query("SELECT pid FROM sessions ORDER BY started LIMIT 1")
+        os.killpg(int(first["pid"]), signal.SIGKILL)
+        until(lambda: sum(live_sessions(ld).values()) == 1, what="one session ended")
+        report = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        assert (report["launched"], report["waiting"]) == (1, 2)
+        assert sum(live_sessions(ld).values()) == 2
+
+
+def test_items_beyond_a_full_host_go_to_a_host_with_room(tmp_path: Path, pg_dsn: str) -> None:
+    small = Host(tmp_path, "small", pg_dsn, work=30.0, max_sessions=1)
+    large = Host(tmp_path, "large", pg_dsn, work=30.0, max_sessions=3)
+    try:
+        refs = [small.cli("items", "add", f"Item {i}").strip() for i in range(4)]
+        for ref in refs:
+            small.cli("start", ref)
+        small.start()
+        until(lambda: pg_query(pg_dsn, "SELECT id FROM sessions"), timeout=30,
+              what="the small host's first session")
+        large.start()
+        until(lambda: len(pg_query(pg_dsn, "SELECT id FROM sessions")) == 4, timeout=60,
+              what="four sessions")
+        by_host = sorted(r["host"] for r in pg_query(pg_dsn, "SELECT host FROM sessions"))
+        assert by_host == ["large", "large", "large", "small"]
+    finally:
+        small.stop()
+        large.stop()

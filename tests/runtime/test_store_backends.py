@@ -1,0 +1,188 @@
+"""The loop's store on both backends (issue 24.1-24.2): every statement of the tracker and the
+store runs on SQLite and on PostgreSQL with the same results; the schema is versioned and a
+newer one refused; a claim is a lease whose fencing number refuses a stale owner's writes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from the_loop.errors import ConfigError
+from the_loop.runtime.db import SCHEMA_VERSION, Database, Fenced, open_database
+from the_loop.runtime.stepkinds import StepKind
+from the_loop.runtime.store import Store
+from the_loop.runtime.tracker import LocalTracker
+from the_loop.runtime.tracker.base import Comment
+
+
+@pytest.fixture
+def target(database: str, tmp_path: Path) -> str | Path:
+    return database or tmp_path / "state" / "loop.db"
+
+
+@pytest.fixture
+def db(target: str | Path) -> Iterator[Database]:
+    opened = open_database(target)
+    yield opened
+    opened.close()
+
+
+def in_thread(fn: Any) -> Any:
+    """Run `fn` in another thread (another claim owner) and return what it returned."""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(30)
+    return out[0]
+
+
+def test_tracker_items_comments_labels_and_closing_behave_the_same(db: Database) -> None:
+    tracker = LocalTracker(db, "acme/app")
+    first = tracker.add("Login page", body="Email sign-in.", labels=["ui", "ui"], author="carol")
+    pr = tracker.add("The fix", kind="pull-request", parent="#1")
+    assert (first, pr) == ("local:acme/app#1", "local:acme/app#2")
+    c1 = tracker.comment("#1", "First", author="bob")
+    c2 = tracker.comment("1", "Second 100% sure", author="alice", source="reply")
+    assert c2 > c1 > 0
+    tracker.label(first, "loop")
+    tracker.label(first, "ui", remove=True)
+    item = tracker.get(first)
+    assert (item.title, item.body, item.labels) == ("Login page", "Email sign-in.", ["loop"])
+    assert [(c.author, c.body) for c in item.comments] == [("bob", "First"),
+                                                          ("alice", "Second 100% sure")]
+    assert tracker.comments_after(first, c1) == [
+        Comment(c2, "alice", "Second 100% sure", item.comments[1].created, "reply")]
+    assert tracker.comment_body(c1) == "First" and tracker.comment_body(999) == ""
+    assert tracker.close(first, actor="dave") is True
+    assert tracker.close(first, actor="dave") is False
+    assert [i.ref for i in tracker.items(state="open")] == [pr]
+    assert tracker.get(pr).parent == first
+    assert tracker.work_item(pr).kind == "pull-request"
+
+
+def test_steps_cursors_and_sessions_behave_the_same(db: Database) -> None:
+    store = Store(db)
+    ref = "local:acme/app#1"
+    assert store.arm(ref, actor="alice", source="command", cursors={ref: 3}) == 1
+    assert store.arm(ref, actor="alice", source="command", cursors={ref: 3}) == 0
+    assert store.refs("armed") == [ref] and store.cursor(ref) == 3
+    step = store.next_step(ref)
+    assert step is not None and step.kind is StepKind.START and step.payload["arm_seq"] == 1
+    store.record(step, "work_item_start", {"refused": False})
+    assert store.step(step.key).decisions == {"work_item_start": {"refused": False}}  # type: ignore[union-attr]
+    store.finish(step, "started")
+    assert store.pending_refs() == [] and not store.has_pending(ref)
+
+    comments = [Comment(i, "bob", f"c{i}", 0.0) for i in (2, 4, 5)]
+    assert store.take_input(ref, ref, comments, skip="the-loop") == 2  # 2 is before the cursor
+    assert store.take_input(ref, ref, comments[:1], skip="the-loop") == 0
+    assert store.cursor(ref) == 5  # a late, shorter batch never moves it back
+    store.queue("launch:x", ref, StepKind.LAUNCH, {"node": "write", "prompt": "P",
+                                                  "respawn": False, "actor": "a", "endpoint": ""})
+    with db.transaction() as conn:
+        assert store.extend_queued_launch(conn, ref, "write", "", " + more") == "launch:x"
+    assert store.step("launch:x").payload["prompt"] == "P + more"  # type: ignore[union-attr]
+    assert store.pending_refs() == [ref]
+
+    store.register_session("s-1", "launch:x", ref=ref, endpoint=ref, harness="h", pid=42,
+                           node="write", log="s-1.log")
+    assert store.work(ref)["session_id"] == "s-1"  # type: ignore[index]
+    assert [s["id"] for s in store.live_sessions()] == ["s-1"]
+    assert store.running_here() == 1 and store.running_here(besides="s-1") == 0
+    assert store.session_of_step("launch:x")["pid"] == 42  # type: ignore[index]
+    assert store.session_ended("s-1", 0) is True and store.session_ended("s-1", 0) is False
+    assert store.live_sessions() == []
+
+
+def test_a_host_declared_lost_has_its_sessions_marked_lost(db: Database,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    ref = "local:acme/app#1"
+    store = Store(db, expiry=0.2)
+    store.arm(ref, actor="a", source="command", cursors={})
+    monkeypatch.setenv("THE_LOOP_HOST_ID", "host-a")
+    store.beat()
+    store.register_session("s-a", "k", ref=ref, endpoint=ref, harness="h", pid=1, node="n",
+                           log="l")
+    monkeypatch.setenv("THE_LOOP_HOST_ID", "host-b")
+    assert store.host_alive("host-a")
+    time.sleep(0.3)
+    assert not store.host_alive("host-a") and store.host_alive("host-b")
+    assert store.take_over(ref, "host-a") == 1
+    assert store.work(ref)["host"] == ""  # type: ignore[index]
+    monkeypatch.setenv("THE_LOOP_HOST_ID", "host-a")
+    assert [s["id"] for s in store.lost_here()] == ["s-a"] and store.live_sessions() == []
+
+
+def test_a_claim_is_one_owners_until_its_lease_lapses(db: Database, target: str | Path) -> None:
+    ref = "local:acme/app#1"
+    store = Store(db, expiry=0.5)
+    store.arm(ref, actor="a", source="command", cursors={})
+    assert store.claim(ref)
+    other = open_database(target)
+    try:
+        rival = Store(other, expiry=0.5)
+        assert in_thread(lambda: rival.claim(ref)) is False  # the lease lives
+        time.sleep(0.6)  # and lapses: no heartbeat renewed it
+        assert in_thread(lambda: rival.claim(ref)) is True
+    finally:
+        other.close()
+    # The first owner wakes up: its next write is refused, and nothing it tries lands.
+    with pytest.raises(Fenced, match="writes nothing more"):
+        store.set_work(ref, state="stopped")
+    store.release(ref)
+    w = store.work(ref)
+    assert w is not None and w["state"] == "armed" and w["claim"] != "" and w["fence"] == 2
+
+
+def test_the_heartbeat_keeps_a_claim_past_its_expiry(db: Database, target: str | Path) -> None:
+    ref = "local:acme/app#1"
+    store = Store(db, expiry=0.4)
+    store.arm(ref, actor="a", source="command", cursors={})
+    assert store.claim(ref)
+    other = open_database(target)
+    try:
+        rival = Store(other, expiry=0.4)
+        for _ in range(4):
+            time.sleep(0.15)
+            store.beat()
+            assert in_thread(lambda: rival.claim(ref)) is False
+    finally:
+        other.close()
+    store.set_work(ref, state="stopped")  # still the owner: the write lands
+    store.release(ref)
+    assert store.work(ref)["claim"] == ""  # type: ignore[index]
+
+
+def test_a_database_with_a_newer_schema_is_refused(db: Database, target: str | Path) -> None:
+    with db.transaction() as conn:
+        conn.execute("UPDATE schema_version SET version=?", (SCHEMA_VERSION + 1,))
+    with pytest.raises(ConfigError, match=f"schema version {SCHEMA_VERSION + 1}, newer than "
+                                          f"this the-loop knows .{SCHEMA_VERSION}.; upgrade"):
+        open_database(target)
+
+
+def test_a_sqlite_file_from_before_schema_versions_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "loop.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executescript(
+            "CREATE TABLE work(ref TEXT PRIMARY KEY, state TEXT NOT NULL, arm_seq INTEGER NOT "
+            "NULL DEFAULT 0, node TEXT NOT NULL DEFAULT '', session_id TEXT NOT NULL DEFAULT "
+            "'', actor TEXT NOT NULL DEFAULT '', source TEXT NOT NULL DEFAULT '', respawns "
+            "INTEGER NOT NULL DEFAULT 0, updated REAL NOT NULL DEFAULT 0);"
+            "INSERT INTO work(ref, state) VALUES ('local:acme/app#1', 'running');")
+    db = open_database(path)
+    try:
+        assert db.version() == SCHEMA_VERSION
+        w = Store(db).work("local:acme/app#1")
+        assert w is not None and w["state"] == "running"
+        assert (w["epoch"], w["claim"], w["fence"], w["host"]) == (0, "", 0, "")
+    finally:
+        db.close()
