@@ -24,6 +24,9 @@ rules:
 """
 
 
+SILENCE = " [pattern-not-literal: silence it with `silence: [pattern-not-literal]` on the rule]"
+
+
 def _loop(tmp_path: Path, rules: str) -> Path:
     (tmp_path / "policies").mkdir()
     (tmp_path / "policies" / "rules.yaml").write_text(textwrap.dedent(rules), "utf-8")
@@ -121,14 +124,15 @@ def test_policy_check_warns_about_a_pattern_that_is_not_a_literal_with_the_fix(
     assert capsys.readouterr().err.splitlines() == [
         f"the-loop: warning: {where} → when: regex_match(actor, '^bot-') takes its pattern "
         "from actor, not a literal: the pattern comes first; did you mean "
-        "regex_match('^bot-', actor)? (leave it if the field holds a pattern on purpose)",
+        "regex_match('^bot-', actor)? (leave it if the field holds a pattern on purpose)" + SILENCE,
         f"the-loop: warning: {where} → when: glob_match(work_item.repository, 'acme/*') takes "
         "its pattern from work_item.repository, not a literal: the pattern comes first; did "
         "you mean glob_match('acme/*', work_item.repository)? (leave it if the field holds a "
-        "pattern on purpose)",
+        "pattern on purpose)" + SILENCE,
         f"the-loop: warning: {where} → set → reason: glob_match(actor, text) takes its pattern "
         "from actor, not a literal: the pattern comes first; leave it if actor holds a "
-        "pattern on purpose (one that glob_match cannot use fails the rule at that point)",
+        "pattern on purpose (one that glob_match cannot use fails the rule at that point)"
+        + SILENCE,
     ]
     assert main(["policy", "check", str(folder), "--json"]) == 0
     [doc] = json.loads(capsys.readouterr().out)["folders"]

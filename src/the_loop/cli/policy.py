@@ -181,7 +181,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]]:
     from the_loop.hooks.policy import PolicyError
-    from the_loop.hooks.policy.lints import pattern_warnings
+    from the_loop.hooks.policy.lints import lint
     from the_loop.jmes import compile_stats
 
     folder = target.folder
@@ -195,7 +195,7 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
     stats = _stats_delta(before, dict(compile_stats()))
     fallback = stats.get("fallback", 0)
     by_point = {p: policy.rules_at(p) for p in POINTS}
-    warnings = pattern_warnings(policy)
+    warnings = lint(policy)
     if args.json:
         return 0, {
             "folder": str(folder), "ok": True, "files": [f.name for f in policy.files],

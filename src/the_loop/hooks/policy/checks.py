@@ -14,7 +14,60 @@ from the_loop.hooks.policy.functions import PolicyFunctions
 
 
 def describe_compile_error(shown: str, text: str, exc: ExpressionError) -> str:
-    """What is wrong with expression `text` and at which column, from its `ExpressionError`."""
+    """What is wrong with expression `text` and at which column, from its `ExpressionError`;
+    a syntax error also names an unbalanced parenthesis or a lone `=` it finds."""
+    said = _describe(shown, text, exc)
+    if exc.kind in ("incomplete", "lexer", "syntax"):
+        said += "".join(f". {hint}" for hint in syntax_hints(text))
+    return said
+
+
+def syntax_hints(text: str) -> list[str]:
+    """The slips a syntax error usually comes from: `=` for `==` (with the fixed expression),
+    a `(` never closed or a `)` that closes nothing (with the column)."""
+    hints: list[str] = []
+    opened: list[int] = []
+    lone: list[int] = []
+    for i, char in _code(text):
+        if char == "(":
+            opened.append(i)
+        elif char == ")":
+            if not opened:
+                hints.append(f"The ')' at column {i + 1} closes no '('")
+                break
+            opened.pop()
+        elif char == "=" and (i == 0 or text[i - 1] not in "=!<>") and text[i + 1:i + 2] != "=":
+            lone.append(i)
+    if lone:
+        fixed = "".join("==" if i in lone else c for i, c in enumerate(text))
+        where = ", ".join(str(i + 1) for i in lone)
+        hints.insert(0, f"A single '=' (column {where}) is not an operator: JMESPath compares "
+                        f"with '=='; write {fixed}")
+    hints.extend(f"The '(' at column {i + 1} is never closed" for i in opened)
+    return hints
+
+
+def _code(text: str) -> list[tuple[int, str]]:
+    """(index, character) of `text` outside its quoted strings, identifiers and literals."""
+    out: list[tuple[int, str]] = []
+    quote_char = ""
+    escaped = False
+    for i, char in enumerate(text):
+        if quote_char:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote_char:
+                quote_char = ""
+        elif char in "'\"`":
+            quote_char = char
+        else:
+            out.append((i, char))
+    return out
+
+
+def _describe(shown: str, text: str, exc: ExpressionError) -> str:
     if exc.kind == "empty":
         return f"{shown} is empty; write an expression or remove the key"
     if exc.kind == "incomplete":

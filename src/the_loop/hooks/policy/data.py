@@ -25,7 +25,7 @@ from the_loop.hooks.policy.files import DATA_FOLDER, Unloadable, data_files, loa
 from the_loop.hooks.policy.files import unsafe_entries as unsafe_entries
 from the_loop.jmes import root_paths
 
-__all__ = ["ROOT", "PolicyData", "check_value", "read_data", "reads_context"]
+__all__ = ["ROOT", "PolicyData", "check_value", "read_data", "reads_context", "reads_data"]
 
 #: The root name under which expressions read the policy data.
 ROOT = "data"
@@ -164,6 +164,13 @@ class _Rewriter:
         for key in path:
             value = value[key]
         return {"type": "literal", "value": value, "children": [], MARK: list(path)}
+
+
+def reads_data(node: Any) -> bool:
+    """Whether a rewritten AST read the policy data somewhere."""
+    if not isinstance(node, Mapping):
+        return False
+    return MARK in node or any(reads_data(c) for c in node.get("children") or [])
 
 
 def reads_context(node: Mapping[str, Any], at_start: bool = True) -> bool:

@@ -21,6 +21,7 @@ from the_loop.configspec import (
     DictOf,
     Enum,
     Field,
+    ListOf,
     Mapping,
     Problem,
     Str,
@@ -44,6 +45,8 @@ from the_loop.jmes import CompiledExpression, root_paths
 
 FILE_KEYS = ("rules",)
 MODES = ("enforce", "audit")
+#: The lints of `policy check` (`lints.py`) a rule may silence with `silence: [name, …]`.
+LINTS = ("pattern-not-literal", "never-matches", "conflicting-rules")
 TEMPLATE_RE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 #: policy-only conveniences: key → (the decision it composes into, prefix or suffix).
 AFFIXES: dict[str, tuple[str, str]] = {
@@ -78,6 +81,7 @@ class Rule:
     set_raw: dict[str, Any] = field(default_factory=dict)
     when: dict[str, CompiledExpression] = field(default_factory=dict)
     values: dict[str, dict[str, Value]] = field(default_factory=dict)
+    silence: tuple[str, ...] = ()
 
     @property
     def audit(self) -> bool:
@@ -172,6 +176,8 @@ RULE = Mapping(expected="a mapping with name, on and set", fields={
                       expected="a JMESPath expression as a string (quote it)")),
     "description": Field(Str(), default=""),
     "mode": Field(Enum(values=MODES), default="enforce"),
+    "silence": Field(ListOf(item=Enum(values=LINTS), single=True, unique=True,
+                            expected="a list of lint names"), default=list),
     "set": Field(DictOf(key=Str(expected="a decision name"), value=Any_(),
                         expected="a mapping of decision to value", then=(_some_decision,)),
                  required="a rule sets at least one decision (e.g. proceed: false with a "
@@ -251,7 +257,8 @@ class _Checker:
         points: tuple[str, ...] = checked.get("on", ())
         rule = Rule(name=checked.get("name", ""), file=where, points=points,
                     mode=checked.get("mode", "enforce"),
-                    description=checked.get("description", ""))
+                    description=checked.get("description", ""),
+                    silence=tuple(checked.get("silence", ())))
         if "when" in checked:
             rule.when_text = checked["when"]
             compiled = self._expression(checked["when"], points, fail, "when")

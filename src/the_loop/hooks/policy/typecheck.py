@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from the_loop.hooks.policy.data import reads_data
 from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.exprtext import OPS, literal, show
 from the_loop.hooks.policy.functions import POLICY_FUNCTION_RECORDS, POLICY_FUNCTION_SPECS
@@ -182,6 +183,8 @@ class Checker:
                 param = declared[min(i, len(declared) - 1)] if declared else {"types": []}
                 self._check_arg(node, name, i, arg, t, tuple(param.get("types", ())))
         if name == "contains" and len(args) == 2 and self._never_holds(node, *args):
+            return T(kinds(BOOL), truth=False)
+        if name == "contains" and len(args) == 2 and args[0].literal == []:  # an empty list
             return T(kinds(BOOL), truth=False)
         if name in POLICY_FUNCTION_SPECS:
             ks = frozenset(POLICY_FUNCTION_SPECS[name].returns)
@@ -379,7 +382,7 @@ def type_problems(ast: Node, point: str, *, when: bool) -> list[tuple[str, str]]
     checker = Checker()
     t = checker.infer(ast, root_type(point))
     found = list(checker.problems)
-    if when and not found and t.truth is not None:
+    if when and not found and t.truth is not None and not reads_data(ast):  # else a lint
         what = "true" if t.truth else "false"
         why = (" (a number is always true in JMESPath, even 0)" if t.kinds <= kinds(NUM)
                else "")
