@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from runtime_helpers import LoopDir
 from the_loop.demo.hooks import STAMP_HOOK, Compliance
@@ -376,7 +377,7 @@ def test_write_cases_then_policy_test_passes_and_catches_a_later_change(run: Run
     code, out, err = run.replay("--write-cases", str(folder), config=config)
     assert code == 0, err
     [written] = list((folder / "tests").glob("replay-*.yaml"))
-    assert f"case(s) to {written}" in out
+    assert f"case(s) to tests/{written.name} in the policy folder {folder}; run " in out
     text = written.read_text(encoding="utf-8")
     assert "point: work_item_start" in text and "point: session_spawn" in text
     assert TOKEN not in text
@@ -418,3 +419,26 @@ def test_write_cases_json_names_the_file_and_accepts_the_tests_folder(run: Run) 
     code, out, err = run.ld.run("policy", "test", str(tests.parent))
     assert code == 0, out + err
     assert "3 passed, 0 failed" in out
+
+
+def test_written_cases_carry_only_the_facts_the_rules_at_their_point_read(run: Run) -> None:
+    """A case keeps the fields its point's rules read (a work item's keys too), not the whole
+    recorded context: frozen-items reads labels and work_item.ref, the session rules
+    work_item.ref and prompt, the audit rule at phase_changed reads nothing."""
+    config = run.variant("cases-small")
+    folder = run.ld.root / "policies-cases-small"
+    code, _, err = run.replay("--write-cases", str(folder), config=config)
+    assert code == 0, err
+    [written] = list((folder / "tests").glob("replay-*.yaml"))
+    cases = yaml.safe_load(written.read_text(encoding="utf-8"))["cases"]
+    read = {"work_item_start": {"labels", "work_item"}, "session_spawn": {"prompt", "work_item"},
+            "phase_changed": set()}
+    assert {c["point"] for c in cases} >= {"work_item_start", "session_spawn"}
+    for case in cases:
+        assert set(case["facts"]) <= read[case["point"]], case
+        assert set(case["facts"].get("work_item", {})) <= {"ref"}, case
+    assert any(c["facts"] == {} for c in cases if c["point"] == "phase_changed")
+    starts = [c for c in cases if c["point"] == "work_item_start"]
+    assert max(len(yaml.safe_dump(c).splitlines()) for c in starts) < 15
+    code, out, err = run.ld.run("policy", "test", str(folder))
+    assert code == 0 and " 0 failed" in out, out + err

@@ -47,7 +47,7 @@ def test_issue20_item4_write_cases_never_copies_a_text_a_rule_replaced_and_write
     text = written.read_text(encoding="utf-8")
     assert "Looks good so far" in text
     assert GHP[:8] not in text
-    assert f"wrote 1 case(s) to {written}" in out
+    assert f"wrote 1 case(s) to tests/{written.name} in the policy folder " in out
     assert (f"(input_received, {ref}): not written: hook `house` replaced text when it ran (a "
             "redaction, perhaps), and the case would carry the text it replaced; write this "
             "case by hand with a made-up value") in out

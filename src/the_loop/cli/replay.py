@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 from the_loop.cli._common import add_json, completes_points, config_of, print_json
 from the_loop.errors import UsageError
 from the_loop.hooks.engine.points import POINTS, unknown_point_message
+from the_loop.util import shown_path
 
 _SINCE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
@@ -156,6 +158,8 @@ def _print_cases(cases: list[dict[str, Any]], skipped: list[str], written: Path 
     if written is None:
         print(f"\nno case written: the policy in {folder} runs at none of the replayed points")
     else:
-        print(f"\nwrote {len(cases)} case(s) to {written}; run `the-loop policy test {folder}`")
+        shown = shlex.quote(shown_path(folder))  # the file relative to its policy folder
+        print(f"\nwrote {len(cases)} case(s) to {written.relative_to(folder)} in the policy "
+              f"folder {shown}; run `the-loop policy test {shown}`")
     for line in skipped:
         print(f"  skipped {line}")

@@ -4,10 +4,12 @@
 whose `tests/` it is). For each replayed point where that policy runs, it takes the context as
 it reached the policy in today's chain, runs the policy alone on it — as `the-loop policy test`
 will — and keeps a case with those facts, every decision the policy leaves as the expectation,
-the enforce rules that applied and the audit rules that matched. Identical cases are written
-once; a point where the policy fails is skipped (and counted), and so is one where a hook
-replaced a text whole (the decision log's `replaced`: a redaction, perhaps) that the case
-would carry. `write()` puts them in `<folder>/tests/replay-<UTC time>.yaml`, mode 0600.
+the enforce rules that applied and the audit rules that matched. The facts are cut to the
+fields the policy's rules at that point read (`casefacts.needed_facts`) when the policy decides
+the same on them, so a case is a few lines. Identical cases are written once; a point where
+the policy fails is skipped (and counted), and so is one where a hook replaced a text whole
+(the decision log's `replaced`: a redaction, perhaps) that the case would carry. `write()`
+puts them in `<folder>/tests/replay-<UTC time>.yaml`, mode 0600.
 """
 
 from __future__ import annotations
@@ -23,9 +25,14 @@ import yaml
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain, Link, Outcome
-from the_loop.hooks.engine.points import SPECS, Context
+from the_loop.hooks.engine.points import SPECS, Context, context_from_json
 from the_loop.hooks.executors.policy import PolicyExecutor
+from the_loop.runtime.casefacts import needed_facts
 from the_loop.runtime.decisionlog import Recorded, context_json
+
+#: What the policy alone decided on a context: enforce rules applied, audit rules matched,
+#: the context's fields after it.
+Decided = tuple[list[str], list[str], dict[str, Any]]
 
 __all__ = ["CaseWriter"]
 
@@ -56,6 +63,7 @@ class CaseWriter:
         executor = self.link.executor
         assert isinstance(executor, PolicyExecutor)
         self.folder = executor.policy.folder
+        self.policy = executor.policy
         self.index = chain.links.index(self.link)
         self.before = {  # per point, the links that run before the policy (to reach its input)
             point: Chain([link for link in chain.links[: self.index] if point in link.points],
@@ -86,33 +94,59 @@ class CaseWriter:
         if key in self._seen:
             return
         self._seen.add(key)
-        log = self.alone.log
-        seen = len(log.memory)
-        result = self.alone.invoke(entering)
-        step = result.steps[0] if result.steps else None
-        if step is not None and step.error:
-            self.skipped.append(f"#{rec.id} ({rec.point}, {rec.work_item}): {step.error}")
+        decided = self._decide(entering)
+        if isinstance(decided, str):
+            self.skipped.append(f"#{rec.id} ({rec.point}, {rec.work_item}): {decided}")
             return
-        audit: list[str] = []
-        for event in log.memory[seen:]:
-            if event["event"] == "hooks.audit":
-                if event.get("errors"):
-                    self.skipped.append(f"#{rec.id} ({rec.point}, {rec.work_item}): "
-                                        f"{event['errors'][0]}")
-                    return
-                audit = list(event.get("rules", []))
-        final = result.context.__dict__
+        facts, decided = self._smaller(rec.point, facts, decided)
+        rules, audit, final = decided
         stamp = time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(rec.at))
         self.cases.append({
             "name": f"{rec.point} on {rec.work_item} at {stamp} (#{rec.id})",
             "point": rec.point,
             "facts": facts,
             "expect": {d.name: final[d.name] for d in SPECS[rec.point].decisions},
-            "rules": list(step.detail.get("rules", [])) if step is not None else [],
+            "rules": rules,
             "audit": audit,
         })
+
+    def _decide(self, ctx: Context) -> Decided | str:
+        """The policy alone on `ctx`: (enforce rules applied, audit rules matched, the final
+        fields), or why it failed there."""
+        log = self.alone.log
         if len(log.memory) > 1000:
             log.memory.clear()
+        seen = len(log.memory)
+        result = self.alone.invoke(ctx)
+        step = result.steps[0] if result.steps else None
+        if step is not None and step.error:
+            return step.error
+        audit: list[str] = []
+        for event in log.memory[seen:]:
+            if event["event"] == "hooks.audit":
+                if event.get("errors"):
+                    return str(event["errors"][0])
+                audit = list(event.get("rules", []))
+        rules = list(step.detail.get("rules", [])) if step is not None else []
+        return rules, audit, dict(result.context.__dict__)
+
+    def _smaller(self, point: str, facts: dict[str, Any], decided: Decided
+                 ) -> tuple[dict[str, Any], Decided]:
+        """The facts cut to the fields the policy's rules at `point` read, with what the policy
+        decides on them, when it applies and matches the same rules there (else as given)."""
+        small = needed_facts(self.policy, point, facts)
+        if small == facts:
+            return facts, decided
+        try:
+            again = self._decide(context_from_json(point, small))
+        except ValueError:
+            return facts, decided
+        kept = [d.name for d in SPECS[point].decisions if d.name in small]
+        if isinstance(again, str) or again[:2] != decided[:2] or any(
+            again[2][name] != decided[2][name] for name in kept
+        ):
+            return facts, decided
+        return small, again
 
     def write(self, now: float | None = None) -> Path | None:
         """Write the cases (None when there are none); never overwrites a file."""
@@ -130,14 +164,26 @@ class CaseWriter:
         header = ("# Written by `the-loop policy replay --write-cases`: recorded points, with "
                   "the decisions this policy\n# made on them when it was written as the "
                   "expectation.\n")
-        text = yaml.safe_dump({"cases": self.cases}, sort_keys=False, allow_unicode=True,
-                              width=100)
+        text = yaml.dump({"cases": self.cases}, Dumper=_Dumper, sort_keys=False,
+                         allow_unicode=True, width=100)
         # Owner-only whatever the umask: the facts are what people wrote on work items.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             os.fchmod(fh.fileno(), 0o600)
             fh.write(header + text)
         return path
+
+
+class _Dumper(yaml.SafeDumper):
+    """Safe YAML with a text of several lines written as a block (`|`), as a person would."""
+
+
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _text)
 
 
 def _hidden(rec: Recorded, facts: dict[str, Any]) -> tuple[str, str] | None:
