@@ -195,3 +195,47 @@ def test_replay_of_a_changed_policy_folder_shows_the_changed_rule(page: Any) -> 
     changed.locator("td:nth-child(2) a").first.click()  # the changed point on its timeline
     page.wait_for_url(re.compile(r"/console/items/local%3Aacme%2Fapp%231#p\d+$"))
     assert os.path.basename(page.url).startswith("local%3Aacme%2Fapp%231")
+
+
+def test_a_form_on_another_site_changes_nothing(page: Any, demo: tuple[Path, str],
+                                                tmp_path: Path) -> None:
+    """A page on another site (localhost, not 127.0.0.1) posts to the console's sign-out and
+    to the API's input route from the signed-in browser: both are refused, the person stays
+    signed in, and the item is as it was."""
+    import functools
+    import http.server
+    import threading
+
+    from the_loop.config import read_config
+    from the_loop.runtime.service import Loop
+
+    folder, url = demo
+    target = url + "/items/local%3Aacme%2Fapp%231/input"
+    (tmp_path / "evil.html").write_text(
+        f'<form id="out" method="post" action="{url}/console/signout">'
+        '<button id="signout">win a prize</button></form>'
+        f'<form id="in" method="post" action="{target}" enctype="text/plain">'
+        '<input type="hidden" name=\'{"text": "/approve", "x": "\' value=\'"}\'>'
+        '<button id="approve">win another</button></form>', encoding="utf-8")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    loop = Loop(read_config(folder / "cli-config.yaml"), strict_hooks=False, source="test")
+    try:
+        before = (loop.tracker.get("1").to_json(), loop.work("local:acme/app#1"))
+        for button, answer in (("#signout", "cross-site request refused"),
+                               ("#approve", "missing or wrong bearer token")):
+            page.goto(f"http://localhost:{evil.server_address[1]}/evil.html")
+            with page.expect_navigation():
+                page.click(button)
+            assert page.url.startswith(url)
+            assert answer in page.inner_text("body")
+        after = (loop.tracker.get("1").to_json(), loop.work("local:acme/app#1"))
+    finally:
+        evil.shutdown()
+        evil.server_close()
+        loop.close()
+    assert after == before
+    page.goto("/console/items")
+    assert page.url.endswith("/console/items")  # still signed in: the sign-out was refused
+    assert "signed in as alice" in page.inner_text("header")
