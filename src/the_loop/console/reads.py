@@ -1,9 +1,9 @@
-"""Every read the console makes of the loop's state database, read-only and bounded.
+"""Every read the console makes of the decision log, read-only and bounded.
 
-The console reads the tracker and the work rows through the loop (`Loop.tracker`,
-`Loop.work`); what no store API answers — the decision log by work item and by page, a rule's
-matches over time, an item's sessions — is read here, on a read-only connection of its own,
-so a store of another kind has one module to move. No function here writes.
+The console reads the tracker, the work rows and the sessions through the loop (`Loop.tracker`,
+`Loop.work`, `Store.sessions_of`: SQLite or PostgreSQL alike); the decision log, which stays
+in each host's `<stateDir>/loop.db`, is read here by work item and by page, and a rule's
+matches over time, on a read-only connection of its own. No function here writes.
 """
 
 from __future__ import annotations
@@ -104,18 +104,6 @@ def inputs_of(path: Path, ref: str) -> list[Recorded]:
             f"SELECT * FROM ({_COLUMNS} WHERE work_item=? AND point='input_received' "
             "ORDER BY id DESC LIMIT 2000) ORDER BY id", (ref,)).fetchall()
     return [r for r in map(_recorded, rows) if r is not None]
-
-
-def sessions_of(path: Path, ref: str, *, limit: int = 200) -> list[dict[str, Any]]:
-    """The sessions launched for `ref` (the last `limit`), oldest first."""
-    with _reading(path, "sessions") as conn:
-        if conn is None:
-            return []
-        conn.row_factory = sqlite3.Row
-        rows = conn.execute(
-            "SELECT * FROM (SELECT id, node, harness, started, exited, code FROM sessions "
-            "WHERE ref=? ORDER BY started DESC LIMIT ?) ORDER BY started", (ref, limit))
-        return [dict(r) for r in rows]
 
 
 def rule_hits(path: Path, since: float, until: float, buckets: int,

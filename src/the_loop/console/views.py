@@ -158,7 +158,7 @@ def timeline(loop: Loop, ref: str, query: dict[str, str]) -> dict[str, Any]:
             "fired": fired, "total": total, "page": page, "pages": pages,
             "refusals": sum(1 for r in recs if refused(r)),
             **inputs(loop, item.ref, item.comments, query),
-            "sessions": sessions(db, item.ref)}
+            "sessions": sessions(loop, item.ref)}
 
 
 def inputs(loop: Loop, ref: str, comments: list[Any], query: dict[str, str]) -> dict[str, Any]:
@@ -186,9 +186,9 @@ def inputs(loop: Loop, ref: str, comments: list[Any], query: dict[str, str]) -> 
     return {"inputs": out, "ipage": page, "ipages": pages}
 
 
-def sessions(db: Path, ref: str) -> list[dict[str, Any]]:
+def sessions(loop: Loop, ref: str) -> list[dict[str, Any]]:
     out = []
-    for s in reads.sessions_of(db, ref):
+    for s in loop.store.sessions_of(ref):
         end = ("running" if not s["exited"] else
                f"ended (exit {s['code']})" if s["code"] is not None else "ended")
         out.append({"id": s["id"], "node": s["node"], "harness": s["harness"],

@@ -311,6 +311,12 @@ class Store:
                  self.host))
             self.set_work(ref, conn, state=state, node=node, session_id=sid, host=self.host)
 
+    def sessions_of(self, ref: str, limit: int = 200) -> list[dict[str, Any]]:
+        """The last `limit` sessions launched for `ref`, oldest first (any host)."""
+        return [dict(r) for r in self.db.conn.execute(
+            "SELECT * FROM (SELECT id, node, harness, started, exited, code FROM sessions "
+            "WHERE ref=? ORDER BY started DESC LIMIT ?) AS s ORDER BY started", (ref, limit))]
+
     def live_sessions(self) -> list[dict[str, Any]]:
         """The sessions of this host not known to have ended ('' is a session recorded
         before sessions had hosts: a local one)."""
