@@ -95,7 +95,11 @@ def test_items_list_shows_the_demo_item_with_its_refusal(page: Any) -> None:
     page.check("input[name=refused]")
     page.click("form.filters button")
     page.wait_for_url(re.compile(r"refused=1"))
-    assert page.locator("table.items tbody tr td a").all_inner_texts() == ["local:acme/app#1"]
+    assert page.locator("table.items tbody tr td:first-child a").all_inner_texts() == [
+        "local:acme/app#1"]
+    page.click("table.items a:text('work_item_complete')")  # the last point, opened
+    page.wait_for_url(re.compile(r"/console/points/\d+$"))
+    assert page.locator("section.point").get_attribute("data-point") == "work_item_complete"
 
 
 def test_the_demo_timeline_shows_its_seven_points_with_hooks_and_rules(

@@ -27,6 +27,7 @@ class ItemStats:
     refusals: int
     last_point: str
     last_at: float
+    last_id: int
 
 
 @contextmanager
@@ -71,7 +72,8 @@ def item_stats(path: Path) -> dict[str, ItemStats]:
         last = {int(r[0]): (str(r[1]), float(r[2])) for r in conn.execute(
             "SELECT id, point, at FROM decision_log WHERE id IN "
             "(SELECT max(id) FROM decision_log GROUP BY work_item)")}
-    return {str(ref): ItemStats(int(n), int(refused or 0), *last.get(int(top), ("", 0.0)))
+    return {str(ref): ItemStats(int(n), int(refused or 0), *last.get(int(top), ("", 0.0)),
+                                int(top))
             for ref, n, refused, top in rows}
 
 

@@ -60,13 +60,14 @@ def items(loop: Loop, query: dict[str, str]) -> dict[str, Any]:
     rows = []
     for item in loop.tracker.items():
         work = loop.work(item.ref) or {}
-        st = stats.get(item.ref)
+        st = stats.get(item.ref) or reads.ItemStats(0, 0, "", 0.0, 0)
         rows.append({
             "ref": item.ref, "link": item_link(item.ref), "title": item.title,
             "tracker_state": item.state, "state": work.get("state", "not armed"),
             "phase": work.get("node", ""), "labels": item.labels,
-            "last_point": st.last_point if st else "", "last_at": charts.clock(st.last_at)
-            if st else "", "refusals": st.refusals if st else 0, "points": st.points if st else 0,
+            "last_point": st.last_point, "last_id": st.last_id,
+            "last_at": charts.clock(st.last_at) if st.last_id else "",
+            "refusals": st.refusals, "points": st.points,
             "age": age(now - item.created) if item.created else ""})
     states = sorted({r["state"] for r in rows})
     labels = sorted({label for r in rows for label in r["labels"]})
