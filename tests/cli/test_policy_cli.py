@@ -9,6 +9,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from the_loop.hooks.policy.files import revision
+
 ROOT = Path(__file__).resolve().parents[2]
 
 RULES = """\
@@ -67,7 +69,7 @@ def test_i5_6_check_lists_the_rules_per_point(tmp_path: Path, run_cli: Any) -> N
     lines = done.stdout.splitlines()
     assert lines[0] == (
         "policies: 3 rule(s) in 1 file(s), all compiled and checked; 0 expression(s) fell "
-        "back to the reference interpreter"
+        f"back to the reference interpreter; revision {revision(tmp_path / 'policies')}"
     )
     assert lines[1] == "session_spawn:"
     assert lines[2].split() == ["trusted-prs-only", "enforce", "rules.yaml", "pull", "requests",
@@ -82,6 +84,7 @@ def test_i5_6_check_json(tmp_path: Path, run_cli: Any) -> None:
     done = run_cli("policy", "check", "policies", "--json")
     [data] = json.loads(done.stdout)["folders"]
     assert data["rules"] == 3 and data["compile_stats"]["fallback"] == 0
+    assert data["revision"] == revision(tmp_path / "policies") and data["mask"] == []
     assert [r["name"] for r in data["points"]["session_spawn"]] == ["trusted-prs-only",
                                                                     "preamble"]
 
@@ -517,3 +520,42 @@ def test_two_rules_with_the_same_invalid_name_are_also_called_duplicates(
     assert lines[3] == ("  policies/rules.yaml: rule 'Bad_Name' → name: duplicate: a rule named "
                         "'Bad_Name' is already in policies/rules.yaml; rule names must be "
                         "unique across the folder")
+
+
+def test_check_shows_a_revision_that_follows_rule_and_data_files_not_tests(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    folder(tmp_path)
+    policies = tmp_path / "policies"
+
+    def shown() -> str:
+        done = run_cli("policy", "check", "policies", "--json")
+        return str(json.loads(done.stdout)["folders"][0]["revision"])
+
+    first = shown()
+    assert re.fullmatch(r"[0-9a-f]{64}", first)
+    (policies / "tests").mkdir(exist_ok=True)
+    (policies / "tests" / "cases.yaml").write_text("cases: []\n", encoding="utf-8")
+    assert shown() == first  # a test case decides nothing
+    (policies / "data").mkdir()
+    (policies / "data" / "teams.yaml").write_text("teams: [a, b]\n", encoding="utf-8")
+    with_data = shown()
+    assert with_data != first
+    rules = policies / "rules.yaml"
+    rules.write_text(rules.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    assert shown() not in (first, with_data)
+
+
+def test_a_mask_list_in_a_rule_file_is_checked_and_shown(tmp_path: Path, run_cli: Any) -> None:
+    folder(tmp_path)
+    mask = tmp_path / "policies" / "mask.yaml"
+    mask.write_text("mask:\n  - input_received.text\n  - '*.prompt'\n", encoding="utf-8")
+    done = run_cli("policy", "check", "policies")
+    assert done.returncode == 0, done.stderr
+    assert ("a hook server's decision log masks: input_received.text, *.prompt"
+            in done.stdout)
+    mask.write_text("mask:\n  - input_received.txt\n", encoding="utf-8")
+    done = run_cli("policy", "check", "policies")
+    assert done.returncode == 1
+    assert "mask: mask path 'input_received.txt': no text field 'txt' at input_received; " \
+           "did you mean 'text'?" in done.stderr

@@ -512,7 +512,8 @@ class Stamp(LifecycleHooks):
 def test_wsgi_app_from_env_loads_a_class_like_a_path_entry(tmp_path: Path) -> None:
     hook = tmp_path / "stamp.py"
     hook.write_text(HOOK_FILE, encoding="utf-8")
-    app = app_from_env({"THE_LOOP_HOOK_PATH": str(hook), "THE_LOOP_HOOK_WITH": '{"team":"a"}'})
+    app = app_from_env({"THE_LOOP_HOOK_PATH": str(hook), "THE_LOOP_HOOK_WITH": '{"team":"a"}',
+                        "THE_LOOP_HOOK_DECISION_LOG": str(tmp_path / "served.db")})
     answer = Client(app).post("/", data=REQUEST)
     assert answer.json["result"] == {"prompt": "[a] p"}
 

@@ -109,7 +109,8 @@ def test_wsgi_app_records_audit_findings_where_the_loop_hook_events_says(
     tmp_path: Path, rules: Path
 ) -> None:
     events = tmp_path / "events.jsonl"
-    app = app_from_env({"THE_LOOP_HOOK_POLICY": str(rules), "THE_LOOP_HOOK_EVENTS": str(events)})
+    app = app_from_env({"THE_LOOP_HOOK_POLICY": str(rules), "THE_LOOP_HOOK_EVENTS": str(events),
+                        "THE_LOOP_HOOK_DECISION_LOG": "off"})
     response = Client(app).post("/", json={**DRAFT, "params": {"prompt": "a draft"}})
     assert response.status_code == 200
     assert [a["rules"] for a in _audits(events)] == [["no-drafts"]]

@@ -181,6 +181,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]]:
     from the_loop.hooks.policy import PolicyError
+    from the_loop.hooks.policy.files import revision
     from the_loop.hooks.policy.lints import lint
     from the_loop.jmes import compile_stats
 
@@ -196,9 +197,11 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
     fallback = stats.get("fallback", 0)
     by_point = {p: policy.rules_at(p) for p in POINTS}
     warnings = lint(policy)
+    rev = revision(folder)
     if args.json:
         return 0, {
-            "folder": str(folder), "ok": True, "files": [f.name for f in policy.files],
+            "folder": str(folder), "ok": True, "revision": rev, "mask": policy.mask,
+            "files": [f.name for f in policy.files],
             "rules": len(policy.rules), "compile_stats": stats, "warnings": warnings,
             "data": {name: Path(where).name for name, where in policy.data.origin.items()},
             "points": {
@@ -209,7 +212,9 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
         }
     print(f"{folder}: {len(policy.rules)} rule(s) in {len(policy.files)} file(s), all "
           f"compiled and checked; {fallback} expression(s) fell back to the reference "
-          "interpreter")
+          f"interpreter; revision {rev}")
+    if policy.mask:
+        print(f"a hook server's decision log masks: {', '.join(policy.mask)}")
     width = max(len(r.name) for r in policy.rules)
     for point, rules in by_point.items():
         if not rules:

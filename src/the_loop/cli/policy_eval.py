@@ -45,7 +45,7 @@ def _policy_chain(folder: str) -> Chain:
                         f"not one file (e.g. {shown_path(path.parent)})")
     executor = policy_executor(folder)
     chain = Chain([Link("policy", executor, frozenset(executor.points()))], log=EventLog())
-    executor.bind_log(chain.log)  # type: ignore[attr-defined]
+    executor.bind_log(chain.log)
     return chain
 
 

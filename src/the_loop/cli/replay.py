@@ -17,7 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from the_loop.cli._common import add_json, completes_points, config_of, print_json
+from the_loop.cli._common import (
+    add_json,
+    completes_points,
+    config_of,
+    print_json,
+    require_path,
+)
 from the_loop.errors import UsageError
 from the_loop.hooks.engine.points import POINTS, unknown_point_message
 from the_loop.util import shown_path
@@ -41,6 +47,12 @@ def register(ps: Any) -> None:
     completes_points(pr.add_argument("--point", metavar="P", default="",
                                      help="only this lifecycle point"))
     pr.add_argument("--work-item", metavar="REF", default="", help="only this work item")
+    pr.add_argument("--log", metavar="FILE|URL", default="",
+                    help="replay a hook server's decision log (its SQLite file, or the "
+                         "postgresql:// URL it writes) instead of the loop's own")
+    pr.add_argument("--policy", metavar="DIR", default="",
+                    help="replay through this policy folder (as `hooks serve --policy` "
+                         "serves it) instead of the hooks the config declares")
     pr.add_argument("--fail-on-change", action="store_true",
                     help="exit 1 when any decision would change (for CI)")
     pr.add_argument("--call-remote", action="store_true",
@@ -66,25 +78,23 @@ def parse_since(text: str, now: float) -> float | None:
 def cmd_replay(args: argparse.Namespace) -> int:
     from the_loop.runtime.cases import CaseWriter
     from the_loop.runtime.decisionlog import read_points
-    from the_loop.runtime.replay import Replayer, replay_chain
-    from the_loop.runtime.settings import settings_of
+    from the_loop.runtime.replay import Replayer
 
     since = parse_since(args.since, time.time())
     if args.point and args.point not in POINTS:
         raise UsageError(f"--point: {unknown_point_message(args.point)}")
-    config = config_of(args)
-    settings = settings_of(config)
-    chain, stand_ins = replay_chain(config, call_remote=args.call_remote)
+    chain, stand_ins, through = _chain(args)
+    source = _source(args)
     replayer = Replayer(chain, stand_ins)
     writer = CaseWriter(chain, Path(args.write_cases)) if args.write_cases else None
     if writer is not None:
         replayer.on_outcome = writer.add
-    report = replayer.run(read_points(settings.db_path, since=since, point=args.point,
+    report = replayer.run(read_points(source, since=since, point=args.point,
                                       work_item=args.work_item,
                                       problems=replayer.report.unreadable))
     written = writer.write() if writer is not None else None
     if not report.replayed:  # on stderr: stdout stays the report (or the JSON)
-        print(f"the-loop: {_why_none(args, settings.db_path)}", file=sys.stderr)
+        print(f"the-loop: {_why_none(args, source)}", file=sys.stderr)
     if args.json:
         data = report.to_json()
         if writer is not None:
@@ -92,13 +102,46 @@ def cmd_replay(args: argparse.Namespace) -> int:
                              "written": len(writer.cases), "skipped": writer.skipped}
         print_json(data)
     else:
-        _print_report(report.to_json(), config_name=str(config.path or "(no config)"))
+        _print_report(report.to_json(), config_name=through)
         if writer is not None:
             _print_cases(writer.cases, writer.skipped, written, writer.folder)
     return 1 if args.fail_on_change and report.changed else 0
 
 
-def _why_none(args: argparse.Namespace, db_path: Path) -> str:
+def _chain(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
+    """The chain to replay through, its remote stand-ins, and how the report names it."""
+    from the_loop.runtime.replay import policy_chain, replay_chain
+
+    if args.policy:
+        require_path(args, args.policy, "--policy ", or_else="leave --policy out to replay "
+                                                             "through the declared hooks")
+        folder = Path(args.policy).expanduser().absolute()
+        if not folder.is_dir():
+            raise UsageError(f"--policy {args.policy}: no policy folder there (expected a "
+                             "folder of rule files)")
+        return policy_chain(folder), {}, f"the policy folder {args.policy}"
+    config = config_of(args)
+    chain, stand_ins = replay_chain(config, call_remote=args.call_remote)
+    return chain, stand_ins, f"the hooks of {config.path or '(no config)'}"
+
+
+def _source(args: argparse.Namespace) -> Path | str:
+    """The decision log to read: --log (a file or a URL), else the loop's loop.db."""
+    from the_loop.hooks.serving.logstore import is_url
+    from the_loop.runtime.settings import settings_of
+
+    if not args.log:
+        return settings_of(config_of(args)).db_path
+    if is_url(args.log):
+        return str(args.log)
+    path = Path(args.log).expanduser()
+    if not path.is_file():
+        raise UsageError(f"--log {args.log}: no such file; name the SQLite file a hook server "
+                         "writes (it names it when it starts) or a postgresql:// URL")
+    return path
+
+
+def _why_none(args: argparse.Namespace, db_path: Path | str) -> str:
     """Why nothing was replayed: the filters given matched no point, or none is recorded."""
     given = [f"{flag} {value}" for flag, value in (
         ("--since", args.since), ("--point", args.point), ("--work-item", args.work_item))
@@ -128,8 +171,10 @@ def _side(by: dict[str, Any] | None) -> str:
 
 def _print_report(data: dict[str, Any], *, config_name: str) -> None:
     remote = data["remote"]
-    print(f"replayed {data['replayed']} recorded point(s) through the hooks of {config_name}; "
+    print(f"replayed {data['replayed']} recorded point(s) through {config_name}; "
           f"{data['changed']} would decide differently")
+    for what, n in data.get("masked", {}).items():
+        print(f"masked in the log, not seen by the replay: {what} at {n} point(s)")
     if remote.get("stood_in"):
         print(f"remote hooks not called: the recorded answers of {', '.join(remote['stood_in'])} "
               "stand in for them (--call-remote calls them)")

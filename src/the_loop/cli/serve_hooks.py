@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -43,6 +44,8 @@ from the_loop.hooks.serving.jsonrpc import (
     first_sighting_log,
     served_points,
 )
+from the_loop.hooks.serving.operated import check_masks, default_log, operations, reloader
+from the_loop.hooks.serving.reload import Reloader
 from the_loop.hooks.serving.server import HookServer
 from the_loop.runtime.narrate import line_of
 from the_loop.util import is_loopback
@@ -76,6 +79,19 @@ def register_serve(hooks_sub: Any) -> None:
                          "only (--declared: the config's event log)")
     pv.add_argument("--quiet", action="store_true",
                     help="no line per call or audit finding on stderr")
+    pv.add_argument("--decision-log", metavar="PATH|URL", default="",
+                    help="record every answered call in this SQLite file or postgresql:// "
+                         "database; 'off' records nothing (default: served-decisions.db "
+                         "here, or in stateDir with --declared)")
+    pv.add_argument("--mask", metavar="PATH", action="append", default=[],
+                    help="a value the decision log must not keep, e.g. input_received.text "
+                         "or *.prompt (repeatable; a policy folder's mask: adds more)")
+    pv.add_argument("--watch", metavar="SECONDS", nargs="?", type=float, const=1.0,
+                    default=None, help="reload when a file of the policy or declaration "
+                                       "changes, looking every SECONDS (default 1); SIGHUP "
+                                       "always reloads")
+    pv.add_argument("--metrics-public", action="store_true",
+                    help="serve GET /metrics without the bearer token")
     pv.set_defaults(func=serve)
 
 
@@ -90,12 +106,23 @@ def serve(args: argparse.Namespace) -> int:
     if shown is not None and not args.quiet:
         shown.on_emit = lambda record: _finding_log(record, redact)
     on_call = first_sighting_log(redact) if args.quiet else _per_call_log(redact)
+    secrets_in = (executor.chain.log if isinstance(executor, ChainExecutor)
+                  else log or EventLog()).secrets_in
+    check_masks(args.mask, "--mask")
+    if args.watch is not None and not 0.05 <= args.watch <= 3600:
+        raise UsageError(f"--watch: expected 0.05 to 3600 seconds, got {args.watch}")
+    target = args.decision_log or default_log(config_of(args) if args.declared else None)
+    ops = operations(executor, log=target, masks=args.mask, secrets_in=secrets_in,
+                     metrics_public=args.metrics_public)
     try:
         server = HookServer(executor, host=args.host, port=args.port, token_env=token_env,
-                            on_call=on_call)
+                            on_call=on_call, ops=ops)
     except OSError as exc:
+        ops.close()
         raise LoopError(f"cannot listen on {args.host}:{args.port}: "
                         f"{exc.strerror or exc}") from None
+    reload_ = (reloader([server.core], ops, lambda: _executor(args, log), masks=args.mask,
+                        secrets_in=secrets_in) if args.policy or args.declared else None)
     points = served_points(executor)
     print(server.url, flush=True)
     print(
@@ -104,7 +131,15 @@ def serve(args: argparse.Namespace) -> int:
         f"{'bearer token required; ' if token_env else ''}Ctrl-C or SIGTERM stops it",
         file=sys.stderr, flush=True,
     )
-    _run(server)
+    print(f"the-loop: revision {ops.revision or '(none)'}; decision log: "
+          f"{ops.log_target or 'off'}; GET {server.url}metrics, {server.url}ready"
+          f"{'; SIGHUP reloads' if reload_ else ''}"
+          f"{f', and every {args.watch:g}s when a file changed' if reload_ and args.watch else ''}",
+          file=sys.stderr, flush=True)
+    try:
+        _run(server, reload_, args.watch if reload_ else None)
+    finally:
+        ops.close()
     print("the-loop: hook server stopped", file=sys.stderr, flush=True)
     return 0
 
@@ -189,27 +224,58 @@ def _per_call_log(redact: Callable[[str], str]) -> OnCall:
     return record
 
 
-def _run(server: HookServer) -> None:
-    """Serve until SIGTERM or Ctrl-C."""
+def _run(server: HookServer, reload_: Reloader | None, watch: float | None) -> None:
+    """Serve until SIGTERM or Ctrl-C; reload on SIGHUP (and, with `watch`, on a change)."""
     previous: Any = None
+    previous_hup: Any = None
     in_main = threading.current_thread() is threading.main_thread()
     stop = threading.Event()
+    hup = threading.Event()
+    wake = threading.Event()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
-        # Only set a flag: an exception raised here could land inside a request being
-        # handled on this thread and be swallowed by socketserver's error handler.
+        # Only set flags: the serving thread and this loop do the work.
         stop.set()
+        wake.set()
+
+    def on_hup(signum: int, frame: FrameType | None) -> None:
+        hup.set()
+        wake.set()
 
     if in_main:
         previous = signal.signal(signal.SIGTERM, on_term)
+        if reload_ is not None:
+            previous_hup = signal.signal(signal.SIGHUP, on_hup)
     try:
         # Inside the try: a Ctrl-C the moment the first call is answered still stops cleanly.
         server.serve_in_thread()
-        while not stop.wait(0.25):
-            pass
+        _wait(wake, stop, hup, reload_, watch)
     except KeyboardInterrupt:
         pass
     finally:
         server.shutdown()
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+            if reload_ is not None:
+                signal.signal(signal.SIGHUP, previous_hup)
+
+
+def _wait(wake: threading.Event, stop: threading.Event, hup: threading.Event,
+          reload_: Reloader | None, watch: float | None) -> None:
+    """Wake on SIGTERM, SIGHUP or the watch's tick until stopped."""
+    tick = min(0.25, watch) if watch else 0.25
+    next_look = time.monotonic() + (watch or 0)
+    while True:
+        wake.wait(tick)
+        wake.clear()
+        if stop.is_set():
+            return
+        if hup.is_set():
+            hup.clear()
+            if reload_ is not None:
+                reload_.reload("SIGHUP")
+            continue
+        if reload_ is not None and watch and time.monotonic() >= next_look:
+            next_look = time.monotonic() + watch
+            if reload_.changed():
+                reload_.reload("a file changed")

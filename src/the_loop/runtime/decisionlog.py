@@ -20,26 +20,22 @@ import json
 import sqlite3
 import time
 import weakref
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from the_loop.errors import LoopError
 from the_loop.events import EventLog, redact
 from the_loop.hooks.engine.chain import Chain, Outcome
-from the_loop.hooks.engine.points import SPECS, Context, WorkItem
+from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.hooks.executors import registry
+from the_loop.hooks.serving.logstore import TABLE as TABLE
+from the_loop.hooks.serving.logstore import read_pg
+from the_loop.hooks.serving.operations import context_json as context_json
 
 __all__ = ["TABLE", "DecisionLog", "Recorded", "count_points", "read_points"]
 
-TABLE = """
-CREATE TABLE IF NOT EXISTS decision_log(
-    id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, point TEXT NOT NULL,
-    work_item TEXT NOT NULL, record TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS decision_log_at ON decision_log(at);
-CREATE INDEX IF NOT EXISTS decision_log_item ON decision_log(work_item, at);
-"""
 
 #: The layout of `record` (a JSON object); a reader refuses a version it does not know.
 #: Version 1 kept every changed text and every final decision in full; `expand` reads both.
@@ -62,12 +58,6 @@ def kind_of(executor: object) -> str:
     `policy`), or `unknown` for an executor of no registered kind, never a guess."""
     kind = registry.kind_of(executor)
     return kind.logged_as if kind is not None else UNKNOWN
-
-
-def context_json(ctx: Context) -> dict[str, Any]:
-    """Every field of `ctx` as JSON values (work-item records as objects)."""
-    return {k: v.to_json() if isinstance(v, WorkItem) else list(v) if isinstance(v, list)
-            else v for k, v in ctx.__dict__.items()}
 
 
 def entry_of(ctx: Context, outcome: Outcome, kinds: dict[str, str]) -> dict[str, Any]:
@@ -230,6 +220,7 @@ class Recorded:
     steps: list[dict[str, Any]]
     decisions: dict[str, Any]
     refused_by: str = ""
+    masked: list[str] = field(default_factory=list)  # values the log did not keep
 
 
 def _decode(text: Any) -> Any:
@@ -293,36 +284,47 @@ def count_points(path: Path, *, since: float | None = None, point: str = "",
         conn.close()
 
 
-def read_points(path: Path, *, since: float | None = None, point: str = "",
+def read_points(path: Path | str, *, since: float | None = None, point: str = "",
                 work_item: str = "", problems: list[str] | None = None) -> Iterator[Recorded]:
     """The recorded points matching the filters, oldest first (streamed, not all in memory).
 
+    `path` is loop.db, a hook server's SQLite log, or a `postgresql://` URL of a hook
+    server's log (one layout for all three; `work_item` filters SQLite logs only).
     Raises `LoopError` when there is no log. A row this version cannot read (another
     layout, or not a record at all) raises `LoopError` too — or, with `problems`, is named
     there and skipped.
     """
+    if isinstance(path, str):
+        yield from records(read_pg(path, since=since, point=point), path, problems)
+        return
     conn = _connect(path)
-    decode = _decode
     try:
         where, params = _where(since, point, work_item)
         rows = conn.execute(
             f"SELECT id, at, point, work_item, record FROM decision_log{where} ORDER BY id",
             params,
         )
-        for row_id, at, pt, ref, text in rows:
-            try:
-                rec = decode(text)
-                if rec.get("v") not in READS:
-                    raise ValueError(f"record version {rec.get('v')!r}, expected {VERSION}")
-                steps, decisions = expand(pt, rec)
-                yield Recorded(row_id, at, pt, ref, rec["context"], steps, decisions,
-                               rec.get("refused_by", ""))
-            except (ValueError, KeyError, AttributeError, TypeError) as exc:
-                what = exc if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
-                message = (f"{path}: decision log row {row_id} cannot be read ({what}); "
-                           "it was not written by this version of the-loop")
-                if problems is None:
-                    raise LoopError(message) from None
-                problems.append(message)
+        yield from records(rows, str(path), problems)
     finally:
         conn.close()
+
+
+def records(rows: Iterable[tuple[int, float, str, str, str]], source: str,
+            problems: list[str] | None) -> Iterator[Recorded]:
+    """Rows of a decision log as `Recorded` points (see `read_points` for `problems`)."""
+    decode = _decode
+    for row_id, at, pt, ref, text in rows:
+        try:
+            rec = decode(text)
+            if rec.get("v") not in READS:
+                raise ValueError(f"record version {rec.get('v')!r}, expected {VERSION}")
+            steps, decisions = expand(pt, rec)
+            yield Recorded(row_id, at, pt, ref, rec["context"], steps, decisions,
+                           rec.get("refused_by", ""), list(rec.get("masked") or ()))
+        except (ValueError, KeyError, AttributeError, TypeError) as exc:
+            what = exc if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            message = (f"{source}: decision log row {row_id} cannot be read ({what}); "
+                       "it was not written by this version of the-loop")
+            if problems is None:
+                raise LoopError(message) from None
+            problems.append(message)

@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from the_loop.config import Config
@@ -29,12 +30,12 @@ from the_loop.hooks.engine.executor import Decisions, HookError
 from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.hooks.executors import registry
 from the_loop.hooks.executors.kind import CALL, RECORDED
-from the_loop.hooks.executors.policy import PolicyExecutor
+from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 from the_loop.hooks.policy.rules import AFFIXES
 from the_loop.runtime.decisionlog import Recorded
 from the_loop.runtime.rebuild import rebuild
 
-__all__ = ["RecordedAnswer", "Replayer", "Report", "rebuild", "replay_chain"]
+__all__ = ["RecordedAnswer", "Replayer", "Report", "policy_chain", "rebuild", "replay_chain"]
 
 _DECISIONS = {point: tuple(d.name for d in spec.decisions) for point, spec in SPECS.items()}
 
@@ -116,6 +117,16 @@ def replay_chain(config: Config, *, call_remote: bool = False,
     return Chain(links, log=log), stand_ins
 
 
+def policy_chain(folder: Path, *, name: str = "policy") -> Chain:
+    """One policy folder as a chain, named as `hooks serve --policy` names it in its log
+    (so a replay over a served log compares rule for rule); `PolicyError` if it does not
+    load."""
+    executor = load_policy(name, folder)
+    log = EventLog()
+    executor.bind_log(log)
+    return Chain([Link(name, executor, frozenset(executor.points()))], log=log)
+
+
 def replay_mode(link: Link) -> str:
     """`CALL` or `RECORDED`, as the registry says for the link's kind; `LoopError` otherwise."""
     kind = registry.kind_of(link.executor)
@@ -155,11 +166,13 @@ class Report:
     by_rule: dict[str, dict[str, Any]] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)
     remote: dict[str, Any] = field(default_factory=dict)
+    #: value the log masked → how many replayed points lacked it (a served log's masking)
+    masked: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"replayed": self.replayed, "changed": self.changed,
                 "differences": self.differences, "by_rule": self.by_rule,
-                "remote": self.remote, "unreadable": self.unreadable}
+                "remote": self.remote, "unreadable": self.unreadable, "masked": self.masked}
 
     def add_to_rule(self, who: dict[str, Any] | None, point: str, decision: str, value: Any,
                     ref: str, side: str, point_id: int) -> None:
@@ -259,6 +272,8 @@ class Replayer:
             self._stand_in(rec)
         outcome = self.chain.invoke(ctx)
         self.report.replayed += 1
+        for what in rec.masked:
+            self.report.masked[what] = self.report.masked.get(what, 0) + 1
         after = outcome.context.__dict__
         before = rec.decisions
         names = _DECISIONS[rec.point]
@@ -303,7 +318,7 @@ class Replayer:
         self.report.differences.append({
             "id": rec.id, "point": rec.point, "work_item": rec.work_item, "at": rec.at,
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rec.at)),
-            "changes": changes,
+            "changes": changes, "masked": rec.masked,
         })
 
     def _rules_for(self, hook: str, rules: list[str], decision: str, refused: bool,

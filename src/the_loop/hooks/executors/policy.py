@@ -53,6 +53,8 @@ class PolicyExecutor:
     #: Its handlers only read the context they are given (they answer `Decisions`), so the
     #: chain hands them the current context without a copy.
     reads_only = True
+    #: The folder's revision when a hook server loaded it (`hooks.policy.files.revision`).
+    revision = ""
 
     def __init__(
         self, name: str, policy: Policy, *, points: tuple[str, ...] | None = None,

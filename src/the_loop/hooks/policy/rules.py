@@ -40,10 +40,11 @@ from the_loop.hooks.policy.checks import check_fields, describe_compile_error
 from the_loop.hooks.policy.data import PolicyData, read_data
 from the_loop.hooks.policy.expressions import compile_policy_expression
 from the_loop.hooks.policy.files import Unloadable, load_yaml, rule_files, unsafe_entries
+from the_loop.hooks.policy.maskpaths import check as check_mask
 from the_loop.hooks.policy.typecheck import type_messages
 from the_loop.jmes import CompiledExpression, root_paths
 
-FILE_KEYS = ("rules",)
+FILE_KEYS = ("rules", "mask")
 MODES = ("enforce", "audit")
 #: The lints of `policy check` (`lints.py`) a rule may silence with `silence: [name, …]`.
 LINTS = ("pattern-not-literal", "never-matches", "conflicting-rules")
@@ -101,6 +102,8 @@ class Policy:
     rules: list[Rule]
     reference: bool = False
     data: PolicyData = field(default_factory=PolicyData)
+    #: Paths a hook server's decision log masks (`mask:` in a rule file; `maskpaths`).
+    mask: list[str] = field(default_factory=list)
 
     def rules_at(self, point: str) -> list[Rule]:
         return [r for r in self.rules if point in r.points]
@@ -158,7 +161,7 @@ def read_policy(
         checker.errors.append(f"{folder}: the rule files hold no rules")
     if checker.errors:
         raise PolicyError(checker.errors, folder=str(folder))
-    return Policy(folder, files, checker.rules, reference, values)
+    return Policy(folder, files, checker.rules, reference, values, checker.mask)
 
 
 def _some_decision(values: dict[str, Any], _ctx: object) -> dict[str, Any]:
@@ -196,6 +199,21 @@ class _Checker:
         self.errors: list[str] = []
         self.rules: list[Rule] = []
         self.seen: dict[str, str] = {}  # rule name → file
+        self.mask: list[str] = []
+
+    def read_mask(self, where: str, paths: Any) -> None:
+        """A rule file's `mask:` list: paths the served decision log masks."""
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            self.errors.append(f"{where} → mask: expected a list of paths like "
+                               f"input_received.text, got {got(paths)}")
+            return
+        for path in paths:
+            try:
+                check_mask(path)
+            except ValueError as exc:
+                self.errors.append(f"{where} → mask: {exc}")
+            else:
+                self.mask.append(path)
 
     def read_file(self, path: Path) -> None:
         where = str(path)
@@ -204,6 +222,10 @@ class _Checker:
         except Unloadable as exc:
             self.errors.append(str(exc))
             return
+        if isinstance(data, dict) and "mask" in data:
+            self.read_mask(where, data["mask"])
+            if "rules" not in data and set(data) <= set(FILE_KEYS):
+                return
         if not isinstance(data, dict) or "rules" not in data:
             said = "an empty file" if data is None else (
                 f"keys {', '.join(map(str, data))}" if isinstance(data, dict)
@@ -217,7 +239,8 @@ class _Checker:
         for key in data:
             if key not in FILE_KEYS:
                 self.errors.append(
-                    f"{where}: unknown top-level key {quote(key)}; a rule file has only `rules:`"
+                    f"{where}: unknown top-level key {quote(key)}; a rule file has `rules:` "
+                    "(and `mask:`, what a hook server's decision log masks)"
                 )
         rules = data["rules"]
         if not isinstance(rules, list) or not rules:

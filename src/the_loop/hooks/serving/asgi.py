@@ -20,8 +20,8 @@ from typing import Any
 
 from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall
-from the_loop.hooks.serving.wire import MAX_REQUEST, Reply
-from the_loop.hooks.serving.wsgi import hosted_from_env
+from the_loop.hooks.serving.wire import MAX_REQUEST, REVISION_HEADER, Reply
+from the_loop.hooks.serving.wsgi import core_from_env
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -64,10 +64,14 @@ def asgi_app(core: Core) -> ASGIApp:
         body = await _body(receive, decided)
         if body is None:
             reply = core.refuse(413, f"request over the cap of {MAX_REQUEST} bytes")
-        elif core.inline:
-            reply = core.call(body)
         else:
-            reply = await asyncio.get_running_loop().run_in_executor(core.pool, core.call, body)
+            client = scope.get("client")
+            peer = str(client[0]) if client else ""
+            if core.inline:
+                reply = core.call(body, peer)
+            else:
+                reply = await asyncio.get_running_loop().run_in_executor(core.pool, core.call,
+                                                                         body, peer)
         await _send(send, reply, method)
 
     return app
@@ -93,8 +97,10 @@ async def _body(receive: Receive, length: int) -> bytes | None:
 
 async def _send(send: Send, reply: Reply, method: str) -> None:
     headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers]
+    if reply.revision:
+        headers.append((REVISION_HEADER.lower().encode(), reply.revision.encode("latin-1")))
     if reply.status != 204:
-        headers += [(b"content-type", b"application/json"),
+        headers += [(b"content-type", reply.content_type.encode("latin-1")),
                     (b"content-length", str(len(reply.body)).encode())]
     if reply.close:
         headers.append((b"connection", b"close"))
@@ -110,12 +116,13 @@ async def _lifespan(core: Core, receive: Receive, send: Send) -> None:
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             core.close()
+            if core.ops is not None:
+                core.ops.close()
             await send({"type": "lifespan.shutdown.complete"})
             return
 
 
 def app_from_env(environ: Mapping[str, str] | None = None) -> ASGIApp:
     """The ASGI app for what the THE_LOOP_HOOK_* variables name (see `wsgi`)."""
-    executor, token_env, on_call = hosted_from_env(environ)
-    return make_asgi_app(executor, token_env, on_call=on_call)
+    return asgi_app(core_from_env(environ))
 

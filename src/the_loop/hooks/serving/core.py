@@ -11,7 +11,9 @@ point, one per call otherwise (a batch makes several).
 Rules (`wire` holds the codes and `Reply`):
 
 - `GET`/`HEAD` on a path ending in `/health` answers the health body, open to all and not
-  recorded; any other `GET` is 404, other methods 405.
+  recorded; with `ops` (`operations.Operations`), `/ready` answers 200 or 503 for a load
+  balancer and `/metrics` the Prometheus metrics (behind the token unless public); any
+  other `GET` is 404, other methods 405.
 - `POST` is a call: 401 without `Authorization: Bearer $token_env` when a token is set (the
   scheme in any case, the token compared in constant time), 400 for two Content-Length
   headers or a malformed one, 411 for none (or a chunked body where the server does not
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +41,8 @@ from the_loop.hooks.serving.jsonrpc import (
     handle_request,
     health_body,
 )
+from the_loop.hooks.serving.metrics import CONTENT_TYPE as METRICS_TYPE
+from the_loop.hooks.serving.operations import Operations
 from the_loop.hooks.serving.wire import (
     INVALID_REQUEST,
     MAX_REQUEST,
@@ -45,6 +50,7 @@ from the_loop.hooks.serving.wire import (
     Reply,
     error_reply,
     is_health,
+    route_of,
 )
 
 #: Calls to a hook class that may run at once (threads are started as calls need them);
@@ -62,17 +68,32 @@ class Core:
     """What a hook server decides about each request, whatever HTTP stack carries it."""
 
     def __init__(self, executor: AnyExecutor, token_env: str = "", *,
-                 on_call: OnCall | None = None, warn_open: bool = False) -> None:
+                 on_call: OnCall | None = None, warn_open: bool = False,
+                 ops: Operations | None = None) -> None:
         """`warn_open`: the app does not choose where it listens (WSGI, ASGI): warn once
         when it listens beyond loopback with no token (`exposure.warn_if_open`), at start
-        or, when the server binds after loading the app, at the first request."""
+        or, when the server binds after loading the app, at the first request.
+        `ops`: the decision log, metrics and readiness (`operations`); it hears every
+        call first and passes it on to `on_call`."""
         self.executor = executor
         self.token_env = token_env
-        self.on_call = on_call
+        self.ops = ops
+        if ops is not None:
+            ops.forward = on_call
+            ops.serving(str(getattr(executor, "revision", "")))
+        self.on_call = ops.record if ops is not None else on_call
         self.health = health_body(executor)
         self.inline = runs_inline(executor)
         self._pool: ThreadPoolExecutor | None = None
         self._exposure_known = not warn_open or warn_if_open(token_env)
+
+    def swap(self, executor: AnyExecutor) -> None:
+        """Serve `executor` from the next call on (a call reads the executor once, so no
+        call sees two); it must run where the old one did (inline or in the pool)."""
+        self.executor = executor
+        self.health = health_body(executor)
+        if self.ops is not None:
+            self.ops.serving(str(getattr(executor, "revision", "")))
 
     @property
     def pool(self) -> ThreadPoolExecutor:
@@ -100,7 +121,11 @@ class Core:
             warn_if_open(self.token_env)
         if method in ("GET", "HEAD"):
             if is_health(path):
-                return Reply(200, self.health)
+                return Reply(200, self._health())
+            if self.ops is not None:
+                served = self._operations(route_of(path), authorization)
+                if served is not None:
+                    return served
             route = path.split("?", 1)[0]
             return self.refuse(404, f"no such page {route[:80]!r}; POST JSON-RPC calls to this "
                                     "server, GET /health lists the points it serves",
@@ -121,6 +146,33 @@ class Core:
                 return -1  # the server de-chunked it
             return self.refuse(411, "send the body with a Content-Length header")
         return self._length(lengths[0])
+
+    def _health(self) -> bytes:
+        if self.ops is None:
+            return self.health
+        doc = json.loads(self.health)
+        doc.update(self.ops.health())
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    def _operations(self, route: str, authorization: str | None) -> Reply | None:
+        """`/ready` (open to all, like /health) and `/metrics` (behind the token unless
+        public); None for any other page."""
+        ops = self.ops
+        assert ops is not None
+        if route == "ready":
+            why = ops.ready()
+            body = json.dumps({"ready": not why, "revision": ops.revision, "why": why},
+                              separators=(",", ":")).encode()
+            return Reply(503 if why else 200, body)
+        if route == "metrics":
+            if self.token_env and not ops.metrics_public and not self._authorized(
+                    authorization):
+                return self.refuse(401, "unauthorized: /metrics needs the bearer token "
+                                        "(or start the server with --metrics-public)",
+                                   (("WWW-Authenticate", "Bearer"),), close=False,
+                                   code=UNAUTHORIZED)
+            return Reply(200, ops.metrics.text(), content_type=METRICS_TYPE)
+        return None
 
     def _length(self, given: str) -> Reply | int:
         text = given.strip()
@@ -148,12 +200,16 @@ class Core:
         return bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(
             given.strip().encode("utf-8", "replace"), expected.encode("utf-8", "replace"))
 
-    def call(self, body: bytes) -> Reply:
-        """The answer to a POST's body (runs the hook: on `pool` unless `inline`)."""
+    def call(self, body: bytes, peer: str = "") -> Reply:
+        """The answer to a POST's body (runs the hook: on `pool` unless `inline`); `peer`
+        names the caller in records when no token does."""
         if len(body) > MAX_REQUEST:
             return self.refuse(413, f"request over the cap of {MAX_REQUEST} bytes")
-        out = handle_request(self.executor, body, on_call=self.on_call, secrets=self.secrets)
-        return Reply(200, out) if out else Reply(204)
+        executor = self.executor  # read once: a reload between calls, never within one
+        out = handle_request(executor, body, on_call=self.on_call, secrets=self.secrets,
+                             caller=self.token_env or peer)
+        revision = str(getattr(executor, "revision", ""))
+        return Reply(200, out, revision=revision) if out else Reply(204, revision=revision)
 
     def refuse(self, status: int, message: str, headers: tuple[tuple[str, str], ...] = (),
                *, close: bool = True, code: int | None = None) -> Reply:

@@ -8,30 +8,43 @@ is; the declared chain is built as `poll` builds it, with its order, sticky refu
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from the_loop.config import Config
 from the_loop.errors import HooksConfigError, LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.loading import chain_from_config
-from the_loop.hooks.engine.chain import Chain
-from the_loop.hooks.engine.executor import Executor
-from the_loop.hooks.engine.points import POINTS, Context
-from the_loop.hooks.executors.policy import load_policy
+from the_loop.hooks.engine.chain import Chain, Step
+from the_loop.hooks.engine.executor import Decisions
+from the_loop.hooks.engine.points import POINTS, SPECS, Context
+from the_loop.hooks.executors import registry
+from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
+from the_loop.hooks.policy.files import revision
 
 
 class ChainExecutor:
     """A chain as one executor: each point runs every link the chain has there, in order.
 
-    The answer is the chain's final context, so a caller sees what the loop would apply:
+    The answer is the chain's final decisions, so a caller sees what the loop would apply:
     a refusal sticks, a failing `required` link refuses, a failing optional one is skipped.
+    Its detail carries each link's step as the loop's decision log records it (`steps`) and
+    the hook whose refusal stuck (`refused_by`), for the served decision log.
     """
 
-    def __init__(self, chain: Chain) -> None:
+    served_inline = False
+    name = "declared"
+
+    def __init__(self, chain: Chain, revision: str = "", config_path: Path | None = None
+                 ) -> None:
         self.chain = chain
+        self.revision = revision
+        self.config_path = config_path
         self._points = tuple(p for p in POINTS if chain.names(p))
+        self._kinds = {link.name: _kind(link.executor) for link in chain.links}
 
     def points(self) -> tuple[str, ...]:
         return self._points
@@ -41,18 +54,57 @@ class ChainExecutor:
         server's own token (`declared_executor`). A server replaces them in its answers."""
         return self.chain.log.known_secrets()
 
-    def handler(self, point: str) -> Callable[[Context], Context]:
-        run = self.chain.run
+    def handler(self, point: str) -> Callable[[Context], Decisions]:
+        invoke = self.chain.invoke
+        names = tuple(d.name for d in SPECS[point].decisions)
+        kinds = self._kinds
 
-        def handle(ctx: Context) -> Context:
-            return run(ctx)
+        def handle(ctx: Context) -> Decisions:
+            outcome = invoke(ctx)
+            final, given = outcome.context.__dict__, ctx.__dict__
+            steps = [step_of(s, kinds) for s in outcome.steps]
+            return Decisions(
+                values={n: final[n] for n in names if final[n] != given[n]},
+                detail={"steps": steps, "refused_by": outcome.refused_by})
 
         return handle
 
 
+def step_of(step: Step, kinds: dict[str, str]) -> dict[str, Any]:
+    """One chain step as a decision record holds it (the loop's layout, changes in full)."""
+    out: dict[str, Any] = {"hook": step.hook, "kind": kinds.get(step.hook, "unknown"),
+                           "status": step.status}
+    if step.changed:
+        out["changed"] = dict(step.changed)
+    if step.error:
+        out["error"] = step.error
+    if step.dropped:
+        out["dropped"] = list(step.dropped)
+    for key in ("rules", "audit"):
+        if step.detail.get(key):
+            out[key] = list(step.detail[key])
+    return out
+
+
+def _kind(executor: object) -> str:
+    kind = registry.kind_of(executor)
+    return kind.logged_as if kind is not None else "unknown"
+
+
+def chain_revision(config: Config, chain: Chain) -> str:
+    """The revision of a declared chain: its config file and every policy folder it runs."""
+    digest = hashlib.sha256()
+    if config.path is not None:
+        digest.update(Path(config.path).read_bytes())
+    for link in chain.links:
+        if isinstance(link.executor, PolicyExecutor):
+            digest.update(f"{link.name}={revision(link.executor.policy.folder)};".encode())
+    return digest.hexdigest()
+
+
 def policy_executor(
     folder: str | Path, *, name: str = "policy", log: EventLog | None = None
-) -> Executor:
+) -> PolicyExecutor:
     """A policy folder, compiled and checked as a `policy:` entry is; its audit findings
     (`hooks.audit`) go to `log` when given.
 
@@ -63,6 +115,7 @@ def policy_executor(
     if not path.is_dir():
         raise LoopError(f"{folder}: no policy folder there (expected a folder of rule files)")
     executor = load_policy(name, path)
+    executor.revision = revision(path)
     if log is not None:
         executor.bind_log(log)
     return executor
@@ -102,7 +155,8 @@ def declared_executor(
             "no cli-config.yaml found to serve the declared chain of: pass --config PATH "
             "or set $THE_LOOP_CLI_CONFIG"
         )
-    executor = ChainExecutor(chain_from_config(config, log=log))
+    chain = chain_from_config(config, log=log)
+    executor = ChainExecutor(chain, chain_revision(config, chain), config.path)
     executor.chain.log.add_secrets(token_of(token_env))
     return executor
 

@@ -36,9 +36,9 @@ from the_loop import __version__
 from the_loop.errors import describe_exception
 from the_loop.events import redact
 from the_loop.hooks.engine.chain import copy_context, read_answer
-from the_loop.hooks.engine.executor import Executor, HookError, LifecycleHooks
+from the_loop.hooks.engine.executor import Decisions, Executor, HookError, LifecycleHooks
 from the_loop.hooks.engine.location import hook_raise_site
-from the_loop.hooks.engine.points import POINTS, unknown_point_message
+from the_loop.hooks.engine.points import POINTS, Context, unknown_point_message
 from the_loop.hooks.executors.registry import default_points, handler_for
 from the_loop.hooks.serving.dialect import read_params
 from the_loop.hooks.serving.wire import (
@@ -82,6 +82,15 @@ class CallRecord:
     raised_at: str = ""
     refused: bool = False
     failure: str = ""  # what the hook's failure told the caller (-32000), for the host's log
+    #: For a call whose context was read: the context as received (after the dialect's
+    #: mapping; never handed to the hook, so unchanged), the decisions answered, the
+    #: answer's detail (a policy's rules and audit, a chain's steps), the executor that
+    #: answered it (its revision too), and the caller (the token's name, or the peer).
+    context: Context | None = None
+    changes: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+    executor: Any = None
+    caller: str = ""
 
     @property
     def is_point(self) -> bool:
@@ -123,17 +132,19 @@ def first_sighting_log(redact: Callable[[str], str] = str) -> OnCall:
 
 
 def handle_request(executor: AnyExecutor, body: bytes, *, on_call: OnCall | None = None,
-                   secrets: Callable[[], Iterable[str]] | None = None) -> bytes:
+                   secrets: Callable[[], Iterable[str]] | None = None,
+                   caller: str = "") -> bytes:
     """Answer one JSON-RPC 2.0 request (or batch) for `executor`; never raises.
 
-    `on_call`, when given, hears one `CallRecord` per call to a catalog point. `secrets`
+    `on_call`, when given, hears one `CallRecord` per call to a catalog point (`caller`:
+    who sent it, as the host names them). `secrets`
     returns what the server holds (its token, a declared chain's `tokenEnv` values): each
     one (four characters or more) is replaced in every string of every answer, and in what
     `on_call` hears, before an error message is cut to its bound (so no cut leaves a part).
     """
     try:
         known = [s for s in (secrets() if secrets is not None else ()) if len(s) >= 4]
-        return _handle(executor, body, on_call, known)
+        return _handle(executor, body, on_call, known, caller)
     except BaseException as exc:  # a bug (or a hook's BaseException) still answers JSON-RPC
         reraise_if_real(exc)
         return _dumps(_error(None, INTERNAL_ERROR, f"internal error: {type(exc).__name__}"))
@@ -160,7 +171,7 @@ def health_body(executor: AnyExecutor) -> bytes:
 
 
 def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None,
-            secrets: list[str]) -> bytes:
+            secrets: list[str], caller: str) -> bytes:
     started = time.perf_counter()
     try:
         doc = read_json(body if isinstance(body, str) else bytes(body), decoder=_DECODER)
@@ -169,19 +180,19 @@ def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None,
                "is nested too deep to read" if isinstance(exc, RecursionError) else
                "holds an integer too long to read" if "digits" in str(exc) else "is not JSON")
         answer = _error(None, PARSE_ERROR, f"parse error: the body {why}")
-        _report(on_call, _Seen("(not JSON)"), answer, started)
+        _report(on_call, _Seen("(not JSON)", caller=caller), answer, started)
         return _dumps(answer)
     if isinstance(doc, list):
         if not doc or len(doc) > MAX_BATCH:
             answer = _error(None, INVALID_REQUEST, (
                 "invalid request: an empty batch" if not doc else
                 f"invalid request: a batch of {len(doc)} requests; at most {MAX_BATCH}"))
-            _report(on_call, _Seen(), answer, started)
+            _report(on_call, _Seen(caller=caller), answer, started)
             return _dumps(answer)
-        answers = [a for a in (_one(executor, item, on_call, secrets) for item in doc)
+        answers = [a for a in (_one(executor, item, on_call, secrets, caller) for item in doc)
                    if a is not None]
         return _dumps(answers) if answers else b""
-    single = _one(executor, doc, on_call, secrets)
+    single = _one(executor, doc, on_call, secrets, caller)
     return b"" if single is None else _dumps(single)
 
 
@@ -201,6 +212,11 @@ class _Seen:
     called: bool = False  # a method was read: a notification (no id) gets no answer
     ignored: list[str] = field(default_factory=list)
     raised_at: str = ""
+    caller: str = ""
+    context: Context | None = None
+    changes: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+    executor: Any = None
 
 
 def _report(
@@ -218,14 +234,16 @@ def _report(
             refused=isinstance(result, dict) and result.get("proceed") is False,
             failure=str(error.get("message", "")) if error and error.get("code") == HOOK_RAISED
             else "",
+            context=seen.context, changes=seen.changes, detail=seen.detail,
+            executor=seen.executor, caller=seen.caller,
         ))
 
 
 def _one(executor: AnyExecutor, req: Any, on_call: OnCall | None,
-         secrets: list[str]) -> dict[str, Any] | None:
+         secrets: list[str], caller: str) -> dict[str, Any] | None:
     """The answer to one request object (reported to `on_call`), or None for a notification."""
     started = time.perf_counter()
-    seen = _Seen()
+    seen = _Seen(caller=caller)
     answer = _answer(executor, req, seen)
     if secrets:  # before the message is cut: a cut never leaves part of a secret
         answer = redact(answer, secrets)
@@ -277,6 +295,7 @@ def _call(
     seen.ignored.extend(skipped)
     if point not in served_points(executor):
         return _result(rid, None)
+    seen.context, seen.executor = ctx, executor
     # A class by its name; an executor (a served policy folder) by the name it was given.
     name = type(executor).__name__ if isinstance(executor, LifecycleHooks) else str(
         getattr(executor, "name", type(executor).__name__))
@@ -294,6 +313,9 @@ def _call(
     changes, _dropped, error = read_answer(ctx, answer)
     if error:
         return _error(rid, INTERNAL_ERROR, f"hook {name} answered wrongly at {point}: {error}")
+    seen.changes = changes
+    if isinstance(answer, Decisions) and answer.detail:
+        seen.detail = answer.detail
     return _result(rid, changes or None)
 
 

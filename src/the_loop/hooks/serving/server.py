@@ -29,7 +29,14 @@ import httptools
 
 from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall, served_points
-from the_loop.hooks.serving.wire import MAX_REQUEST, Reply, reason_of
+from the_loop.hooks.serving.operations import Operations
+from the_loop.hooks.serving.wire import (
+    JSON_TYPE,
+    MAX_REQUEST,
+    REVISION_HEADER,
+    Reply,
+    reason_of,
+)
 
 #: Connections the kernel queues before the server accepts them (capped by
 #: net.core.somaxconn): a burst of 1,000 callers connects without a dropped SYN.
@@ -67,6 +74,7 @@ class _Conn(asyncio.Protocol):
         self.in_head = False  # between a request's first byte and the end of its head
         self.head_began = False  # the head began in the read being parsed
         self.deadline: float | None = None
+        self.peer = ""
         self._reset()
 
     def _reset(self) -> None:
@@ -91,6 +99,8 @@ class _Conn(asyncio.Protocol):
                                           "retry in a second", (("Retry-After", "1"),))
             self._write(reply, keep=False, head=False)
             return
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         with contextlib.suppress(OSError, AttributeError):
             transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP,
                                                           socket.TCP_NODELAY, 1)
@@ -191,10 +201,10 @@ class _Conn(asyncio.Protocol):
             if isinstance(item, Reply):
                 self._write(item, keep, head)
             elif core.inline:
-                self._write(core.call(item), keep, head)
+                self._write(core.call(item, self.peer), keep, head)
             else:
                 self.busy = True
-                future = self.loop.run_in_executor(core.pool, core.call, item)
+                future = self.loop.run_in_executor(core.pool, core.call, item, self.peer)
                 future.add_done_callback(functools.partial(self._done, keep=keep, head=head))
                 return
         if not self.closing:
@@ -216,14 +226,22 @@ class _Conn(asyncio.Protocol):
     def _write(self, reply: Reply, keep: bool, head: bool) -> None:
         close = reply.close or not keep or self.closing
         status = reply.status
-        if status == 200 and not close and not head and not reply.headers:
+        if (status == 200 and not close and not head and not reply.headers
+                and reply.content_type is JSON_TYPE):
             body = reply.body  # the common answer, in one format and one write
-            self.transport.write(_OK % (len(body), body))
+            if reply.revision:
+                self.transport.write(_OK_REV % (reply.revision.encode("latin-1"), len(body),
+                                                body))
+            else:
+                self.transport.write(_OK % (len(body), body))
             return
         parts = [_status_line(status), _SERVER]
         if status != 204:
-            parts.append(b"Content-Type: application/json\r\nContent-Length: %d\r\n"
-                         % len(reply.body))
+            parts.append(b"Content-Type: %s\r\nContent-Length: %d\r\n"
+                         % (reply.content_type.encode("latin-1"), len(reply.body)))
+        if reply.revision:
+            parts.append(b"%s: %s\r\n" % (REVISION_HEADER.encode(),
+                                            reply.revision.encode("latin-1")))
         parts += [f"{k}: {v}\r\n".encode("latin-1") for k, v in reply.headers]
         if close:
             parts.append(b"Connection: close\r\n")
@@ -264,6 +282,8 @@ class _Conn(asyncio.Protocol):
 
 _OK = (b"HTTP/1.1 200 OK\r\n" + _SERVER
        + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s")
+_OK_REV = (b"HTTP/1.1 200 OK\r\n" + _SERVER + REVISION_HEADER.encode() + b": %s\r\n"
+           + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s")
 _STATUS_LINES: dict[int, bytes] = {}
 
 
@@ -293,11 +313,12 @@ class HookServer:
     def __init__(self, executor: AnyExecutor, host: str = "127.0.0.1", port: int = 0,
                  token_env: str = "", *, idle_timeout: float = 30.0,
                  request_timeout: float = 10.0, on_call: OnCall | None = None,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS, ops: Operations | None = None
+                 ) -> None:
         self.executor = executor
         self.token_env = token_env
         self.on_call = on_call
-        self.core = Core(executor, token_env, on_call=on_call)
+        self.core = Core(executor, token_env, on_call=on_call, ops=ops)
         self.health = self.core.health
         self.idle_timeout = idle_timeout
         self.request_timeout = request_timeout
@@ -316,7 +337,7 @@ class HookServer:
     @property
     def points(self) -> tuple[str, ...]:
         """The points the executor answers with its own code (what `/health` lists)."""
-        return served_points(self.executor)
+        return served_points(self.core.executor)
 
     @property
     def url(self) -> str:

@@ -75,6 +75,10 @@ def _lone(exc: UnicodeEncodeError) -> NotUnicode:
                       "a character is written as itself or as a surrogate pair")
 
 
+JSON_TYPE = "application/json"
+REVISION_HEADER = "X-Policy-Revision"
+
+
 @dataclass(frozen=True)
 class Reply:
     """An HTTP answer, independent of the server that writes it."""
@@ -83,6 +87,13 @@ class Reply:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     close: bool = False
+    content_type: str = JSON_TYPE
+    revision: str = ""  # the policy revision that answered (header X-Policy-Revision)
+
+
+def route_of(path: str) -> str:
+    """The last segment of a request path, without its query ('health', 'ready', …)."""
+    return path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
 
 
 def is_health(path: str) -> bool:

@@ -18,6 +18,10 @@ gunicorn loads what to serve from environment variables through `app_from_env()`
 - `THE_LOOP_HOOK_TOKEN_ENV`: the NAME of the variable holding the bearer token.
 - `THE_LOOP_HOOK_EVENTS`: a file to append the served policy's or chain's findings to
   (`hooks.audit`, `hooks.failed`, …), one JSON line each; several workers may share it.
+- `THE_LOOP_HOOK_DECISION_LOG`: the decision log (a SQLite file or a postgresql:// URL;
+  `off` for none; default as `hooks serve`); `THE_LOOP_HOOK_MASK`: mask paths, comma
+  separated; `THE_LOOP_HOOK_WATCH`: reload every worker when a file changes, looking
+  every that many seconds; `THE_LOOP_HOOK_METRICS_PUBLIC=1`: /metrics without the token.
 
 Keys a caller sends that this catalog does not know are ignored; each is written once to
 stderr (gunicorn's error log) the first time it is seen at a point.
@@ -33,11 +37,21 @@ from typing import TYPE_CHECKING, Any
 
 from the_loop.config import read_config
 from the_loop.errors import HooksConfigError, LoopError
+from the_loop.events import EventLog
 from the_loop.hooks.declaring.loading import load_executor
+from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.serving.core import Core
-from the_loop.hooks.serving.hosted import declared_executor, policy_executor, redactor, served_log
+from the_loop.hooks.serving.hosted import (
+    ChainExecutor,
+    declared_executor,
+    policy_executor,
+    redactor,
+    served_log,
+    token_of,
+)
 from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall, first_sighting_log
-from the_loop.hooks.serving.wire import MAX_REQUEST, Reply, reason_of
+from the_loop.hooks.serving.operated import check_masks, default_log, operations, reloader
+from the_loop.hooks.serving.wire import MAX_REQUEST, REVISION_HEADER, Reply, reason_of
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -50,7 +64,11 @@ def make_wsgi_app(executor: AnyExecutor, token_env: str = "", *,
                   on_call: OnCall | None = None) -> WSGIApplication:
     """A WSGI application serving `executor` (same protocol, auth, health and limits);
     it warns once on stderr when it listens beyond loopback with no `token_env`."""
-    core = Core(executor, token_env, on_call=on_call, warn_open=True)
+    return wsgi_app(Core(executor, token_env, on_call=on_call, warn_open=True))
+
+
+def wsgi_app(core: Core) -> WSGIApplication:
+    """The WSGI application deciding through `core`."""
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         method = str(environ.get("REQUEST_METHOD", "GET"))
@@ -63,10 +81,13 @@ def make_wsgi_app(executor: AnyExecutor, token_env: str = "", *,
         else:
             body = environ["wsgi.input"].read(MAX_REQUEST + 1 if decided < 0 else decided)
             reply = core.refuse(400, "the body is shorter than its Content-Length") if (
-                decided >= 0 and len(body) < decided) else core.call(body)
+                decided >= 0 and len(body) < decided) else core.call(
+                    body, str(environ.get("REMOTE_ADDR", "")))
         headers = list(reply.headers)
+        if reply.revision:
+            headers.append((REVISION_HEADER, reply.revision))
         if reply.status != 204:
-            headers += [("Content-Type", "application/json"),
+            headers += [("Content-Type", reply.content_type),
                         ("Content-Length", str(len(reply.body)))]
         start_response(f"{reply.status} {reason_of(reply.status)}", headers)
         return [b""] if environ.get("REQUEST_METHOD") == "HEAD" else [reply.body]
@@ -76,8 +97,39 @@ def make_wsgi_app(executor: AnyExecutor, token_env: str = "", *,
 
 def app_from_env(environ: Mapping[str, str] | None = None) -> WSGIApplication:
     """The WSGI app for what the THE_LOOP_HOOK_* variables name (see above)."""
-    executor, token_env, on_call = hosted_from_env(environ)
-    return make_wsgi_app(executor, token_env=token_env, on_call=on_call)
+    return wsgi_app(core_from_env(environ))
+
+
+def core_from_env(environ: Mapping[str, str] | None = None) -> Core:
+    """The core for what the THE_LOOP_HOOK_* variables name, with its decision log,
+    metrics and (for a policy folder or a config) its reload: THE_LOOP_HOOK_WATCH=SECONDS
+    polls the files in a thread of this worker (for the WSGI and the ASGI app alike)."""
+    env = os.environ if environ is None else environ
+    executor, token_env, on_call = hosted_from_env(env)
+    masks = [m.strip() for m in env.get(f"{ENV_PREFIX}MASK", "").split(",") if m.strip()]
+    config_file = env.get(f"{ENV_PREFIX}CONFIG", "")
+    target = env.get(f"{ENV_PREFIX}DECISION_LOG", "") or default_log(
+        read_config(Path(config_file).expanduser().absolute()) if config_file else None)
+    secrets_in = (executor.chain.log if isinstance(executor, ChainExecutor) else
+                  EventLog(secrets=token_of(token_env))).secrets_in
+    try:
+        check_masks(masks, f"{ENV_PREFIX}MASK")
+        watch = float(env.get(f"{ENV_PREFIX}WATCH", "") or 0)
+        ops = operations(executor, log=target, masks=masks, secrets_in=secrets_in,
+                         metrics_public=env.get(f"{ENV_PREFIX}METRICS_PUBLIC", "") == "1")
+    except ValueError:
+        raise HooksConfigError(f"{ENV_PREFIX}WATCH: expected a number of seconds, got "
+                               f"{env.get(f'{ENV_PREFIX}WATCH', '')[:40]!r}") from None
+    except LoopError as exc:
+        raise HooksConfigError(str(exc)) from None
+    core = Core(executor, token_env, on_call=on_call, warn_open=True, ops=ops)
+    if watch > 0 and isinstance(executor, PolicyExecutor | ChainExecutor):
+        def build() -> AnyExecutor:
+            return hosted_from_env(env)[0]
+
+        reloader([core], ops, build, masks=masks, secrets_in=secrets_in).watch_in_thread(
+            max(0.05, watch))
+    return core
 
 
 def hosted_from_env(environ: Mapping[str, str] | None = None

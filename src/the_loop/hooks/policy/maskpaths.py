@@ -1,0 +1,43 @@
+"""Mask paths: which values of a recorded call a decision log must not keep.
+
+A path is `point.field` (`input_received.text`), `*.field` (that field at every point that
+has it), or either with a work-item field (`*.work_item.url`). Only text can be masked
+(a `str` field, each string of a `list[str]` field, a work-item text field): a masked value
+becomes `[masked]`, so a replayed context keeps its types. `check(path)` returns the points
+and field the path names, or raises `ValueError` saying why it names nothing.
+"""
+
+from __future__ import annotations
+
+from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_FIELDS, closest
+
+MASKED = "[masked]"
+_TEXT = ("str", "list[str]")
+
+
+def check(path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(points, field path) that `path` names; `ValueError` when it names no text value."""
+    head, _, rest = str(path).partition(".")
+    if not rest:
+        raise ValueError(f"mask path {path!r}: expected point.field (e.g. input_received.text) "
+                         "or *.field")
+    if head != "*" and head not in POINTS:
+        hint = closest(head, list(POINTS))
+        raise ValueError(f"mask path {path!r}: {head!r} is no point"
+                         f"{f'; did you mean {hint!r}?' if hint else ''} (or * for every point)")
+    parts = tuple(rest.split("."))
+    points = tuple(POINTS) if head == "*" else (head,)
+    if parts[0] == "work_item":
+        if len(parts) != 2 or parts[1] not in WORK_ITEM_FIELDS or parts[1] == "number":
+            raise ValueError(f"mask path {path!r}: name one text field of the work item "
+                             f"({', '.join(f for f in WORK_ITEM_FIELDS if f != 'number')})")
+        return points, parts
+    having = tuple(p for p in points if any(
+        f.name == parts[0] and f.type in _TEXT for f in SPECS[p].fields))
+    if len(parts) != 1 or not having:
+        fields = sorted({f.name for p in points for f in SPECS[p].fields if f.type in _TEXT})
+        hint = closest(parts[0], fields)
+        raise ValueError(f"mask path {path!r}: no text field {rest!r} at "
+                         f"{head if head != '*' else 'any point'}"
+                         f"{f'; did you mean {hint!r}?' if hint else ''}")
+    return having, parts

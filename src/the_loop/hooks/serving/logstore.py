@@ -1,0 +1,197 @@
+"""Where decision records are stored: one `decision_log` table in SQLite or PostgreSQL.
+
+The layout is the loop's own decision log's (`runtime.decisionlog` reads and writes the
+same table in loop.db): `id, at, point, work_item, record`, the record a JSON object. So one
+reader serves the loop's log and a hook server's. `open_store(target)` takes a file path
+(SQLite, created 0600) or a `postgresql://` URL (psycopg 3, imported only then); a store
+writes a batch of rows in one transaction and reads rows back for `policy replay`.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from the_loop.errors import LoopError
+
+TABLE = """
+CREATE TABLE IF NOT EXISTS decision_log(
+    id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, point TEXT NOT NULL,
+    work_item TEXT NOT NULL, record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS decision_log_at ON decision_log(at);
+CREATE INDEX IF NOT EXISTS decision_log_item ON decision_log(work_item, at);
+"""
+PG_TABLE = (
+    "CREATE TABLE IF NOT EXISTS decision_log(id BIGSERIAL PRIMARY KEY, "
+    "at DOUBLE PRECISION NOT NULL, point TEXT NOT NULL, work_item TEXT NOT NULL, "
+    "record TEXT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS decision_log_at ON decision_log(at)",
+    "CREATE INDEX IF NOT EXISTS decision_log_item ON decision_log(work_item, at)",
+)
+_INSERT = "INSERT INTO decision_log(at, point, work_item, record) VALUES ({0}, {0}, {0}, {0})"
+#: One row: (at, point, work_item, record as JSON text).
+Row = tuple[float, str, str, str]
+#: One row read back: (id, at, point, work_item, record text).
+ReadRow = tuple[int, float, str, str, str]
+#: Seconds a PostgreSQL connection attempt may take before the batch counts as failed.
+CONNECT_TIMEOUT = 5
+
+
+def is_url(target: str) -> bool:
+    """Whether `target` names a PostgreSQL database rather than a file."""
+    return target.startswith(("postgresql://", "postgres://"))
+
+
+def shown(target: str) -> str:
+    """`target` as a log line may show it: a URL without its password."""
+    if not is_url(target):
+        return target
+    scheme, _, rest = target.partition("://")
+    creds, at, host = rest.rpartition("@")
+    if not at:
+        return target
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
+
+
+class Store(Protocol):
+    def write(self, rows: Sequence[Row]) -> None: ...
+    def close(self) -> None: ...
+
+
+class SQLiteStore:
+    """A SQLite file (WAL, synchronous=NORMAL, as the loop's log): created 0600 if missing."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+
+    def prepare(self) -> None:
+        """Create the file (0600) and the table now, so a server that cannot write its log
+        says so at start; raises OSError or sqlite3.Error."""
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        os.close(fd)
+        self._connect()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None,
+                                   check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(TABLE)
+            self._conn = conn
+        return self._conn
+
+    def write(self, rows: Sequence[Row]) -> None:
+        conn = self._connect()
+        conn.execute("BEGIN")
+        try:
+            conn.executemany(_INSERT.format("?"), rows)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class PostgresStore:
+    """A PostgreSQL database (psycopg 3): one connection, reopened after a failure."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._conn: Any = None
+
+    def prepare(self) -> None:
+        self._connect()
+
+    def _connect(self) -> Any:
+        if self._conn is None:
+            psycopg = _psycopg()
+            conn = psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT)
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(7411)")  # one creator at a time
+                    for statement in PG_TABLE:
+                        conn.execute(statement)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
+        return self._conn
+
+    def write(self, rows: Sequence[Row]) -> None:
+        try:
+            conn = self._connect()
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(_INSERT.format("%s"), rows)
+        except BaseException:
+            self.close()  # the next batch reconnects
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise LoopError("a postgresql:// decision log needs psycopg 3: pip install "
+                        "'the-loop[postgresql]'") from None
+    return psycopg
+
+
+def open_store(target: str) -> SQLiteStore | PostgresStore:
+    """The store `target` names (not yet connected; call `prepare`)."""
+    if is_url(target):
+        return PostgresStore(target)
+    return SQLiteStore(Path(target).expanduser())
+
+
+def where_clause(since: float | None, point: str, mark: str) -> tuple[str, list[Any]]:
+    """A WHERE clause (with `mark` as the placeholder) for replay's filters."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if since is not None:
+        clauses.append(f"at >= {mark}")
+        params.append(since)
+    if point:
+        clauses.append(f"point = {mark}")
+        params.append(point)
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def read_pg(url: str, *, since: float | None = None, point: str = "") -> Iterator[ReadRow]:
+    """The rows of a PostgreSQL decision log matching the filters, oldest first (streamed);
+    `LoopError` when the database cannot be reached or holds no log."""
+    psycopg = _psycopg()
+    try:
+        conn = psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.Error as exc:
+        raise LoopError(f"{shown(url)}: cannot connect to the decision log "
+                        f"({str(exc).strip().splitlines()[0] if str(exc).strip() else exc})"
+                        ) from None
+    try:
+        found = conn.execute("SELECT to_regclass('decision_log')").fetchone()
+        if found is None or found[0] is None:
+            raise LoopError(f"{shown(url)} has no decision log yet: a hook server started "
+                            "with --decision-log on it writes one as it answers")
+        where, params = where_clause(since, point, "%s")
+        with conn.cursor(name="replay") as cur:
+            cur.execute(f"SELECT id, at, point, work_item, record FROM decision_log{where} "
+                        "ORDER BY id", params)
+            yield from cur
+    finally:
+        conn.close()

@@ -1,0 +1,118 @@
+"""A background writer for a hook server's decision log: a caller never waits on the store.
+
+`LogWriter.put(item)` hands one call to a bounded queue and returns at once; one thread
+takes what is queued (up to `BATCH` at a time), turns each into a row with `encode` (masking
+included, off the caller's thread) and writes the batch in one transaction. A full queue, a
+full disk or an unreachable database costs the records, never an answer: each lost record
+is counted (`failed`), the first failure is reported once on stderr (and once more when
+writing works again), and `error` says what the last failure was until a batch succeeds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from the_loop.errors import one_line
+from the_loop.hooks.serving.logstore import PostgresStore, Row, SQLiteStore, shown
+
+MAX_QUEUED = 10_000  # records waiting for the writer; past this a record is lost (counted)
+BATCH = 500  # records per transaction at most
+RETRY_PAUSE = 1.0  # seconds the writer rests after a failed batch (a database coming back)
+_STOP = object()
+
+
+class LogWriter:
+    """Writes encoded records to `store` from one daemon thread (see the module doc)."""
+
+    def __init__(self, store: SQLiteStore | PostgresStore, target: str,
+                 encode: Callable[[Any], Row | None],
+                 on_failed: Callable[[int], None] = lambda n: None) -> None:
+        self.store = store
+        self.target = shown(target)
+        self.encode = encode
+        self.on_failed = on_failed
+        self.failed = 0
+        self.written = 0
+        self.error = ""
+        self._queue: queue.Queue[Any] = queue.Queue(MAX_QUEUED)
+        self._thread = threading.Thread(target=self._run, name="decision-log", daemon=True)
+        self._thread.start()
+
+    def put(self, item: Any) -> None:
+        """Queue one call's record; never blocks (a full queue loses it, counted)."""
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            self._lost(1, f"more than {MAX_QUEUED} records waiting (the store is too slow)")
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until everything queued so far is written or lost; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Write what is queued (for at most `timeout` seconds), then stop the thread."""
+        with contextlib.suppress(queue.Full):
+            self._queue.put(_STOP, timeout=timeout)
+        self._thread.join(timeout)
+        self.store.close()
+
+    def _run(self) -> None:
+        while True:
+            items = [self._queue.get()]
+            while len(items) < BATCH:
+                try:
+                    items.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = any(item is _STOP for item in items)
+            self._write([item for item in items if item is not _STOP])
+            for _ in items:
+                self._queue.task_done()
+            if stop:
+                return
+
+    def _write(self, items: list[Any]) -> None:
+        rows: list[Row] = []
+        for item in items:
+            try:
+                row = self.encode(item)
+            except Exception as exc:  # a record that cannot be encoded is lost, counted
+                self._lost(1, f"a record could not be encoded: {type(exc).__name__}: {exc}")
+                continue
+            if row is not None:
+                rows.append(row)
+        if not rows:
+            return
+        try:
+            self.store.write(rows)
+        except Exception as exc:
+            self._lost(len(rows), f"{type(exc).__name__}: {exc}")
+            time.sleep(RETRY_PAUSE)
+            return
+        self.written += len(rows)
+        if self.error:
+            print(f"the-loop: decision log {self.target}: writing again ({self.failed} "
+                  "record(s) lost so far)", file=sys.stderr, flush=True)
+            self.error = ""
+
+    def _lost(self, n: int, why: str) -> None:
+        first = not self.error
+        self.failed += n
+        self.error = one_line(why, 300)
+        self.on_failed(n)
+        if first:
+            print(f"the-loop: decision log {self.target}: cannot write ({self.error}); calls "
+                  "are still answered, lost records are counted "
+                  "(the_loop_served_decision_log_writes_failed_total)", file=sys.stderr,
+                  flush=True)

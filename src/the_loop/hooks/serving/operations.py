@@ -1,0 +1,185 @@
+"""What an operations team gets from a hook server: the decision log, metrics, health, readiness.
+
+`Operations` is the one seam between the JSON-RPC core and all of it: every server (`hooks
+serve`, the WSGI and ASGI apps) hands it each answered call through `record` (it is the
+core's `on_call`), so whichever stack serves a call, the call is counted and logged the
+same way. `record` costs the caller a few counter increments and a queue put: the record
+itself is built, masked (`masking`) and written by the log's own thread (`logwriter`).
+A call whose context was read is one record (its point, context as received, decisions
+answered, each hook's step with the rules that matched, the revision, the caller, the time);
+a request that named no point, or was refused before its context was read, is counted in
+the metrics only: it decided nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from the_loop.hooks.engine.points import Context, WorkItem
+from the_loop.hooks.executors import registry
+from the_loop.hooks.executors.policy import PolicyExecutor
+from the_loop.hooks.serving.jsonrpc import CallRecord, OnCall
+from the_loop.hooks.serving.logstore import Row, is_url, open_store, shown
+from the_loop.hooks.serving.logwriter import LogWriter
+from the_loop.hooks.serving.masking import Masker
+from the_loop.hooks.serving.metrics import Metrics
+
+#: The record layout (`runtime.decisionlog.VERSION`: the loop's log reads the same rows).
+VERSION = 2
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def context_json(ctx: Context) -> dict[str, Any]:
+    """Every field of `ctx` as JSON values (work-item records as objects), a fresh copy."""
+    return {k: v.to_json() if isinstance(v, WorkItem) else list(v) if isinstance(v, list)
+            else v for k, v in ctx.__dict__.items()}
+
+
+def _outcome(call: CallRecord) -> str:
+    if call.status == "ok":
+        return "refused" if call.refused else "ok"
+    if call.status.startswith("http"):
+        return "rejected"
+    return "failed" if call.status == "error -32000" else "invalid"
+
+
+def _name(executor: Any) -> str:
+    return str(getattr(executor, "name", "") or type(executor).__name__)
+
+
+def _refusing(executor: Any, rules: list[str]) -> str:
+    """The rule that refused among `rules` (a policy's first rule setting proceed: false)."""
+    if isinstance(executor, PolicyExecutor):
+        refusers = {r.name for r in executor.policy.rules if r.set_raw.get("proceed") is False}
+        for rule in rules:
+            if rule in refusers:
+                return rule
+    return rules[0] if rules else f"(hook {_name(executor)})"
+
+
+class Operations:
+    """The decision log, masking and metrics of one server (see the module doc)."""
+
+    def __init__(self, *, log: str | None = None, masker: Masker | None = None,
+                 forward: OnCall | None = None, metrics_public: bool = False) -> None:
+        self.metrics = Metrics()
+        self.masker = masker or Masker()
+        self.forward = forward
+        self.metrics_public = metrics_public
+        self.revision = ""
+        self.reload_failure: dict[str, Any] | None = None
+        self.log_target = "" if not log else shown(log) if is_url(log) else str(
+            Path(log).expanduser().absolute())
+        self.writer: LogWriter | None = None
+        if log:
+            store = open_store(log)
+            store.prepare()  # raises: a log that cannot be opened refuses the start
+            self.writer = LogWriter(store, log, self.encode,
+                                    on_failed=self.metrics.log_failed.inc)
+
+    def serving(self, revision: str) -> None:
+        """Say which revision serves (the info metric, /health, each record)."""
+        self.revision = revision
+        self.metrics.revision.info({"revision": revision or "(none)"})
+
+    def record(self, call: CallRecord) -> None:
+        """The core's `on_call`: count the call, queue its record, tell the next listener."""
+        self.metrics.call(call.point, _outcome(call), call.ms / 1000.0)
+        if call.executor is not None:
+            self._count_rules(call)
+            if self.writer is not None and call.context is not None:
+                self.writer.put((time.time(), call))
+        if self.forward is not None:
+            with contextlib.suppress(Exception):
+                self.forward(call)
+
+    def _count_rules(self, call: CallRecord) -> None:
+        m = self.metrics
+        steps = call.detail.get("steps")
+        if steps is None:  # one executor: its detail is its step
+            for rule in call.detail.get("rules", ()):
+                m.rules.labels(rule, "enforce").inc()
+            for rule in call.detail.get("audit", ()):
+                m.rules.labels(rule, "audit").inc()
+            if call.failure:
+                m.failures.labels(_name(call.executor)).inc()
+            elif call.refused:
+                m.refusals.labels(_refusing(call.executor, list(call.detail.get("rules", ()))
+                                            )).inc()
+            return
+        links = {link.name: link.executor for link in call.executor.chain.links}
+        for step in steps:
+            for rule in step.get("rules", ()):
+                m.rules.labels(rule, "enforce").inc()
+            for rule in step.get("audit", ()):
+                m.rules.labels(rule, "audit").inc()
+            if step.get("status") == "failed":
+                m.failures.labels(step["hook"]).inc()
+            if call.refused and step["hook"] == call.detail.get("refused_by"):
+                m.refusals.labels(_refusing(links.get(step["hook"]), step.get("rules", []))
+                                  ).inc()
+
+    def encode(self, item: tuple[float, CallRecord]) -> Row | None:
+        """One call's row: its record built and masked (runs on the log's thread)."""
+        at, call = item
+        ctx = call.context
+        assert ctx is not None
+        point = ctx.POINT
+        given = call.detail.get("steps")  # a chain's steps, copied: masking edits them
+        steps = [self._step(call)] if given is None else json.loads(_ENCODE(given))
+        rec: dict[str, Any] = {
+            "v": VERSION, "context": context_json(ctx), "steps": steps,
+            "decisions": dict(call.changes),
+            "refused_by": call.detail.get("refused_by", _name(call.executor)
+                                          if call.refused else ""),
+            "served": True, "caller": call.caller,
+            "revision": str(getattr(call.executor, "revision", "")),
+            "ms": round(call.ms, 3), "status": call.status,
+        }
+        masked = self.masker.apply(point, rec)
+        if masked:
+            rec["masked"] = masked
+        return at, point, str(rec["context"]["work_item"]["ref"]), _ENCODE(rec)
+
+    @staticmethod
+    def _step(call: CallRecord) -> dict[str, Any]:
+        kind = registry.kind_of(call.executor)
+        step: dict[str, Any] = {
+            "hook": _name(call.executor), "kind": kind.logged_as if kind else "unknown",
+            "status": "failed" if call.failure else "changed" if call.changes else "unchanged"}
+        if call.changes:
+            step["changed"] = dict(call.changes)
+        if call.failure:
+            step["error"] = call.failure
+        for key in ("rules", "audit"):
+            if call.detail.get(key):
+                step[key] = list(call.detail[key])
+        return step
+
+    def health(self) -> dict[str, Any]:
+        """The fields `/health` and `/ready` add: revision, reload and decision-log state."""
+        out: dict[str, Any] = {"revision": self.revision}
+        if self.reload_failure is not None:
+            out["reload"] = self.reload_failure
+        if self.writer is not None:
+            w = self.writer
+            out["decision_log"] = {"target": self.log_target, "written": w.written,
+                                   "failed": w.failed, "error": w.error}
+        return out
+
+    def ready(self) -> str:
+        """Why this process should not get calls now ("" when it should)."""
+        if self.writer is not None and self.writer.error:
+            return f"the decision log cannot be written: {self.writer.error}"
+        return ""
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+__all__ = ["Operations", "context_json"]

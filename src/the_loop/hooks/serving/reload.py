@@ -1,0 +1,131 @@
+"""Reloading what a hook server serves, without a restart and without a half-loaded policy.
+
+`Reloader.reload()` builds the new executor aside (the policy folder checked and compiled,
+or the declared chain loaded, exactly as at start); if it loads, every core swaps to it
+between two calls (`Core.swap`: a call reads its executor once, so no answer comes from two
+revisions); if it does not, the last good one keeps serving, the failure is written to
+stderr with every error, counted (`the_loop_served_reloads_failed_total`) and shown by
+`/health` (`reload.failed`) until a later reload succeeds. `hooks serve` reloads on SIGHUP
+and, with `--watch`, when `changed()` sees a file of the policy change (mtimes and sizes,
+polled; no dependency); each WSGI/ASGI worker does the same with THE_LOOP_HOOK_WATCH
+(`watch_in_thread`).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from the_loop.errors import LoopError
+from the_loop.hooks.serving.core import Core
+from the_loop.hooks.serving.jsonrpc import AnyExecutor
+from the_loop.hooks.serving.operations import Operations
+
+#: How often `--watch` looks at the files (seconds), unless told otherwise.
+WATCH_EVERY = 1.0
+#: How many files a watched folder may hold before the watch refuses to walk it all.
+MAX_WATCHED = 10_000
+
+
+def signature(roots: Iterable[Path]) -> tuple[tuple[str, int, int], ...]:
+    """Every file under `roots` (a file, or a folder walked without its tests/), with its
+    mtime and size: any edit, addition or removal changes it."""
+    out: list[tuple[str, int, int]] = []
+    for root in roots:
+        paths = [root] if not root.is_dir() else [
+            p for p in root.rglob("*") if "tests" not in p.relative_to(root).parts[:1]]
+        for path in paths[:MAX_WATCHED]:
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            out.append((str(path), st.st_mtime_ns, st.st_size))
+    return tuple(sorted(out))
+
+
+class Reloader:
+    """Reloads `build()` into `cores` (see the module doc).
+
+    `build` raises `LoopError` (every error listed) when the new revision does not load;
+    `roots` gives the files to watch; `revision_of_files` the revision a failed load would
+    have had; `on_swap` hears each executor swapped in (the masker reads its `mask:`).
+    """
+
+    def __init__(self, cores: list[Core], build: Callable[[], AnyExecutor], *,
+                 roots: Callable[[], list[Path]], revision_of_files: Callable[[], str],
+                 ops: Operations | None = None,
+                 on_swap: Callable[[AnyExecutor], None] = lambda e: None) -> None:
+        self.cores = cores
+        self.build = build
+        self.roots = roots
+        self.revision_of_files = revision_of_files
+        self.ops = ops
+        self.on_swap = on_swap
+        self._lock = threading.Lock()
+        self._seen = signature(roots())
+
+    @property
+    def serving(self) -> str:
+        return str(getattr(self.cores[0].executor, "revision", ""))
+
+    def changed(self) -> bool:
+        """Whether a watched file changed since the last look (or the last reload)."""
+        now = signature(self.roots())
+        if now == self._seen:
+            return False
+        self._seen = now
+        return True
+
+    def reload(self, why: str = "SIGHUP") -> bool:
+        """Load the files as they are now; swap on success. True when the new one serves."""
+        with self._lock:
+            self._seen = signature(self.roots())
+            try:
+                executor = self.build()
+            except LoopError as exc:
+                self._failed(why, exc)
+                return False
+            old = self.serving
+            for core in self.cores:
+                core.swap(executor)
+            self.on_swap(executor)
+            new = self.serving
+            if self.ops is not None:
+                self.ops.reload_failure = None
+                self.ops.metrics.reloads.inc()
+            print(f"the-loop: reloaded ({why}): revision {new} serves"
+                  f"{' (unchanged)' if new == old else f' (was {old})'}",
+                  file=sys.stderr, flush=True)
+            return True
+
+    def _failed(self, why: str, exc: LoopError) -> None:
+        try:
+            revision = self.revision_of_files()
+        except OSError:
+            revision = "(unreadable)"
+        errors = list(getattr(exc, "errors", [])) or str(exc).splitlines()
+        if self.ops is not None:
+            self.ops.metrics.reloads_failed.inc()
+            self.ops.reload_failure = {"failed": revision, "serving": self.serving,
+                                       "at": round(time.time(), 3), "errors": errors}
+        print(f"the-loop: reload ({why}) refused: revision {revision} does not load; "
+              f"revision {self.serving} keeps serving:\n{exc}", file=sys.stderr, flush=True)
+
+    def watch_in_thread(self, every: float = WATCH_EVERY) -> threading.Thread:
+        """Poll the files every `every` seconds in a daemon thread; reload when they change."""
+        def watch() -> None:
+            while True:
+                time.sleep(every)
+                try:
+                    if self.changed():
+                        self.reload("a file changed")
+                except Exception as exc:  # the watch must outlive a bad moment on disk
+                    print(f"the-loop: watch: {type(exc).__name__}: {exc}", file=sys.stderr,
+                          flush=True)
+
+        thread = threading.Thread(target=watch, name="policy-watch", daemon=True)
+        thread.start()
+        return thread

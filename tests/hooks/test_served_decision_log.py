@@ -1,0 +1,243 @@
+"""A served policy as a service: its decision log, masking, and replay over the log.
+
+Real `hooks serve` processes, real SQLite files (and PostgreSQL through `pg_dsn`), the log
+read back through the one reader the loop's own log has (`runtime.decisionlog`), and
+`policy replay --log` run as a user runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+from pathlib import Path
+from typing import Any
+
+from serving_helpers import Served, get, post
+from the_loop.hooks.policy.files import revision
+from the_loop.runtime.decisionlog import read_points
+
+TOKEN = "tok-3f9a61c2e8b04d7f"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+RULES = """\
+rules:
+  - name: frozen
+    on: session_spawn
+    when: "contains(labels, 'frozen')"
+    set:
+      proceed: false
+      reason: the repository is frozen
+  - name: watch-drafts
+    on: session_spawn
+    mode: audit
+    when: "contains(labels, 'draft')"
+    set:
+      proceed: false
+  - name: strip-keys
+    on: input_received
+    when: "contains(text, 'sk-live-')"
+    set:
+      text: "[a key was removed]"
+"""
+NEW_RULE = """\
+  - name: no-bots
+    on: session_spawn
+    when: "actor == 'bot'"
+    set:
+      proceed: false
+      reason: bots may not launch sessions
+"""
+
+
+def spawn(labels: list[str], prompt: str = "p", actor: str = "ann", number: int = 1) -> Any:
+    return {"jsonrpc": "2.0", "id": 1, "method": "session_spawn", "params": {
+        "labels": labels, "prompt": prompt, "actor": actor,
+        "work_item": {"ref": f"github:acme/app#{number}", "number": number}}}
+
+
+def comment(text: str) -> Any:
+    return {"jsonrpc": "2.0", "id": 2, "method": "input_received", "params": {
+        "text": text, "work_item": {"ref": "github:acme/app#9", "number": 9}}}
+
+
+def serve(tmp_path: Path, *extra: str, rules: str = RULES) -> Served:
+    folder = tmp_path / "rules"
+    folder.mkdir(exist_ok=True)
+    (folder / "rules.yaml").write_text(rules, encoding="utf-8")
+    return Served(["hooks", "serve", "--policy", "rules", "--port", "0", "--token-env", "TOK",
+                   *extra], tmp_path, env={"TOK": TOKEN})
+
+
+def test_every_served_call_is_one_record_the_loops_reader_reads(tmp_path: Path) -> None:
+    served = serve(tmp_path, "--decision-log", "log.db")
+    try:
+        assert post(served.url, spawn(["frozen"]), AUTH)[1]["result"]["proceed"] is False
+        assert post(served.url, spawn(["draft"], number=2), AUTH)[1]["result"] is None
+        assert post(served.url, spawn([], number=3), AUTH)[1]["result"] is None
+        post(served.url, {"jsonrpc": "2.0", "id": 4, "method": "nope"}, AUTH)  # no context
+        health = get(served.url + "health")[1]
+    finally:
+        code, err = served.stop()
+    assert code == 0
+    log = tmp_path / "log.db"
+    assert f"decision log: {log}" in err
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    rev = revision(tmp_path / "rules")
+    assert health["revision"] == rev and health["decision_log"]["failed"] == 0
+    points = list(read_points(log))
+    assert [(p.point, p.work_item) for p in points] == [
+        ("session_spawn", f"github:acme/app#{n}") for n in (1, 2, 3)]
+    first, second, third = points
+    assert first.decisions["proceed"] is False and first.refused_by == "policy"
+    assert first.steps[0]["rules"] == ["frozen"] and first.steps[0]["kind"] == "policy"
+    assert second.steps[0]["audit"] == ["watch-drafts"] and second.decisions["proceed"] is True
+    assert third.context["actor"] == "ann" and third.context["labels"] == []
+    with sqlite3.connect(log) as conn:
+        records = [json.loads(r) for (r,) in conn.execute("SELECT record FROM decision_log")]
+    assert {(r["caller"], r["revision"], r["served"]) for r in records} == {("TOK", rev, True)}
+    assert all(r["ms"] > 0 for r in records)
+
+
+def test_a_token_pasted_into_a_comment_is_in_no_record_metric_or_case_file(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    served = serve(tmp_path, "--decision-log", "log.db")
+    try:
+        answer = post(served.url, comment(f"here is the token {TOKEN}, please use it"), AUTH)
+        assert answer[0] == 200
+        post(served.url, spawn(["frozen"], prompt=f"use {TOKEN}"), AUTH)
+        post(served.url, {"jsonrpc": "2.0", "id": 1, "method": TOKEN}, AUTH)  # as a method
+        metrics = _get_text(served.url + "metrics", AUTH)
+    finally:
+        served.stop()
+    assert TOKEN not in metrics
+    raw = (tmp_path / "log.db").read_bytes() + b"".join(
+        p.read_bytes() for p in tmp_path.glob("log.db-*"))
+    assert TOKEN.encode() not in raw
+    points = list(read_points(tmp_path / "log.db"))
+    assert "[redacted]" in points[0].context["text"]
+    assert "input_received.text (a secret)" in points[0].masked
+    result = run_cli("policy", "replay", "--log", "log.db", "--policy", "rules",
+                     "--write-cases", "rules")
+    assert result.returncode == 0, result.stderr
+    cases = list((tmp_path / "rules" / "tests").glob("replay-*.yaml"))
+    assert cases and all(TOKEN not in c.read_text(encoding="utf-8") for c in cases)
+    assert "[redacted]" in "".join(c.read_text(encoding="utf-8") for c in cases)
+
+
+def test_masked_paths_are_not_kept_and_replay_names_what_it_could_not_see(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    rules = RULES + "mask:\n  - session_spawn.prompt\n"
+    served = serve(tmp_path, "--decision-log", "log.db", "--mask", "*.work_item.url",
+                   rules=rules)
+    try:
+        spawn_call = spawn(["frozen"], prompt="the customer's secret plan")
+        spawn_call["params"]["work_item"]["url"] = "https://internal.example/acme/1"
+        post(served.url, spawn_call, AUTH)
+        post(served.url, comment("my key is sk-live-123456"), AUTH)
+    finally:
+        served.stop()
+    raw = (tmp_path / "log.db").read_bytes() + b"".join(
+        p.read_bytes() for p in tmp_path.glob("log.db-*"))
+    for kept_out in (b"secret plan", b"internal.example", b"sk-live-123456"):
+        assert kept_out not in raw
+    launch, comment_point = read_points(tmp_path / "log.db")
+    assert launch.context["prompt"] == "[masked]"
+    assert sorted(launch.masked) == ["session_spawn.prompt", "session_spawn.work_item.url"]
+    # the rule replaced the text: the original is masked, the redaction kept
+    assert comment_point.context["text"] == "[masked]"
+    assert comment_point.decisions["text"] == "[a key was removed]"
+    assert comment_point.masked == ["input_received.text (replaced by policy rule strip-keys)"]
+    result = run_cli("policy", "replay", "--log", "log.db", "--policy", "rules")
+    assert result.returncode == 0, result.stderr
+    assert ("masked in the log, not seen by the replay: session_spawn.prompt at 1 point(s)"
+            in result.stdout)
+
+
+def test_replay_over_a_served_log_reports_what_a_new_rule_changes_by_rule(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    served = serve(tmp_path, "--decision-log", "log.db")
+    try:
+        for number, actor in enumerate(("ann", "bot", "bot", "bob"), start=1):
+            post(served.url, spawn([], actor=actor, number=number), AUTH)
+    finally:
+        served.stop()
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "rules.yaml").write_text(RULES + NEW_RULE, encoding="utf-8")
+    result = run_cli("policy", "replay", "--log", "log.db", "--policy", "new", "--json",
+                     "--fail-on-change")
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["replayed"] == 4 and report["changed"] == 2
+    effects = report["by_rule"]["no-bots"]["effects"]
+    assert [e["summary"] for e in effects if "summary" in e] == [
+        "no-bots (policy) would have refused 2 launches on 2 items"]
+    same = run_cli("policy", "replay", "--log", "log.db", "--policy", "rules", "--point",
+                   "session_spawn", "--since", "1h", "--fail-on-change")
+    assert same.returncode == 0 and "4 recorded point(s)" in same.stdout
+
+
+def test_a_log_that_cannot_be_opened_refuses_the_start_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("x", encoding="utf-8")
+    served = None
+    try:
+        served = serve(tmp_path, "--decision-log", str(tmp_path / "a-file" / "log.db"))
+    except AssertionError as exc:
+        assert "decision log" in str(exc) and "cannot open it" in str(exc)
+        assert "--decision-log off" in str(exc)
+    else:
+        served.stop()
+        raise AssertionError("the server started without its decision log")
+
+
+def test_decision_log_off_writes_nothing(tmp_path: Path) -> None:
+    served = serve(tmp_path, "--decision-log", "off")
+    try:
+        assert post(served.url, spawn(["frozen"]), AUTH)[0] == 200
+        assert "decision_log" not in get(served.url + "health")[1]
+    finally:
+        _, err = served.stop()
+    assert "decision log: off" in err
+    assert not list(tmp_path.glob("*.db"))
+
+
+def test_postgresql_log_records_every_call_and_replay_reads_the_url(
+    tmp_path: Path, pg_dsn: str, run_cli: Any
+) -> None:
+    served = serve(tmp_path, "--decision-log", pg_dsn)
+    try:
+        for number in range(1, 6):
+            post(served.url, spawn(["frozen"] if number % 2 else [], number=number), AUTH)
+        post(served.url, comment(f"token {TOKEN}"), AUTH)
+    finally:
+        served.stop()  # a clean stop writes what is queued
+    points = list(read_points(pg_dsn))
+    assert [p.point for p in points] == ["session_spawn"] * 5 + ["input_received"]
+    assert TOKEN not in json.dumps([p.context for p in points])
+    result = run_cli("policy", "replay", "--log", pg_dsn, "--policy", "rules", "--point",
+                     "session_spawn", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["replayed"] == 5
+
+
+def _get_text(url: str, headers: dict[str, str]) -> str:
+    import urllib.request
+
+    req = urllib.request.Request(url, headers=headers)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+def test_the_default_log_is_named_at_start_in_the_working_directory(tmp_path: Path) -> None:
+    served = serve(tmp_path)
+    try:
+        post(served.url, spawn([]), AUTH)
+    finally:
+        _, err = served.stop()
+    assert f"decision log: {tmp_path / 'served-decisions.db'}" in err
+    assert len(list(read_points(tmp_path / "served-decisions.db"))) == 1
+    assert os.stat(tmp_path / "served-decisions.db").st_mode & 0o077 == 0
