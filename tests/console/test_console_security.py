@@ -180,3 +180,20 @@ def test_a_work_item_with_ten_thousand_points_pages_its_timeline(
     last = fetch(_item_page(url, ref) + "?page=100", cookie=cookie).body
     assert last.count('<section id="p') == 100 and 'id="p10000"' in last
     assert 'id="p1"' not in last
+
+
+def test_odd_console_requests_get_a_sentence_not_a_traceback(
+        served: tuple[LoopDir, str, str]) -> None:
+    _, _, url = served
+    cookie = sign_in(url, TOKEN)
+    for path in ("/console/items/%00", "/console/items/..%2F..%2Fetc%2Fpasswd",
+                 "/console/items/" + "9" * 500, "/console/items/%ED%A0%80",
+                 "/console/points/99999999999", "/console/points/-1",
+                 "/console/items?page=99999999999999&state=%ED%A0%80",
+                 "/console/items/1?page=%D9%A1&ipage=-3", "/console/rules?since=forever",
+                 "/console/whatif?target=%ED%A0%80&period=1y"):
+        got = fetch(f"{url}{path}", cookie=cookie)
+        assert got.status in (200, 404), (path, got.status)
+        assert "Traceback" not in got.body and "<html" in got.body, path
+    bad_form = fetch(f"{url}/console/signin", data=b"token=\xff\xfe")
+    assert bad_form.status == 401 and "Set-Cookie" not in bad_form.headers
