@@ -8,6 +8,7 @@
     GET  /console/points/<id>       one recorded point
     GET  /console/rules             each declared policy rule's matches (since)
     GET  /console/whatif            replay a listed declaration over a period (target, period)
+    GET  /console/served[/<n>[/points/<id>]]  a listed hook server's decision log
     GET  /console/static/<file>     the stylesheet
 
 Every page but the sign-in form and the stylesheet needs a valid session cookie; without one
@@ -18,6 +19,7 @@ Every response carries a Content-Security-Policy allowing no script and no inlin
 
 from __future__ import annotations
 
+import sqlite3
 import ssl
 import urllib.parse
 from contextlib import AbstractContextManager
@@ -27,7 +29,7 @@ from typing import Any, Protocol
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from the_loop.config import Config
-from the_loop.console import views, whatif
+from the_loop.console import served, views, whatif
 from the_loop.console.auth import Sessions, cookie_of, set_cookie
 from the_loop.errors import LoopError
 from the_loop.runtime.identity import AGENT_PREFIX
@@ -93,8 +95,8 @@ class Console:
         h.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
         h.wfile.flush()
 
-    def _page(self, h: Handler, name: str, status: int = 200, **values: Any) -> None:
-        body = self.env.get_template(name).render(**values).encode("utf-8")
+    def _page(self, h: Handler, template: str, status: int = 200, **values: Any) -> None:
+        body = self.env.get_template(template).render(**values).encode("utf-8")
         self._send(h, status, body, "text/html; charset=utf-8")
 
     def _redirect(self, h: Handler, to: str, cookie: str = "") -> None:
@@ -130,6 +132,10 @@ class Console:
             self._page(h, "error.html", 503, login=login, message=str(exc))
         except LoopError as exc:
             self._page(h, "error.html", 404, login=login, message=str(exc))
+        except (OSError, ValueError, sqlite3.Error) as exc:  # a log unreadable, say
+            self._page(h, "error.html", 500, login=login, message=(
+                f"this page could not be drawn ({type(exc).__name__}); the control plane "
+                "goes on"))
 
     def _get(self, h: Handler, path: str, query: dict[str, str], login: str) -> None:
         if path in ("/console", "/console/items"):
@@ -149,6 +155,8 @@ class Console:
             self._page(h, "rules.html", login=login, **values)
         elif path == "/console/whatif":
             self._whatif(h, query, login)
+        elif path == "/console/served" or path.startswith("/console/served/"):
+            self._served(h, path[len("/console/served/"):], query, login)
         else:
             self._page(h, "error.html", 404, login=login, message="no such console page")
 
@@ -172,6 +180,21 @@ class Console:
         self._page(h, "whatif.html", login=login, options=list(enumerate(options)),
                    target=target, period=period, periods=list(whatif.PERIODS),
                    report=report, error=error, chosen=chosen)
+
+    def _served(self, h: Handler, rest: str, query: dict[str, str], login: str) -> None:
+        """/console/served, /console/served/<n>, /console/served/<n>/points/<id>."""
+        logs = self.server.loop.settings.console_served
+        number, _, tail = rest.partition("/points/")
+        if not rest:
+            self._page(h, "served_index.html", login=login,
+                       logs=[(i, e["name"]) for i, e in enumerate(logs)])
+        elif not tail and "/" not in number:
+            self._page(h, "served.html", login=login, **served.log_page(logs, number, query))
+        elif tail.isascii() and tail.isdigit() and len(tail) < 15:
+            self._page(h, "point.html", login=login,
+                       **served.point_page(logs, number, int(tail)))
+        else:
+            self._page(h, "error.html", 404, login=login, message="no such console page")
 
     def _static(self, h: Handler, name: str) -> None:
         if name not in STATIC:
@@ -233,4 +256,4 @@ class Console:
 
 
 _REASONS = {200: "OK", 303: "See Other", 401: "Unauthorized", 403: "Forbidden",
-            404: "Not Found", 503: "Service Unavailable"}
+            404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable"}

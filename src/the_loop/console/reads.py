@@ -143,3 +143,14 @@ def count_since(path: Path, since: float | None) -> int:
             return int(conn.execute("SELECT count(*) FROM decision_log").fetchone()[0])
         return int(conn.execute("SELECT count(*) FROM decision_log WHERE at >= ?",
                                 (since,)).fetchone()[0])
+
+
+def recent(path: Path, *, offset: int, limit: int) -> tuple[int, list[Recorded]]:
+    """(how many points the log holds, one page of them, newest first)."""
+    with _reading(path) as conn:
+        if conn is None:
+            return 0, []
+        total = int(conn.execute("SELECT count(*) FROM decision_log").fetchone()[0])
+        rows = conn.execute(f"{_COLUMNS} ORDER BY id DESC LIMIT ? OFFSET ?",
+                            (limit, offset)).fetchall()
+    return total, [r for r in map(_recorded, rows) if r is not None]

@@ -82,6 +82,9 @@ class Settings:
     #: serve.console.compare: what the console may replay besides the declaration in effect
     #: ({name, config} or {name, policy, hook}, paths resolved against the config's folder)
     console_compare: list[dict[str, str]] = field(default_factory=list)
+    #: serve.console.servedLogs: hook servers' decision logs the console may show
+    #: ({name, log, policy}, paths resolved against the config's folder)
+    console_served: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def db_path(self) -> Path:
@@ -220,10 +223,23 @@ COMPARE = Mapping(
         "policy": Field(PATH, default=""),
         "hook": Field(Str(expected="the name of a declared policy hook"), default=""),
     })
-CONSOLE = Mapping(expected="{compare: [{name: N, config: FILE} | {name: N, policy: DIR}]}",
+SERVED_LOG = Mapping(expected="{name: N, log: FILE, policy: DIR}", fields={
+    "name": Field(NAME, required="each entry needs a name (the console lists it)"),
+    "log": Field(Str(pattern="^(?!postgres(ql)?://).+$", expected=(
+        "the SQLite file a `hooks serve --decision-log` writes (a PostgreSQL log is read by "
+        "`the-loop policy replay --log URL`, not the console)"),
+        shown=lambda v: "a PostgreSQL URL" if isinstance(v, str) else type(v).__name__),
+        required="each entry names the log: the SQLite file its hook server writes"),
+    "policy": Field(PATH, default=""),
+})
+CONSOLE = Mapping(expected="{compare: [{name: N, config: FILE} | {name: N, policy: DIR}], "
+                           "servedLogs: [{name: N, log: FILE, policy: DIR}]}",
                   fields={"compare": Field(ListOf(
                       item=COMPARE, expected="a list of {name, config} or {name, policy, hook}"),
-                      default=list)})
+                      default=list),
+                      "servedLogs": Field(ListOf(
+                          item=SERVED_LOG, expected="a list of {name, log, policy}"),
+                          default=list)})
 SERVE = Mapping(
     expected="{tokens: {LOGIN: VAR, …}, agents: {LOGIN: VAR, …}, tokenEnv: VAR, console: "
              "{compare: […]}} (host and port are command flags)",
@@ -239,7 +255,7 @@ SERVE = Mapping(
         "tokenEnv": Field(Str(pattern=f"^({ENV_PATTERN[1:-1]})?$",
                               expected="an environment variable name (the operator's token)"),
                           default=""),
-        "console": Field(CONSOLE, default=lambda: {"compare": []}),
+        "console": Field(CONSOLE, default=lambda: {"compare": [], "servedLogs": []}),
     })
 LEASE = Mapping(expected="{expirySeconds: 30, heartbeatSeconds: 5}",
                 then=(_heartbeat_below_expiry,), fields={
@@ -272,7 +288,7 @@ SETTINGS = Mapping(extra=True, then=(_declared_harness, _no_secret_in_harness_en
                       default=lambda: [{"kind": "file", "path": "channel.jsonl"}]),
     "repository": Field(Str(expected="a path to a local git repository"), nullable=True),
     "serve": Field(SERVE, default=lambda: {"tokens": {}, "agents": {}, "tokenEnv": "",
-                                           "console": {"compare": []}}),
+                                           "console": {"compare": [], "servedLogs": []}}),
     "decisionLog": Field(Mapping(expected="{keepDays: 30}", fields={
         "keepDays": Field(Number(above=0, maximum=36_500,
                                  expected="a number of days above 0 (e.g. 30)"), default=30),
@@ -311,6 +327,7 @@ def settings_of(config: Config) -> Settings:
         serve_tokens=dict(serve["tokens"]), serve_agents=dict(serve["agents"]),
         secret_names=frozenset(secrets),
         console_compare=[_compare(c, config) for c in serve["console"]["compare"]],
+        console_served=[_compare(c, config) for c in serve["console"]["servedLogs"]],
         database=checked["database"], max_sessions=checked["maxSessions"],
         lease_expiry=checked["lease"]["expirySeconds"],
         heartbeat=checked["lease"]["heartbeatSeconds"],
@@ -319,8 +336,8 @@ def settings_of(config: Config) -> Settings:
 
 def _compare(entry: dict[str, str], config: Config) -> dict[str, str]:
     out = dict(entry)
-    for key in ("config", "policy"):
-        if out[key]:
+    for key in ("config", "policy", "log"):
+        if out.get(key):
             out[key] = str(config.resolve(out[key]))
     return out
 
