@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import functools
 import socket
@@ -204,8 +205,9 @@ class _Conn(asyncio.Protocol):
                 self._write(core.call(item, self.peer), keep, head)
             else:
                 self.busy = True
-                future = self.loop.run_in_executor(core.pool, core.call, item, self.peer)
-                future.add_done_callback(functools.partial(self._done, keep=keep, head=head))
+                done = functools.partial(self._done, keep=keep, head=head)
+                core.pool.submit(core.call, item, self.peer).add_done_callback(
+                    functools.partial(_back_to_loop, self.loop, done))
                 return
         if not self.closing:
             if len(self.queue) < MAX_PIPELINED:
@@ -213,7 +215,8 @@ class _Conn(asyncio.Protocol):
             if not self.queue and not self.in_message:
                 self.deadline = self.loop.time() + self.server.idle_timeout
 
-    def _done(self, future: asyncio.Future[Reply], *, keep: bool, head: bool) -> None:
+    def _done(self, future: concurrent.futures.Future[Reply], *, keep: bool, head: bool
+              ) -> None:
         self.busy = False
         if self.closing or future.cancelled():
             return
@@ -278,6 +281,12 @@ class _Conn(asyncio.Protocol):
             self.closing = True
             self.deadline = None
             self.transport.close()
+
+
+def _back_to_loop(loop: asyncio.AbstractEventLoop, done: Any, future: Any) -> None:
+    """A pool thread's finished call, handed to the loop (gone after a shutdown: dropped)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(done, future)
 
 
 _OK = (b"HTTP/1.1 200 OK\r\n" + _SERVER
