@@ -180,12 +180,8 @@ class Chain:
     # The loop below is the hot path: no dataclasses.asdict/replace, and no allocation
     # besides the executor's own copy while executors answer None (the Outcome is made on
     # the first answer or failure); everything else goes through `_settle`.
-    def _run(
-        self,
-        ctx: Context,
-        handlers: tuple[_Entry, ...],
-        trace: bool,
-    ) -> Outcome | None:
+    def _run(self, ctx: Context, handlers: tuple[_Entry, ...], trace: bool
+             ) -> Outcome | None:
         cls = ctx.__class__
         try:
             shape = _SHAPES[cls]
@@ -267,26 +263,22 @@ class Chain:
         for key, value in changes.items():
             sd[key] = value
             changed_by[key] = name
-        fields = {**detail, "point": state.POINT, "hook": name, "changed": sorted(changes),
-                  "work_item": sd["work_item"].ref}
+        self._decided(state.POINT, name, changes, detail, sd["work_item"].ref)
+        if changes.get("proceed") is False:
+            outcome.refused_by = name
+
+    def _decided(self, point: str, name: str, changes: dict[str, Any],
+                 detail: dict[str, Any], ref: str) -> None:
+        """Record `hooks.decided` (the executor's detail first: the chain's fields win)."""
+        fields = {**detail, "point": point, "hook": name, "changed": sorted(changes),
+                  "work_item": ref}
         try:
             self.log.emit("hooks.decided", **fields)
         except OSError as exc:
             self._unrecorded("hooks.decided", exc)
-        if changes.get("proceed") is False:
-            outcome.refused_by = name
 
-    def _settle(
-        self,
-        outcome: Outcome,
-        shape: _Shape,
-        name: str,
-        required: bool,
-        answer: Any,
-        failure: tuple[str, str],
-        started: float,
-        trace: bool,
-    ) -> None:
+    def _settle(self, outcome: Outcome, shape: _Shape, name: str, required: bool, answer: Any,
+                failure: tuple[str, str], started: float, trace: bool) -> None:
         """Read back one executor's answer (or failure) into the outcome; record events.
 
         `failure` is what the executor raised and where in its code ('' and '' when it
@@ -326,12 +318,7 @@ class Chain:
                 outcome.changed_by[key] = name
             outcome.context = state
             if not error:
-                fields = {**detail, "point": shape.point, "hook": name,
-                          "changed": sorted(changes), "work_item": ref}
-                try:
-                    self.log.emit("hooks.decided", **fields)
-                except OSError as exc:
-                    self._unrecorded("hooks.decided", exc)
+                self._decided(shape.point, name, changes, detail, ref)
             if changes.get("proceed") is False:
                 outcome.refused_by = name
         if trace:
