@@ -1,0 +1,172 @@
+"""Reloading a served policy: SIGHUP and --watch swap a new revision in between calls, and a
+broken one is refused while the last good one keeps serving.
+
+Real `hooks serve` processes, real files, callers on keep-alive connections in threads.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from serving_helpers import Served, get
+from the_loop.hooks.policy.files import revision
+
+CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session_spawn",
+                   "params": {"prompt": "p", "labels": ["a"]}}).encode()
+
+
+def rules(tag: str) -> str:
+    # Two rules, so an answer from half of each revision would show two different tags.
+    return f"""\
+rules:
+  - name: prefix
+    on: session_spawn
+    set:
+      prompt_prefix: "[{tag}] "
+  - name: suffix
+    on: session_spawn
+    set:
+      prompt_suffix: " [{tag}]"
+"""
+
+
+def write(folder: Path, text: str) -> str:
+    (folder / "rules.yaml").write_text(text, encoding="utf-8")
+    return revision(folder)
+
+
+class Callers:
+    """`n` threads calling the server as fast as they can until stopped; each answer's
+    revision header and prompt are kept."""
+
+    def __init__(self, url: str, n: int = 4) -> None:
+        host, port = url.split("/")[2].rsplit(":", 1)
+        self.address = (host, int(port))
+        self.answers: list[tuple[str, str]] = []
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def run(self) -> None:
+        conn = http.client.HTTPConnection(*self.address, timeout=10)
+        mine: list[tuple[str, str]] = []
+        deadline = time.monotonic() + 60  # bounded whatever happens
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            try:
+                conn.request("POST", "/", body=CALL, headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                body = json.loads(resp.read())
+                if resp.status != 200 or "result" not in body:
+                    raise AssertionError(f"HTTP {resp.status}: {body}")
+                mine.append((resp.getheader("X-Policy-Revision") or "",
+                             body["result"]["prompt"]))
+            except Exception as exc:
+                with self.lock:
+                    self.failures.append(repr(exc))
+                conn.close()
+                conn = http.client.HTTPConnection(*self.address, timeout=10)
+        conn.close()
+        with self.lock:
+            self.answers.extend(mine)
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+
+def test_sighup_swaps_revisions_under_four_callers_with_no_failed_call(tmp_path: Path) -> None:
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    tags = {write(folder, rules("v0")): "v0"}
+    served = Served(["hooks", "serve", "--policy", "rules", "--port", "0", "--quiet",
+                     "--decision-log", "off"], tmp_path)
+    callers = Callers(served.url)
+    try:
+        for n in range(1, 6):
+            time.sleep(0.3)
+            tags[write(folder, rules(f"v{n}"))] = f"v{n}"
+            served.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+    finally:
+        callers.finish()
+        code, err = served.stop()
+    assert code == 0
+    assert callers.failures == []
+    assert len(callers.answers) > 100
+    seen = set()
+    for rev, prompt in callers.answers:
+        tag = tags[rev]  # every answer names a revision that was written
+        assert prompt == f"[{tag}] p [{tag}]"  # and comes wholly from it
+        seen.add(tag)
+    assert "v5" in seen and len(seen) >= 3
+    assert err.count("reloaded (SIGHUP)") == 5
+
+
+def test_a_broken_change_is_refused_while_calls_go_on_and_health_says_so(
+    tmp_path: Path
+) -> None:
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    good = write(folder, rules("good"))
+    served = Served(["hooks", "serve", "--policy", "rules", "--port", "0", "--quiet",
+                     "--watch", "0.1", "--decision-log", "off"], tmp_path)
+    callers = Callers(served.url)
+    try:
+        time.sleep(0.3)
+        broken = write(folder, rules("bad").replace("on: session_spawn", "on: session_spwn"))
+        health = _wait_for(served.url, lambda h: "reload" in h)
+        assert health["revision"] == good
+        assert health["reload"]["failed"] == broken and health["reload"]["serving"] == good
+        assert any("session_spwn" in e for e in health["reload"]["errors"])
+        metrics = _metrics(served.url)
+        assert "the_loop_served_reloads_failed_total 1.0" in metrics
+        mended = write(folder, rules("mended"))
+        health = _wait_for(served.url, lambda h: h["revision"] == mended)
+        assert "reload" not in health
+        time.sleep(0.2)
+    finally:
+        callers.finish()
+        _, err = served.stop()
+    assert callers.failures == []
+    prompts = {prompt for _, prompt in callers.answers}
+    assert prompts <= {"[good] p [good]", "[mended] p [mended]"}  # never the broken one
+    assert "[mended] p [mended]" in prompts
+    assert f"revision {broken} does not load; revision {good} keeps serving" in err
+    assert "session_spwn" in err
+
+
+def test_sighup_on_a_hook_class_is_not_a_reload(tmp_path: Path) -> None:
+    (tmp_path / "hooks.py").write_text(
+        "from the_loop.sdk.hooks import LifecycleHooks\n\n"
+        "class H(LifecycleHooks):\n    def session_spawn(self, ctx):\n        return None\n",
+        encoding="utf-8")
+    served = Served(["hooks", "serve", "--path", "hooks.py", "--port", "0",
+                     "--decision-log", "off"], tmp_path)
+    code, err = served.stop()
+    assert code == 0 and "SIGHUP reloads" not in err
+
+
+def _wait_for(url: str, ok: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while True:
+        health: dict[str, Any] = get(url + "health")[1]
+        if ok(health) or time.monotonic() > deadline:
+            return health
+        time.sleep(0.05)
+
+
+def _metrics(url: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url + "metrics", timeout=10) as resp:
+        return str(resp.read().decode())
