@@ -97,6 +97,8 @@ def test_gen_docs_check_exits_1_when_the_file_differs(tmp_path: Path) -> None:
     module = gen_docs()
     module.TARGET = tmp_path / "points.md"
     module.TARGET.write_text("stale\n", encoding="utf-8")
+    module.GUIDE = tmp_path / "policy-guide.md"  # never the repository's own file
+    module.GUIDE.write_text((ROOT / "docs" / "policy-guide.md").read_text("utf-8"), "utf-8")
     assert module.main(["--check"]) == 1
     assert module.main([]) == 0
     assert module.main(["--check"]) == 0

@@ -267,7 +267,8 @@ POLICY_FUNCTION_RECORDS: tuple[PolicyFunction, ...] = (
             "true when the whole subject matches the shell-style pattern (`*`, `?`, `[seq]`, "
             "`[!seq]`; case-sensitive, `*` also matches `/`). Patterns run on RE2, in time "
             "linear in the subject; one over 10,000 characters is refused (a literal one at "
-            "load, one read from a fact at run time)."
+            "load, one read from a fact at run time), and so is one read from a fact that "
+            "holds a `*` when its length times the subject's is over 20,000,000."
         ),
         example="glob_match('acme/*', work_item.repository)",
     ),
