@@ -12,7 +12,8 @@ divided by the calls it answered. Rows:
 - what the-loop serves a 100-rule policy folder with (benchmarks/served_policy.py's):
   `hooks serve --policy` (httptools on uvloop), the ASGI app under uvicorn
   (httptools + uvloop), the WSGI app under gunicorn -w 2 -k gthread; and `hooks serve
-  --path` with an empty hook class (the thread-pool path).
+  --path` with an empty hook class (the thread-pool path). Each with its decision log off
+  (the stack's own cost), and `hooks serve --policy` once more with it on (the default).
 
 Target (issue 22): server CPU per served decision ≤ 2× the floor, with 1 and 4 threads.
 Run: `python benchmarks/http_floor.py` (`--rounds N`, default 5).
@@ -161,20 +162,24 @@ def _stacks(folder: Path) -> list[tuple[str, Callable[[], tuple[str, Any]]]]:
         return _spawn([sys.executable, "-m", "uvicorn", "--factory", "--http", "httptools",
                        "--loop", "uvloop", "--no-access-log", "--log-level", "warning",
                        "--port", str(port), "the_loop.hooks.serving.asgi:app_from_env"], port,
-                      {"THE_LOOP_HOOK_POLICY": policy}, folder)
+                      {"THE_LOOP_HOOK_POLICY": policy, "THE_LOOP_HOOK_DECISION_LOG": "off"},
+                      folder)
 
     return [
         ("**floor: raw asyncio server, JSON parsed, constant answer**", floor("asyncio")),
         ("the same on uvloop", floor("uvloop")),
         ("uvicorn (httptools + uvloop), ASGI app doing the same JSON work",
          floor("uvicorn-json")),
-        ("**`hooks serve --policy` (httptools on uvloop)**",
+        ("**`hooks serve --policy` (httptools on uvloop), decision log off**",
+         lambda: _hooks_serve(folder, "--policy", policy, "--decision-log", "off")),
+        ("`hooks serve --policy`, its decision log on (the default: a SQLite file)",
          lambda: _hooks_serve(folder, "--policy", policy)),
-        ("`hooks serve --path` an empty hook class (thread pool)",
-         lambda: _hooks_serve(folder, "--path", "empty.py")),
+        ("`hooks serve --path` an empty hook class (thread pool), decision log off",
+         lambda: _hooks_serve(folder, "--path", "empty.py", "--decision-log", "off")),
         ("ASGI app under uvicorn (httptools + uvloop), the policy", uvicorn_policy),
         ("WSGI app under gunicorn -w 2 -k gthread, the policy",
-         lambda: _gunicorn(folder, "gthread", {"THE_LOOP_HOOK_POLICY": policy})),
+         lambda: _gunicorn(folder, "gthread", {"THE_LOOP_HOOK_POLICY": policy,
+                                               "THE_LOOP_HOOK_DECISION_LOG": "off"})),
     ]
 
 
