@@ -21,6 +21,7 @@ from browser_helpers import CHROMIUM_ARGS
 from console_helpers import serving
 from the_loop.demo.scenario import TOKEN_ENV, run_demo
 from the_loop.hooks.engine.points import POINTS
+from the_loop.hooks.policy.testing import run_tests
 from the_loop.runtime.decisionlog import read_points
 
 TOKEN = "alice-browser-token-31415926535"
@@ -171,9 +172,12 @@ def test_rules_page_shows_each_rules_hits_from_the_log(page: Any, demo: tuple[Pa
     assert shown == {name: hits.get(name, 0) for name in shown}
     assert hits and set(hits) <= set(shown)
     assert page.locator(f"tr[data-rule='{CHANGED}'] svg.bars rect.bar").count() == 1
+    tested = run_tests(folder / "policies").coverage  # what `policy test` says, beside it
+    assert {r.get_attribute("data-rule"): int(r.locator("td.tests").inner_text())
+            for r in rows.all()} == {name: counts[0] for name, counts in tested.items()}
     never = page.inner_text("section.folder .never-list")
     assert all((name in never) == (hits[name] == 0) for name in shown)
-    page.click(f"tr[data-rule='{CHANGED}'] td:last-child a")  # its last match
+    page.click(f"tr[data-rule='{CHANGED}'] td.last a")  # its last match
     page.wait_for_url(re.compile(r"/console/points/\d+$"))
     assert "REFUSED by house-rules" in page.inner_text(".refusal")
 

@@ -82,6 +82,7 @@ def test_a_hook_servers_log_shows_its_rules_points_and_refusal(
     assert '<a href="/console/served/0/points/1">' in row("frozen")
     assert '<td class="num hits-audit">1</td>' in row("watch-drafts")
     assert "Never matched in the period: strip-keys</p>" in page
+    assert "Policy tests: " in page and "no test files" in page  # the folder has none
     assert page.count('<a href="/console/served/0/points/') == 3 + 2  # 3 points, 2 last matches
     assert page.index("#3 session_spawn") < page.index("#1 session_spawn")  # newest first
     first, second = points

@@ -41,12 +41,15 @@ def _rule_rows(log: Path, policy: str, period: str) -> dict[str, Any]:
         if one["last_at"] >= got["last_at"]:
             got["last_id"], got["last_at"] = one["last_id"], one["last_at"]
     declared: list[tuple[str, str, list[str], str]] = []
+    tests: dict[str, int] = {}
+    note = ""
     if policy:
         if not Path(policy).is_dir():
             raise LoopError("its policy folder is not there (serve.console.servedLogs); mend "
                             "the entry or create the folder")
-        declared = [(r.name, r.mode, list(r.points), r.description)
-                    for r in read_policy(Path(policy)).rules]
+        read = read_policy(Path(policy))
+        declared = [(r.name, r.mode, list(r.points), r.description) for r in read.rules]
+        tests, note = views.test_coverage(read)
     names = [d[0] for d in declared] + sorted(set(hits) - {d[0] for d in declared})
     about = {d[0]: d for d in declared}
     rows: list[dict[str, Any]] = []
@@ -58,8 +61,10 @@ def _rule_rows(log: Path, policy: str, period: str) -> dict[str, Any]:
                      "audit": h["audit"] if h else 0,
                      "chart": charts.bars(h["buckets"] if h else [0] * views.BUCKETS),
                      "last_id": h["last_id"] if h else 0,
-                     "last_at": charts.clock(h["last_at"]) if h else ""})
-    return {"rules": rows, "never": [r["name"] for r in rows if not r["enforce"] + r["audit"]],
+                     "last_at": charts.clock(h["last_at"]) if h else "",
+                     "tests": tests.get(name)})
+    never = [r["name"] for r in rows if not r["enforce"] + r["audit"]]
+    return {"rules": rows, "tests_note": note, "never": never,
             "since": charts.clock(since), "until": charts.clock(until)}
 
 

@@ -20,6 +20,8 @@ from the_loop.errors import LoopError
 from the_loop.hooks.engine.chain import Link
 from the_loop.hooks.engine.points import POINTS, SPECS
 from the_loop.hooks.executors.policy import PolicyExecutor
+from the_loop.hooks.policy.rules import Policy
+from the_loop.hooks.policy.testing import run_tests
 from the_loop.runtime.decisionlog import Recorded
 from the_loop.runtime.service import Loop
 
@@ -205,6 +207,18 @@ def one_point(db: Path, point_id: int) -> dict[str, Any]:
     return {"p": shown(rec)}
 
 
+def test_coverage(policy: Policy) -> tuple[dict[str, int], str]:
+    """rule → how many of the folder's `policy test` cases match it, and a note when its
+    tests cannot say (none written, or a test file that does not load)."""
+    try:
+        report = run_tests(policy.folder, policy=policy)
+    except LoopError as exc:
+        return {}, f"its tests could not run: {exc}"
+    note = "; ".join(e.replace(str(policy.folder), f"{policy.folder.name}/")
+                     for e in report.errors[:3])  # the folder's name, not the server's path
+    return {name: counts[0] for name, counts in report.coverage.items()}, note
+
+
 def rules(db: Path, links: Iterable[Link], query: dict[str, str]) -> dict[str, Any]:
     """Each rule of each policy hook in `links`, with its matches in the log in `db`."""
     period = query.get("since", "7d")
@@ -217,6 +231,7 @@ def rules(db: Path, links: Iterable[Link], query: dict[str, str]) -> dict[str, A
         if not isinstance(link.executor, PolicyExecutor):
             continue
         policy = link.executor.policy
+        tests, tests_note = test_coverage(policy)
         rows: list[dict[str, Any]] = []
         for rule in policy.rules:
             h = hits.get((link.name, rule.name))
@@ -225,8 +240,10 @@ def rules(db: Path, links: Iterable[Link], query: dict[str, str]) -> dict[str, A
                          "enforce": h["enforce"] if h else 0, "audit": h["audit"] if h else 0,
                          "chart": charts.bars(h["buckets"] if h else [0] * BUCKETS),
                          "last_id": h["last_id"] if h else 0,
-                         "last_at": charts.clock(h["last_at"]) if h else ""})
+                         "last_at": charts.clock(h["last_at"]) if h else "",
+                         "tests": tests.get(rule.name)})
         folders.append({"hook": link.name, "folder": policy.folder.name, "rules": rows,
+                        "tests_note": tests_note,
                         "never": [r["name"] for r in rows if not r["enforce"] + r["audit"]]})
     return {"folders": folders, "period": period, "periods": list(RULE_PERIODS),
             "since": charts.clock(since), "until": charts.clock(until)}
