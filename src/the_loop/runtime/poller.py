@@ -67,10 +67,12 @@ def input_target(loop: Loop, ref: str) -> tuple[str, str]:
     return ref, ""
 
 
-def ingest(loop: Loop, ref: str) -> int:
-    """Queue new comments on an active item (and its pull requests) as input steps."""
-    endpoints = [ref] + [i.ref for i in loop.tracker.items(state="open")
-                         if i.parent == ref and loop.work(i.ref) is None]
+def ingest(loop: Loop, ref: str, pulls: list[str] | None = None) -> int:
+    """Queue new comments on an active item (and its pull requests) as input steps.
+    `pulls`: the open pull requests naming `ref` (read here when not given)."""
+    if pulls is None:
+        pulls = [i.ref for i in loop.tracker.items(state="open") if i.parent == ref]
+    endpoints = [ref] + [pr for pr in pulls if loop.work(pr) is None]
     n = 0
     for endpoint in endpoints:
         comments = loop.tracker.comments_after(endpoint, loop.store.cursor(endpoint))
@@ -250,10 +252,15 @@ def work_on(loop: Loop, ref: str, report: Report, *, wait: float = 0.0) -> bool:
 def poll_once(loop: Loop) -> Report:
     report = Report()
     report.exited = reap(loop)
+    open_items = loop.tracker.items(state="open")  # once a cycle, not once an item
     if loop.settings.arm_label:
-        for item in loop.tracker.items(state="open"):
+        for item in open_items:
             if loop.settings.arm_label in item.labels and loop.work(item.ref) is None:
                 loop.arm(item.ref, actor="label", source="label")
+    pulls: dict[str, list[str]] = {}
+    for item in open_items:
+        if item.parent:
+            pulls.setdefault(item.parent, []).append(item.ref)
     for ref in loop.store.refs(*ACTIVE):
         w = loop.work(ref) or {}
         item = loop.tracker.get(ref, comments=False)
@@ -262,7 +269,7 @@ def poll_once(loop: Loop) -> Report:
                              StepKind.COMPLETE,
                              {"source": "tracker", "actor": item.closed_by or "someone"})
             continue
-        ingest(loop, ref)
+        ingest(loop, ref, pulls.get(ref, []))
     todo = dict.fromkeys(loop.store.pending_refs() + loop.store.refs("running"))
     for ref in todo:
         work_on(loop, ref, report)
