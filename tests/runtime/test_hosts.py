@@ -179,7 +179,8 @@ def test_pollers_reconnect_when_postgresql_restarts_mid_walk_and_lose_nothing(
     until(lambda: all_done(dsn, refs), timeout=90, what="every item done after the restart")
     until(lambda: not pg_query(dsn, "SELECT id FROM sessions WHERE exited=0"), timeout=30,
           what="every session's end recorded")
-    assert all(h.proc is not None and h.proc.poll() is None for h in hosts), "a poller died"
+    dead = [h.name for h in hosts if h.proc is None or h.proc.poll() is not None]
+    assert not dead, f"pollers died: {dead}: {[h.errors()[-3000:] for h in hosts]}"
     for h in hosts:
         h.stop()
     assert broken(hosts, refs, dsn) == []
