@@ -117,7 +117,9 @@ def _pair(stack: str, n: int, body: bytes, throughput: Throughput,
 
 
 def _hooks_serve(folder: Path, *args: str) -> tuple[str, subprocess.Popen[str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "the_loop", "hooks", "serve", *args,
+    """`hooks serve ARGS` (its decision log off unless ARGS name one)."""
+    log = [] if "--decision-log" in args else ["--decision-log", "off"]
+    proc = subprocess.Popen([sys.executable, "-m", "the_loop", "hooks", "serve", *args, *log,
                              "--port", "0", "--quiet"], cwd=folder, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
@@ -148,9 +150,11 @@ def served_rows(folder: Path, body: bytes, throughput: Throughput,
             proc.wait(10)
         procs.clear()
         ge_url, ge_proc = gunicorn(folder, "gthread",
-                                   {"THE_LOOP_HOOK_PATH": str(folder / "empty.py")})
+                                   {"THE_LOOP_HOOK_PATH": str(folder / "empty.py"),
+                                    "THE_LOOP_HOOK_DECISION_LOG": "off"})
         procs.append(ge_proc)
-        gp_url, gp_proc = gunicorn(folder, "gthread", {"THE_LOOP_HOOK_POLICY": str(policy_dir)})
+        gp_url, gp_proc = gunicorn(folder, "gthread", {"THE_LOOP_HOOK_POLICY": str(policy_dir),
+                                                       "THE_LOOP_HOOK_DECISION_LOG": "off"})
         procs.append(gp_proc)
         for n in (1, 4):
             rows.append(_pair("gunicorn -w 2 -k gthread", n, body, throughput,
@@ -181,3 +185,89 @@ def print_served(rows: list[Row]) -> bool:
               f"{_p99(e_lat):.3f} | {_p99(p_lat):.3f} | {e_cpu:.0f} | {p_cpu:.0f} | "
               f"{e_cpu / p_cpu:.2f} |")
     return met
+
+
+# --------------------------------------------------------------------------------------------
+# The decision log's cost (issue 23): the same served policy with its log off, in SQLite and
+# in PostgreSQL, measured in one run: `python benchmarks/served_policy.py [--pg DSN]`.
+
+LOG_THREADS = 4
+
+
+def decision_log_rows(folder: Path, body: bytes, throughput: Throughput, pg_dsn: str
+                      ) -> list[tuple[str, float, list[float], float]]:
+    """(log, best calls/s, latencies ms, server CPU µs per call) per log, in alternating
+    rounds, each server on the 100-rule folder with `LOG_THREADS` keep-alive callers."""
+    policy_dir = policy_folder(folder)
+    logs = [("off", "off"), ("SQLite", str(folder / "served.db"))]
+    if pg_dsn:
+        logs.append(("PostgreSQL", pg_dsn))
+    servers: list[tuple[str, str, subprocess.Popen[str]]] = []
+    try:
+        for name, target in logs:
+            url, proc = _hooks_serve(folder, "--policy", str(policy_dir),
+                                     "--decision-log", target)
+            servers.append((name, url, proc))
+        rate = {name: 0.0 for name, _, _ in servers}
+        lat: dict[str, list[float]] = {name: [] for name, _, _ in servers}
+        cpu = {name: 0.0 for name, _, _ in servers}
+        for _ in range(ROUNDS):
+            for name, url, proc in servers:
+                before = _cpu(proc.pid)
+                r, values = throughput(_client(url, body), LOG_THREADS, ROUND_SECONDS)
+                cpu[name] += _cpu(proc.pid) - before
+                rate[name] = max(rate[name], r)
+                lat[name] += values
+    finally:
+        for _, _, proc in servers:
+            proc.terminate()  # a clean stop writes what the log still holds
+            proc.wait(30)
+    return [(name, rate[name], lat[name], cpu[name] / len(lat[name]) * 1e6)
+            for name, _, _ in servers]
+
+
+def print_decision_log(rows: list[tuple[str, float, list[float], float]]) -> bool:
+    """Print the table; True when SQLite costs ≤ +25 % CPU per call and PostgreSQL's p99
+    is ≤ 1.5× the unlogged server's."""
+    print("\n### The decision log's cost: one served 100-rule policy, log off / SQLite / "
+          "PostgreSQL\n")
+    print(f"{ROUNDS} alternating rounds of {ROUND_SECONDS} s per server, {LOG_THREADS} "
+          "keep-alive client threads: best calls/s, p50/p99 over all rounds, server CPU per "
+          "call (the log's writer thread included) summed over all rounds.\n")
+    print("| decision log | calls/s | p50 ms | p99 ms | × p99 | server CPU µs/call | × CPU |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    base = rows[0]
+    met = True
+    for name, rate, lat, cpu in rows:
+        p99_ratio = _p99(lat) / _p99(base[2])
+        cpu_ratio = cpu / base[3]
+        if name == "SQLite":
+            met = met and cpu_ratio <= 1.25
+        if name == "PostgreSQL":
+            met = met and p99_ratio <= 1.5
+        print(f"| {name} | {rate:,.0f} | {sorted(lat)[len(lat) // 2]:.3f} | {_p99(lat):.3f} | "
+              f"{p99_ratio:.2f} | {cpu:.0f} | {cpu_ratio:.2f} |")
+    return met
+
+
+def main() -> int:
+    import tempfile
+    import time
+
+    from remote import BODY, _throughput
+
+    args = sys.argv[1:]
+    pg = args[args.index("--pg") + 1] if "--pg" in args else os.environ.get(
+        "THE_LOOP_TEST_PG_DSN", "")
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        met = print_decision_log(decision_log_rows(Path(tmp), BODY, _throughput, pg))
+    print(f"\nTargets: SQLite log ≤ +25 % server CPU per call; PostgreSQL p99 ≤ 1.5× no log: "
+          f"{'met' if met else 'MISSED'}{'' if pg else ' (PostgreSQL not measured: --pg DSN)'}"
+          f". CPUs: {os.cpu_count()}; Python {sys.version.split()[0]}; run "
+          f"{time.perf_counter() - began:.1f} s.")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

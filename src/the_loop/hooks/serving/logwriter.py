@@ -23,6 +23,9 @@ from the_loop.hooks.serving.logstore import PostgresStore, Row, SQLiteStore, sho
 
 MAX_QUEUED = 10_000  # records waiting for the writer; past this a record is lost (counted)
 BATCH = 500  # records per transaction at most
+#: Seconds the writer waits after a first record for more to share its transaction: a
+#: commit per call would cost more than the call (the caller never waits for it).
+LINGER = 0.05
 RETRY_PAUSE = 1.0  # seconds the writer rests after a failed batch (a database coming back)
 _STOP = object()
 
@@ -70,6 +73,8 @@ class LogWriter:
     def _run(self) -> None:
         while True:
             items = [self._queue.get()]
+            if items[0] is not _STOP:
+                time.sleep(LINGER)
             while len(items) < BATCH:
                 try:
                     items.append(self._queue.get_nowait())

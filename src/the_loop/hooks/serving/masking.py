@@ -49,22 +49,37 @@ class Masker:
             for point in points:
                 self._at.setdefault(point, []).append((path, parts))
 
+    def touches(self, point: str, rec: dict[str, Any]) -> bool:
+        """Whether `apply` would change `rec` (a path to mask here, or a text a hook
+        replaced): when not, the record is stored without copying its context first."""
+        return point in self._at or bool(self._replaced(point, rec, dry=True))
+
     def apply(self, point: str, rec: dict[str, Any]) -> list[str]:
-        """Mask `rec` (context, steps, decisions) in place; returns what was masked."""
+        """Mask `rec`'s paths and replaced texts in place; returns what was masked (the
+        secrets are `redact`'s, once the record is encoded)."""
         masked: list[str] = []
         for _path, parts in self._at.get(point, ()):
             if self._mask_path(rec, parts):
                 masked.append(f"{point}.{'.'.join(parts)}")
         masked += self._replaced(point, rec)
-        hits = self.secrets_in(json.dumps(rec, ensure_ascii=False))
-        if hits:
-            for name, value in rec["context"].items():
-                shown = json.dumps(value, ensure_ascii=False)
-                if any(s in shown or json.dumps(s)[1:-1] in shown for s in hits):
-                    masked.append(f"{point}.{name} (a secret)")
-            for key in ("context", "steps", "decisions"):
-                rec[key] = redact(rec[key], hits)
         return masked
+
+    def redact(self, point: str, rec: dict[str, Any], text: str) -> list[str]:
+        """Replace every secret `text` (the encoded `rec`) holds, in `rec` (read back from
+        `text`, so nothing the record shares with a live call is changed); returns the
+        fields that held one ([] when none: the encoded text can be stored as it is)."""
+        hits = self.secrets_in(text)
+        if not hits:
+            return []
+        fresh = json.loads(text)
+        masked = []
+        for name, value in fresh["context"].items():
+            shown = json.dumps(value, ensure_ascii=False)
+            if any(s in shown or json.dumps(s)[1:-1] in shown for s in hits):
+                masked.append(f"{point}.{name} (a secret)")
+        for key in ("context", "steps", "decisions"):
+            rec[key] = redact(fresh[key], hits)
+        return masked or [f"{point} (a secret)"]
 
     @staticmethod
     def _mask_path(rec: dict[str, Any], parts: tuple[str, ...]) -> bool:
@@ -89,18 +104,24 @@ class Masker:
         return hit
 
     @staticmethod
-    def _replaced(point: str, rec: dict[str, Any]) -> list[str]:
-        """Mask the originals of text decisions a hook replaced wholesale."""
+    def _replaced(point: str, rec: dict[str, Any], *, dry: bool = False) -> list[str]:
+        """Mask the originals of text decisions a hook replaced wholesale (`dry`: only say
+        which would be)."""
         masked: list[str] = []
         context = rec["context"]
+        steps = [s for s in rec["steps"] if s.get("changed")]
+        if not steps:
+            return masked
         for name in TEXT_DECISIONS & context.keys():
             before = context[name]
             earlier: list[dict[str, Any]] = []
-            for step in rec["steps"]:
-                changed = step.get("changed") or {}
+            for step in steps:
+                changed = step["changed"]
                 new = changed.get(name)
                 if isinstance(new, str) and isinstance(before, str) and before and (
                         before not in new) and before != MASKED:
+                    if dry:
+                        return [name]
                     context[name] = _mask_value(context[name])
                     for old in earlier:
                         old[name] = _mask_value(old[name])

@@ -33,6 +33,17 @@ VERSION = 2
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
+def _work_item(value: Any) -> Any:
+    if isinstance(value, WorkItem):
+        return value.to_json()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+#: Encodes a record whose context is a context's own `__dict__` (work items by `to_json`).
+_ENCODE_LIVE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"),
+                                default=_work_item).encode
+
+
 def context_json(ctx: Context) -> dict[str, Any]:
     """Every field of `ctx` as JSON values (work-item records as objects), a fresh copy."""
     return {k: v.to_json() if isinstance(v, WorkItem) else list(v) if isinstance(v, list)
@@ -132,7 +143,7 @@ class Operations:
         given = call.detail.get("steps")  # a chain's steps, copied: masking edits them
         steps = [self._step(call)] if given is None else json.loads(_ENCODE(given))
         rec: dict[str, Any] = {
-            "v": VERSION, "context": context_json(ctx), "steps": steps,
+            "v": VERSION, "context": ctx.__dict__, "steps": steps,
             "decisions": dict(call.changes),
             "refused_by": call.detail.get("refused_by", _name(call.executor)
                                           if call.refused else ""),
@@ -140,10 +151,21 @@ class Operations:
             "revision": str(getattr(call.executor, "revision", "")),
             "ms": round(call.ms, 3), "status": call.status,
         }
-        masked = self.masker.apply(point, rec)
-        if masked:
-            rec["masked"] = masked
-        return at, point, str(rec["context"]["work_item"]["ref"]), _ENCODE(rec)
+        masker = self.masker
+        masked: list[str] = []
+        if masker.touches(point, rec):  # masking edits a copy, never the call's context
+            rec["context"] = context_json(ctx)
+            masked = masker.apply(point, rec)
+            if masked:
+                rec["masked"] = masked
+        text = _ENCODE_LIVE(rec)
+        secret = masker.redact(point, rec, text)
+        if secret:  # rare: encode again without them (`redact` made copies)
+            rec["masked"] = masked + secret
+            text = _ENCODE_LIVE(rec)
+        work_item: Any = rec["context"]["work_item"]
+        ref = work_item.ref if isinstance(work_item, WorkItem) else work_item["ref"]
+        return at, point, str(ref), text
 
     @staticmethod
     def _step(call: CallRecord) -> dict[str, Any]:
