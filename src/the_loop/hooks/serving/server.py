@@ -7,7 +7,9 @@ TCP_NODELAY (no delayed-ACK stall), backpressure (a caller that does not read it
 stops being read, and what it already sent waits unanswered while its answers back up;
 at most `MAX_PIPELINED` requests, or one read's worth, queue per connection), a head of at most
 `MAX_HEAD` bytes, a deadline for the whole request once its first byte arrived (a client
-trickling its bytes is hung up on), an idle deadline between requests, a listen backlog
+trickling its bytes is hung up on), an idle deadline between requests, a cut-off for a
+caller that leaves its answers unread for `request_timeout`, answers to a caller that
+half-closed after its requests, one 400 for a protocol upgrade, a listen backlog
 for a burst of callers (`BACKLOG`) and a cap on open connections (`max_connections`; a
 caller past it is answered 503 with `Retry-After: 1` and closed).
 
@@ -75,6 +77,8 @@ class _Conn(asyncio.Protocol):
         self.in_head = False  # between a request's first byte and the end of its head
         self.head_began = False  # the head began in the read being parsed
         self.deadline: float | None = None
+        self.stalled: float | None = None  # answers unread since: hung up on at this time
+        self.eof = False  # the caller half-closed: answer what it sent, then close
         self.peer = ""
         self._reset()
 
@@ -138,12 +142,19 @@ class _Conn(asyncio.Protocol):
             else:
                 self._fail(self.core.refuse(400, f"malformed HTTP request ({_why(exc)})"))
 
+    def eof_received(self) -> bool:
+        """The caller shut its side: answer the requests it finished, then close."""
+        self.eof = True
+        return not self.in_message and (self.busy or bool(self.queue))
+
     def pause_writing(self) -> None:
         self.write_paused = True
+        self.stalled = self.loop.time() + self.server.request_timeout
         self._pause()
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        self.stalled = None
         if not self.busy:
             self._next()
 
@@ -168,6 +179,8 @@ class _Conn(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self.in_head = False
+        if self.parser.should_upgrade():  # one answer, before llhttp stops at the head
+            raise _Limit(self.core.refuse(400, "protocol upgrades are not supported"))
         self.method = method = self.parser.get_method().decode("latin-1")
         path = self.url.decode("latin-1")
         decided = self.core.head(method, path, self.authorization, self.lengths,
@@ -210,6 +223,10 @@ class _Conn(asyncio.Protocol):
                     functools.partial(_back_to_loop, self.loop, done))
                 return
         if not self.closing:
+            if self.eof and not self.queue and not self.busy:
+                self.closing = True
+                self.transport.close()
+                return
             if len(self.queue) < MAX_PIPELINED:
                 self._resume()
             if not self.queue and not self.in_message:
@@ -276,11 +293,18 @@ class _Conn(asyncio.Protocol):
             self.transport.resume_reading()
 
     def expire(self, now: float) -> None:
-        """Hang up when the client overran its deadline (idle, or a request too slow)."""
-        if self.deadline is not None and now >= self.deadline:
+        """Hang up when the client overran its deadline (idle, or a request too slow), or
+        left its answers unread for `request_timeout` (cut off: a close would wait for it
+        to read them, holding its slot under the connection cap for good)."""
+        if self.stalled is not None and now >= self.stalled:
+            self.closing = True
+            self.transport.abort()
+        elif self.deadline is not None and now >= self.deadline:
             self.closing = True
             self.deadline = None
             self.transport.close()
+            if self.transport.get_write_buffer_size():
+                self.stalled = now + self.server.request_timeout
 
 
 def _back_to_loop(loop: asyncio.AbstractEventLoop, done: Any, future: Any) -> None:
