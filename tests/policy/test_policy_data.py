@@ -222,3 +222,16 @@ def test_policy_check_json_lists_the_data_names(
     [doc] = json.loads(capsys.readouterr().out)["folders"]
     assert doc["data"] == {"maintainers": "people.yaml", "owner": "people.yaml",
                            "repos": "repos.yaml"}
+
+
+def test_data_files_past_the_total_bound_are_refused_before_reading(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from the_loop.hooks.policy import data
+
+    monkeypatch.setattr(data, "MAX_DATA_BYTES", 100)
+    folder = _folder(tmp_path, data={"a.yaml": "a: [" + "x, " * 20 + "y]\n",
+                                     "b.yaml": "b: [" + "x, " * 20 + "y]\n"})
+    assert _errors(folder, capsys) == [
+        f"{folder / 'data'}: the data files hold 134 bytes; at most 100 in all (data is "
+        "compiled into every rule that reads it); keep large lists out of the policy"]

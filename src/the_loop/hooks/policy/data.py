@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from the_loop import yamlsafe
 from the_loop.errors import ExpressionError
 from the_loop.hooks.engine.points import closest
 from the_loop.hooks.policy.files import DATA_FOLDER, Unloadable, data_files, load_yaml
@@ -29,6 +30,9 @@ __all__ = ["ROOT", "PolicyData", "check_value", "read_data", "reads_context", "r
 
 #: The root name under which expressions read the policy data.
 ROOT = "data"
+#: The most bytes a policy folder's data files may hold together (each file is bounded by the
+#: YAML loader too).
+MAX_DATA_BYTES = yamlsafe.MAX_BYTES
 #: A data name, readable as `data.<name>` without quotes.
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Nodes whose first child reads from the current value and the rest from its result.
@@ -237,9 +241,15 @@ def read_data(folder: Path) -> tuple[PolicyData, list[str]]:
     if not sub.is_dir() or sub.is_symlink():
         return PolicyData(), errors
     errors.extend(unsafe_entries(sub, within=folder))
+    files = data_files(folder) if not errors else []
+    total = sum(_size(path) for path in files)
+    if total > MAX_DATA_BYTES:
+        errors.append(f"{sub}: the data files hold {total:,} bytes; at most "
+                      f"{MAX_DATA_BYTES:,} in all (data is compiled into every rule that reads "
+                      "it); keep large lists out of the policy")
     if errors:
         return PolicyData(), errors
-    for path in data_files(folder):
+    for path in files:
         where = str(path)
         try:
             document = load_yaml(path)
@@ -259,6 +269,13 @@ def read_data(folder: Path) -> tuple[PolicyData, list[str]]:
             values[name] = value
             origin[name] = where
     return PolicyData(values, origin), errors
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # gone since it was listed: reading it says so
+        return 0
 
 
 def _said(document: Any) -> str:
