@@ -4,6 +4,7 @@ blocking its work item."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 
@@ -89,6 +90,34 @@ def test_an_agent_token_cannot_read_another_items_session_and_act_on_it(ld: Loop
             assert theirs not in json.dumps(answer)
         status, listed = api.call("GET", "/items", token="alice-secret-20")
         assert status == 200 and {i["ref"] for i in listed} == {mine, other}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert ld.work(other)["state"] == "running"
+
+
+def test_an_agent_token_cannot_guess_another_items_session_from_its_ref(ld: LoopDir) -> None:
+    """A session id was sha256 of its launch step's key (`launch:enter:<ref>:<arm>:<epoch>`),
+    so an agent token could work out any item's session and comment on it or /stop it as its
+    agent. Ids are salted per launch now: the guess is refused (403), the item keeps running,
+    and a redo of the same launch still gets the same id (tests/runtime/test_graph_complete_
+    after_crash.py)."""
+    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}, agents: {agentbot: AGENT_TOKEN}}\n")
+    other = ld.add("Someone else's")
+    ld.start(other)
+    ld.poll()
+    [key] = [r["key"] for r in ld.query("SELECT key FROM steps WHERE kind='launch'")]
+    assert key == f"launch:enter:{other}:1:1"
+    guess = "s-" + hashlib.sha256(key.encode()).hexdigest()[:12]
+    assert ld.work(other)["session_id"] != guess
+    proc = ld.popen("serve", "--port", "0", "--quiet", env=TOKENS)
+    try:
+        api = Client(readline(proc).split(" on ", 1)[1].strip())
+        status, answer = api.call("POST", f"/items/{other.rsplit('#', 1)[1]}/input",
+                                  {"text": "/stop", "session": guess},
+                                  token="agentbot-secret-20")
+        assert status == 403 and f"session {guess} is not" in answer["error"], answer
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)

@@ -98,8 +98,9 @@ def test_a_completion_sent_before_the_crashed_loop_recorded_its_session_moves_th
         # The agent was told its completion was taken, not "not the current session".
         assert record["code"] == 0, record["said"]
         assert record["said"] == f"write done; the loop moves {ref} on"
-        [launch] = ld.query("SELECT key FROM steps WHERE kind='launch'")
-        assert record["session"] == session_id_for(launch["key"])
+        [launch] = ld.query("SELECT key, payload FROM steps WHERE kind='launch'")
+        salt = json.loads(launch["payload"])["salt"]
+        assert record["session"] == session_id_for(launch["key"], salt)
 
         polls_until_settled(ld, ref)
 
@@ -142,7 +143,9 @@ def test_a_session_that_asked_or_wrote_before_the_crashed_loop_recorded_it_is_la
         launched = Counter(str(r["session"]) for r in ld.launches())
         assert launched[sid] == 1 and max(launched.values()) == 1, launched
         [row] = ld.query("SELECT pid, step FROM sessions WHERE id=?", sid)
-        assert row["pid"] == 0 and session_id_for(row["step"]) == sid
+        [launch] = ld.query("SELECT payload FROM steps WHERE key=?", row["step"])
+        salt = json.loads(launch["payload"])["salt"]
+        assert row["pid"] == 0 and session_id_for(row["step"], salt) == sid
         if action == "ask":
             [question] = [c for c in ld.comments(ref) if "Question from the agent" in c]
             assert f"(session `{sid}`)" in question and "Which users first?" in question

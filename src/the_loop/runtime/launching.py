@@ -14,7 +14,7 @@ from the_loop.runtime import harness as harness_mod
 from the_loop.runtime import workspace
 from the_loop.runtime.lease import HOST_ENV
 from the_loop.runtime.service import Decided, Loop, failpoint
-from the_loop.runtime.stepkinds import StepKind
+from the_loop.runtime.stepkinds import StepKind, salted
 from the_loop.runtime.store import Step
 
 
@@ -45,7 +45,7 @@ def launch(loop: Loop, step: Step) -> None:
     if d.refused:
         _launch_refused(loop, step, d, target.ref)
         return
-    sid = loop.session_id(step.key)
+    sid = loop.session_id(step.key, str(step.payload.get("salt", "")))
     prior = loop.store.session_of_step(step.key)
     if prior is not None and not prior["lost"]:
         sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
@@ -90,7 +90,7 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
         with loop.db.transaction() as conn:
             loop.store.add_step(conn, StepKind.LAUNCH.key("ticket", name=step.key), ref,
                                 StepKind.LAUNCH,
-                                dict(step.payload, endpoint=""))
+                                salted(dict(step.payload, endpoint="")))
             loop.store.finish(step, "redirected", conn=conn)
         return
     loop.set_work(ref, state="blocked")

@@ -19,7 +19,7 @@ from the_loop.interrupt import is_real as is_real_interrupt
 from the_loop.runtime.db import Fenced
 from the_loop.runtime.input_bound import input_refusal
 from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, failpoint, render
-from the_loop.runtime.stepkinds import StepKind, UnknownStepKind
+from the_loop.runtime.stepkinds import StepKind, UnknownStepKind, salted
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback
 from the_loop.runtime.store import Step
 
@@ -162,9 +162,9 @@ def check_session(loop: Loop, ref: str, report: Report) -> None:
     with loop.db.transaction() as conn:
         loop.store.set_work(ref, conn, respawns=int(w["respawns"]) + 1)
         key = StepKind.LAUNCH.key(ref, w["arm_seq"], w["epoch"], sid, name="respawn")
-        loop.store.add_step(conn, key, ref, StepKind.LAUNCH, {
+        loop.store.add_step(conn, key, ref, StepKind.LAUNCH, salted({
             "node": node.name, "prompt": prompt, "respawn": True, "actor": LOOP_AUTHOR,
-            "endpoint": ""})
+            "endpoint": ""}))
     loop.log.emit("session.respawned", work_item=ref, session_id=sid, why=why)
     run_steps(loop, ref, report)
 

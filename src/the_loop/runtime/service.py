@@ -64,9 +64,11 @@ def render(template: str, **values: str) -> str:
     return out
 
 
-def session_id_for(step_key: str) -> str:
-    """A launch step's session id: the same on every redo of the step."""
-    return "s-" + hashlib.sha256(step_key.encode()).hexdigest()[:12]
+def session_id_for(step_key: str, salt: str = "") -> str:
+    """A launch step's session id: the same on every redo of the step, and not to be worked
+    out from the item's ref (the step's payload holds a random `salt`: stepkinds.salted), as
+    an agent's token acts with the id of the session it names."""
+    return "s-" + hashlib.sha256((salt + step_key).encode()).hexdigest()[:12]
 
 
 class Decided:
@@ -324,12 +326,13 @@ class Loop:
         return there.name
 
     # ------------------------------------------------------------------ sessions
-    def session_id(self, step_key: str) -> str:
-        """A launch step's session id. On a shared database it names the host too: a host
-        that takes a launch over from a lost one starts a session of its own."""
+    def session_id(self, step_key: str, salt: str = "") -> str:
+        """A launch step's session id (`salt`: its payload's, stepkinds.salted). On a shared
+        database it names the host too: a host that takes a launch over from a lost one
+        starts a session of its own."""
         if self.settings.database:
-            return session_id_for(f"{step_key}@{self.store.host}")
-        return session_id_for(step_key)
+            return session_id_for(f"{step_key}@{self.store.host}", salt)
+        return session_id_for(step_key, salt)
 
     def session_alive(self, sid: str) -> bool:
         """Asked of the session's lock on its own host; another host's session lives while

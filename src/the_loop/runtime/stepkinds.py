@@ -11,6 +11,7 @@ that every kind has a runner, an event in the catalog and a narrated line.
 from __future__ import annotations
 
 import enum
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -96,3 +97,10 @@ def step_kind(value: str, key: str) -> StepKind:
         return StepKind(value)
     except ValueError:
         raise UnknownStepKind(key, value) from None
+
+
+def salted(payload: dict[str, Any]) -> dict[str, Any]:
+    """A launch step's payload with a random salt for its session id (service.session_id_for):
+    kept with the step, so a redo gets the same id, and unknown to anyone who knows only the
+    item's ref and the step's key."""
+    return {**payload, "salt": secrets.token_hex(16)}

@@ -29,7 +29,7 @@ from the_loop.runtime.service import (
     failpoint,
     render,
 )
-from the_loop.runtime.stepkinds import StepKind
+from the_loop.runtime.stepkinds import StepKind, salted
 from the_loop.runtime.store import Step
 
 CONTROLS = ("approve", "reject", "stop")
@@ -124,9 +124,9 @@ def enter(loop: Loop, step: Step) -> None:
             prompt += f"\n\nFeedback from @{actor}:\n\n{step.payload['note']}"
         with loop.db.transaction() as conn:
             loop.store.set_work(ref, conn, state="running", node=node.name)
-            loop.store.add_step(conn, StepKind.LAUNCH.key(step.key), ref, StepKind.LAUNCH, {
-                "node": node.name, "prompt": prompt, "respawn": False, "actor": actor,
-                "endpoint": ""})
+            loop.store.add_step(conn, StepKind.LAUNCH.key(step.key), ref, StepKind.LAUNCH,
+                                salted({"node": node.name, "prompt": prompt, "respawn": False,
+                                        "actor": actor, "endpoint": ""}))
             loop.store.finish(step, "agent", conn=conn)
         return
     loop.set_work(ref, state="gate", node=node.name)
@@ -269,9 +269,9 @@ def _act(loop: Loop, step: Step, w: dict[str, object], node: object, control: st
             if not loop.store.extend_queued_launch(
                     conn, ref, node.name, endpoint, f"\n\nInput from @{actor}:\n\n{final}"):
                 loop.store.add_step(conn, StepKind.LAUNCH.key(step.key), ref,
-                                    StepKind.LAUNCH, {
+                                    StepKind.LAUNCH, salted({
                     "node": node.name, "prompt": prompt, "respawn": True, "actor": actor,
-                    "endpoint": endpoint})
+                    "endpoint": endpoint}))
             loop.store.finish(step, "resumed", conn=conn)
         return "resumed"
     loop.store.finish(step, "recorded")
