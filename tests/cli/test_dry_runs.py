@@ -204,6 +204,52 @@ def test_hooks_run_path_runs_one_class_with_no_config(tmp_path: Path, run_cli: C
     assert [step["hook"] for step in doc["trace"]] == ["path"]
 
 
+PREFIX_CLASS = """
+from the_loop.sdk.hooks import LifecycleHooks
+
+class Prefix(LifecycleHooks):
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def session_spawn(self, ctx):
+        ctx.prompt = self.prefix + ctx.prompt
+        return ctx
+"""
+
+
+def test_hooks_run_path_with_gives_the_class_its_constructor_arguments(
+    tmp_path: Path, run_cli: CliRun
+) -> None:
+    (tmp_path / "prefix.py").write_text(PREFIX_CLASS)
+    result = run_cli("hooks", "run", "session_spawn", "--path", "prefix.py", "--json",
+                     "--with", '{"prefix": "ACME: "}', "--facts", "prompt=go")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["context"]["prompt"] == "ACME: go"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    ([], "--with: constructing Prefix(**with) failed: TypeError: "),
+    (["--with", "{prefix"], "--with: not JSON ("),
+    (["--with", '["x"]'], "--with: expected a JSON object of constructor keyword arguments"),
+])
+def test_hooks_run_path_with_a_missing_or_bad_argument_names_with(
+    tmp_path: Path, run_cli: CliRun, argv: list[str], says: str
+) -> None:
+    (tmp_path / "prefix.py").write_text(PREFIX_CLASS)
+    result = run_cli("hooks", "run", "session_spawn", "--path", "prefix.py", *argv)
+    assert result.returncode in (1, 2)
+    assert says in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_hooks_run_with_without_path_is_a_usage_error(folder: Path, run_cli: CliRun) -> None:
+    result = run_cli("hooks", "run", "session_spawn", "--policy", str(folder),
+                     "--with", '{"prefix": "x"}')
+    assert result.returncode == 2
+    assert "--with gives a class its constructor arguments; pass --path FILE too" in \
+        result.stderr
+
+
 def test_policy_test_explain_cuts_a_long_fact_unless_full(folder: Path, run_cli: CliRun) -> None:
     long = "word " * 100
     (folder / "tests").mkdir()

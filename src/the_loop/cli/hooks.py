@@ -16,7 +16,7 @@ from the_loop.cli.dryrun import (
     explained_of,
     print_outcome,
 )
-from the_loop.cli.serve_hooks import CLI_NAMES, register_serve
+from the_loop.cli.serve_hooks import CLI_NAMES, register_serve, with_arg
 from the_loop.errors import HooksConfigError, UsageError
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.declaration import parse_hooks
@@ -54,6 +54,9 @@ def register(sub: Any) -> None:
     one.add_argument("--path", metavar="FILE", help="run the LifecycleHooks class of this .py "
                                                     "file alone, with no config")
     one.add_argument("--url", metavar="URL", help="call this hook server alone, with no config")
+    pr.add_argument("--with", dest="with_json", metavar="JSON", default="",
+                    help="with --path: the class's constructor keyword arguments as a JSON "
+                         "object, as with: gives them in cli-config.yaml")
     pr.add_argument("--token-env", metavar="VAR", default="",
                     help="with --url: the environment variable holding its bearer token")
     add_input_args(pr)
@@ -120,6 +123,8 @@ def one_hook_chain(args: argparse.Namespace) -> Chain | None:
     """The chain of the one hook --policy, --path or --url names (None: use the config's)."""
     if args.token_env and not args.url:
         raise UsageError("--token-env names the token of a --url hook; pass --url URL too")
+    if args.with_json and not args.path:
+        raise UsageError("--with gives a class its constructor arguments; pass --path FILE too")
     if args.policy or args.path:
         option, value = ("--policy", args.policy) if args.policy else ("--path", args.path)
         require_path(args, value, f"{option} ", or_else="or leave it out to run the declared "
@@ -127,7 +132,8 @@ def one_hook_chain(args: argparse.Namespace) -> Chain | None:
         if args.policy:
             executor: Any = policy_executor(args.policy)
         else:
-            executor = load_executor(path=args.path, module=None, names=CLI_NAMES)
+            executor = load_executor(path=args.path, module=None, names=CLI_NAMES,
+                                     with_=with_arg(args.with_json))
         name = "policy" if args.policy else "path"
     elif args.url:
         entry: dict[str, Any] = {"name": "url", "url": args.url}

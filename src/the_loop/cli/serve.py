@@ -15,8 +15,16 @@ from the_loop.errors import UsageError
 def register(sub: Any) -> None:
     from the_loop.cli.loop import add_host_id
 
-    s = sub.add_parser("serve", help="the control plane: a JSON API, a tracker webhook and a "
-                                            "read-only console in a browser (/console/)")
+    s = sub.add_parser(
+        "serve", help="the control plane: a JSON API, a tracker webhook and a read-only "
+                      "console in a browser (/console/)",
+        description="The control plane: the JSON API (/items, /items/REF/input), the "
+                    "tracker webhook (/webhook) and a read-only console in a browser at "
+                    "/console/ (docs/console.md). Every caller brings a token: the "
+                    "operator's (--token-env or serve.tokenEnv), a person's (serve.tokens; "
+                    "it also signs in to the console) or an isolated agent harness's "
+                    "(serve.agents: its own session's item only, never the console). "
+                    "GET /health is open.")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8700)
     s.add_argument("--token-env", default="", metavar="VAR",
@@ -61,6 +69,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     loop.start_heartbeat()
     loop.log.emit("serve.started", url=server.url)
     print(f"the-loop control plane on {server.url}", flush=True)
+    print(f"the-loop console on {server.url}/console/ (sign in with a token from "
+          "serve.tokens, or the operator's)", flush=True)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:

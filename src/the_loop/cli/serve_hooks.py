@@ -57,6 +57,14 @@ def register_serve(hooks_sub: Any) -> None:
     """Add `serve` under `the-loop hooks`."""
     pv = hooks_sub.add_parser(
         "serve", help="host a hook class, a policy folder or the declared chain over JSON-RPC",
+        description="Answer one JSON-RPC 2.0 POST per point with a hook class, a policy "
+                    "folder or the declared chain (docs/policy-service.md). Besides the calls: "
+                    "GET /health (open; the revision served and a refused reload's errors), "
+                    "GET /ready (503 while the decision log cannot be written), GET /metrics "
+                    "(Prometheus; the token guards it unless --metrics-public). Every "
+                    "answered call is a record in --decision-log, which `the-loop policy "
+                    "replay --log` reads. SIGHUP (and --watch) reloads; a change that does "
+                    "not load is refused and the last good one keeps serving.",
     )
     src = pv.add_mutually_exclusive_group(required=True)
     src.add_argument("--path", metavar="FILE", help="a .py file defining the class")
@@ -179,19 +187,23 @@ def _executor(args: argparse.Namespace, log: EventLog | None) -> AnyExecutor:
         return policy_executor(args.policy, log=log)
     if args.declared:
         return declared_executor(config_of(args), log=log, token_env=args.token_env or "")
+    return load_executor(path=args.path, module=args.module, executor=args.executor or "",
+                         with_=with_arg(args.with_json), names=CLI_NAMES)
+
+
+def with_arg(text: str) -> dict[str, Any]:
+    """--with JSON: a class's constructor keyword arguments (`hooks serve`, `hooks run`)."""
     try:
-        with_ = json.loads(args.with_json or "{}")
+        with_ = json.loads(text or "{}")
     except ValueError as exc:
         raise UsageError(f"--with: not JSON ({exc}); pass an object like '{{\"team\": \"a\"}}'")
     if not isinstance(with_, dict) or not all(
         isinstance(k, str) and k.isidentifier() for k in with_
     ):
         raise UsageError(
-            f"--with: expected a JSON object of constructor keyword arguments, got "
-            f"{args.with_json!r}"
+            f"--with: expected a JSON object of constructor keyword arguments, got {text!r}"
         )
-    return load_executor(path=args.path, module=args.module, executor=args.executor or "",
-                         with_=with_, names=CLI_NAMES)
+    return with_
 
 
 def _what(args: argparse.Namespace, executor: AnyExecutor) -> str:
