@@ -59,6 +59,19 @@ def test_poll_help_shows_its_interval_default(run_cli: Any) -> None:
     assert "--interval S" in done.stdout and "(default: 5.0)" in done.stdout
 
 
+@pytest.mark.parametrize(("argv", "names"), [
+    (["serve"], ["/console/", "serve.tokens", "serve.agents", "GET /health"]),
+    (["hooks", "serve"], ["GET /health", "GET /ready", "GET /metrics", "--decision-log",
+                          "policy replay", "SIGHUP"]),
+])
+def test_serving_commands_help_says_what_they_serve(
+    run_cli: Any, argv: list[str], names: list[str]
+) -> None:
+    done = run_cli(*argv, "--help")
+    text = " ".join(done.stdout.split())  # argparse wraps lines where it likes
+    assert [n for n in names if n not in text] == [], text
+
+
 def test_the_installed_console_script_runs_the_cli() -> None:
     """The one run through the `the-loop` script pip installs (the rest call main())."""
     script = Path(sys.executable).parent / "the-loop"

@@ -81,6 +81,9 @@ def test_serve_control_plane_items_input_and_webhook(ld: LoopDir) -> None:
         first = readline(proc)
         assert first.startswith("the-loop control plane on http://127.0.0.1:"), first
         api = Client(first.split(" on ", 1)[1].strip())
+        console = proc.stdout.readline()  # written with the first: a newcomer is told where
+        # the console is
+        assert console.startswith(f"the-loop console on {api.url}/console/ "), console
 
         assert api.call("GET", "/health", token=None) == (200, {"ok": True, "loop": "acme"})
         assert api.call("GET", "/items", token=None)[0] == 401

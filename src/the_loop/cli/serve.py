@@ -68,9 +68,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from None
     loop.start_heartbeat()
     loop.log.emit("serve.started", url=server.url)
-    print(f"the-loop control plane on {server.url}", flush=True)
-    print(f"the-loop console on {server.url}/console/ (sign in with a token from "
-          "serve.tokens, or the operator's)", flush=True)
+    print(f"the-loop control plane on {server.url}\nthe-loop console on {server.url}/console/ "
+          "(sign in with a token from serve.tokens, or the operator's)", flush=True)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
