@@ -3,19 +3,23 @@
 A caller that half-closes its socket after its request still gets its answer; callers that
 flood pipelined requests and never read the answers are hung up on once their answers have
 waited `request_timeout`, so they cannot hold every slot under the connection cap; a request
-asking for a protocol upgrade gets exactly one answer.
+asking for a protocol upgrade gets exactly one answer; Ctrl-C and SIGTERM stop `hooks serve`
+while a hook call blocks forever.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import threading
 import time
+from pathlib import Path
 
+import pytest
 from test_hook_server_http import Gate, read_answers, request
 
-from serving_helpers import raw
+from serving_helpers import Served, raw
 from the_loop.hooks.serving.server import HookServer
 
 
@@ -74,3 +78,37 @@ def test_an_upgrade_request_gets_one_answer_and_the_connection_closes() -> None:
             data += chunk
     assert data.count(b"HTTP/1.1 ") == 1
     assert data.startswith(b"HTTP/1.1 400 ") and b"upgrades are not supported" in data
+
+
+BLOCKING_HOOK = """\
+import threading
+from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
+
+class Stuck(LifecycleHooks):
+    def session_spawn(self, ctx: SessionSpawn) -> SessionSpawn:
+        threading.Event().wait()  # never returns
+        return ctx
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_hooks_serve_stops_on_a_signal_while_a_hook_call_blocks_forever(
+    tmp_path: Path, sig: int
+) -> None:
+    (tmp_path / "stuck.py").write_text(BLOCKING_HOOK, encoding="utf-8")
+    served = Served(["hooks", "serve", "--path", "stuck.py", "--port", "0",
+                     "--decision-log", "off"], tmp_path)
+    port = int(served.url.rstrip("/").rsplit(":", 1)[1])
+    stuck = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+    try:
+        for n, sock in enumerate(stuck):
+            sock.sendall(request("wait", n))
+        status, _ = raw(served.url, b"GET /health HTTP/1.1\r\nHost: x")
+        assert status == 200  # answered while both calls block
+        time.sleep(0.3)
+        code, err = served.stop(sig)  # raises TimeoutExpired when the process hangs
+        assert code == 0 and "hook server stopped" in err and "Traceback" not in err
+    finally:
+        served.kill()
+        for sock in stuck:
+            sock.close()

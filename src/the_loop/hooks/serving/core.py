@@ -30,8 +30,11 @@ import contextlib
 import hmac
 import json
 import os
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
+from typing import Any, ParamSpec, TypeVar
 
 from the_loop.hooks.serving.exposure import warn_if_open
 from the_loop.hooks.serving.jsonrpc import (
@@ -59,6 +62,67 @@ POOL_THREADS = 64
 _MAX_LENGTH_DIGITS = 12  # a Content-Length longer than this is over the cap, whatever it says
 
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class HookThreads(Executor):
+    """Up to `size` daemon threads running hook calls, started as calls need them.
+
+    Unlike `ThreadPoolExecutor` (whose threads the interpreter joins at exit), a hook that
+    never returns cannot keep a stopped server's process from exiting on Ctrl-C or SIGTERM.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size, self._name = size, name
+        self._work: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...],
+                                            dict[str, Any]] | None] = queue.SimpleQueue()
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._closed = False
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+               ) -> Future[_T]:
+        future: Future[_T] = Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the hook threads were shut down")
+            self._work.put((future, fn, args, kwargs))
+            if not self._idle.acquire(blocking=False) and self._threads < self._size:
+                self._threads += 1
+                threading.Thread(target=self._serve, name=f"{self._name}_{self._threads}",
+                                 daemon=True).start()
+        return future
+
+    def _serve(self) -> None:
+        while (item := self._work.get()) is not None:
+            future, fn, args, kwargs = item
+            del item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as exc:  # the caller's future carries it
+                    future.set_exception(exc)
+            del future, fn, args, kwargs
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Take no more calls; cancel the waiting ones when asked; each thread ends after
+        the call it runs (`wait` is not honoured: a hook may never return)."""
+        with self._lock:
+            self._closed = True
+            while cancel_futures:
+                try:
+                    item = self._work.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+            for _ in range(self._threads):
+                self._work.put(None)
+
+
 def runs_inline(executor: AnyExecutor) -> bool:
     """A served policy folder decides on the event loop; anything else in a thread."""
     return bool(getattr(executor, "served_inline", False))
@@ -84,7 +148,7 @@ class Core:
         self.on_call = ops.record if ops is not None else on_call
         self.health = health_body(executor)
         self.inline = runs_inline(executor)
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: HookThreads | None = None
         self._exposure_known = not warn_open or warn_if_open(token_env)
 
     def swap(self, executor: AnyExecutor) -> None:
@@ -96,10 +160,10 @@ class Core:
             self.ops.serving(str(getattr(executor, "revision", "")))
 
     @property
-    def pool(self) -> ThreadPoolExecutor:
+    def pool(self) -> HookThreads:
         """The threads hook calls run in (created on first use)."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="hook")
+            self._pool = HookThreads(POOL_THREADS, "hook")
         return self._pool
 
     def close(self) -> None:
