@@ -33,6 +33,7 @@ from the_loop.hooks.engine.executor import Decisions, HookError
 from the_loop.hooks.engine.points import POINTS, Context, context_to_json
 from the_loop.hooks.policy import idle_rules
 from the_loop.hooks.policy.fast import FastPlan, Found, fast_plan
+from the_loop.hooks.policy.gcpause import collector_paused
 from the_loop.hooks.policy.point_rules import PointRule, RuntimeFailure, effects_of, point_rules
 from the_loop.hooks.policy.rules import Policy, PolicyError, read_policy
 
@@ -219,6 +220,7 @@ def _pass(ctx: Context) -> None:
     return None
 
 
+@collector_paused()
 def load_policy(
     name: str,
     folder: Path,

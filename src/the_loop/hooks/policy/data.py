@@ -58,6 +58,8 @@ class PolicyData:
         """The AST rewrite (`Compiler.compile_expression(rewrite=…)`) for expression `text`:
         every read of `data…` becomes the literal it reads; raises `ExpressionError` for a
         name the data does not hold, with the closest one."""
+        if ROOT not in text and "\\" not in text:  # no field can be named `data` (an
+            return _unchanged  # escape in a quoted name could spell it: walk those)
         return lambda ast: _Rewriter(self, text).walk(ast, True)
 
     def missing(self, path: tuple[str, ...]) -> str | None:
@@ -97,6 +99,10 @@ def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     return "a number"
+
+
+def _unchanged(ast: dict[str, Any]) -> dict[str, Any]:
+    return ast
 
 
 class _Rewriter:

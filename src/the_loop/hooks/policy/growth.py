@@ -144,9 +144,26 @@ GROWTH: dict[str, Rule] = {
 def worst(node: Mapping[str, Any]) -> int:
     """The largest growth of `node` or any of its parts (a part may build a large value that
     the whole then reduces, e.g. `length(to_string([@, @] | …))`)."""
-    memo: dict[int, int] = {}
-    growth(node, memo)  # every node, a filter's condition included
-    return max(memo.values(), default=1)
+    try:
+        return _worst(node)[1]
+    except RecursionError:  # a 16 KB `a.a.a…` nests past the stack: walk it without one
+        memo: dict[int, int] = {}
+        growth(node, memo)  # every node, a filter's condition included
+        return max(memo.values(), default=1)
+
+
+def _worst(node: Mapping[str, Any]) -> tuple[int, int]:
+    """(`node`'s growth, the largest growth below and at it): `growth` and `worst` by
+    recursion, several times faster on the shallow trees nearly every expression has."""
+    grown: list[int] = []
+    most = 1
+    for child in node.get("children", ()):
+        if isinstance(child, Mapping):
+            g, m = _worst(child)
+            grown.append(g)
+            most = m if m > most else most
+    g = GROWTH.get(str(node.get("type")), _parts)(node, grown)
+    return g, g if g > most else most
 
 
 def _cap(value: int) -> int:

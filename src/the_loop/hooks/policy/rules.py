@@ -40,6 +40,7 @@ from the_loop.hooks.policy.checks import check_fields, describe_compile_error
 from the_loop.hooks.policy.data import PolicyData, read_data
 from the_loop.hooks.policy.expressions import compile_policy_expression
 from the_loop.hooks.policy.files import Unloadable, load_yaml, rule_files, unsafe_entries
+from the_loop.hooks.policy.gcpause import collector_paused
 from the_loop.hooks.policy.maskpaths import check as check_mask
 from the_loop.hooks.policy.typecheck import type_messages
 from the_loop.jmes import CompiledExpression, root_paths
@@ -123,6 +124,7 @@ def field_types(point: str) -> dict[str, str]:
     return {f.name: "object" if f.type == "WorkItem" else f.type for f in SPECS[point].fields}
 
 
+@collector_paused()
 def read_policy(
     folder: Path, *, reference: bool = False, lazy: bool = False,
     data: dict[str, Any] | None = None,

@@ -396,10 +396,10 @@ def type_messages(asts: Mapping[str, Node], shown: str, *, when: bool) -> list[s
     """One message per type mistake of an expression compiled per point (`asts`), naming
     the expression as `shown` and the points where the mistake holds when not all."""
     at: dict[str, list[str]] = {}
-    whole = ""
     for point, ast in asts.items():
-        whole = show(ast)
-        for sub, message in type_problems(ast, point, when=when):
+        problems = type_problems(ast, point, when=when)
+        whole = show(ast) if problems else ""  # rendered only to word a mistake
+        for sub, message in problems:
             text = f"{shown} {message}" if sub == whole else f"{shown}: {sub} {message}"
             at.setdefault(text, []).append(point)
     return [text if len(points) == len(asts) else f"{text} (at {', '.join(points)})"
