@@ -163,6 +163,12 @@ cases:
     facts: {labels: [quiet], terminal: true}
     expect: {notify: true}
     rules: []
+
+  - name: an item not labelled quiet is announced
+    point: phase_changed
+    facts: {labels: [loop], terminal: false}
+    expect: {notify: true}
+    rules: []
 """
 
 TEST_INPUT = """\
@@ -178,6 +184,12 @@ cases:
   - name: a maintainer's /approve goes through
     point: input_received
     facts: {kind: command, actor: alice, control: approve, text: /approve}
+    expect: {proceed: true}
+    rules: []
+
+  - name: another command from anyone goes through
+    point: input_received
+    facts: {kind: command, actor: mallory, control: stop, text: /stop}
     expect: {proceed: true}
     rules: []
 """

@@ -57,4 +57,4 @@ def test_init_edit_type_error_fix_explain_and_full_coverage(
 """, "utf-8")
     final = run_cli("policy", "test", "--min-coverage", "100")
     assert final.returncode == 0, final.stdout
-    assert final.stdout.splitlines()[-1] == "11 passed, 0 failed"
+    assert final.stdout.splitlines()[-1] == "13 passed, 0 failed"

@@ -47,7 +47,12 @@ def test_right_after_init_the_author_commands_work_with_no_flags(
     assert listing.startswith(f"{folder}: 5 rule(s)")
     test = run_cli("policy", "test")
     assert test.returncode == 0, test.stdout
-    assert test.stdout.splitlines()[-1] == "10 passed, 0 failed"
+    assert test.stdout.splitlines()[-1] == "12 passed, 0 failed"
+    # Its cases make every part of every condition true and false, so a newcomer who turns
+    # on branch coverage starts from green, not from init's own gaps.
+    branches = run_cli("policy", "test", "--coverage-of", "branches", "--min-coverage", "100")
+    assert branches.returncode == 0, branches.stdout
+    assert "branches: 100.0% of condition outcomes seen" in branches.stdout
     listed = run_cli("hooks")
     assert listed.returncode == 0 and "house-rules" in listed.stdout
     assert "hooks/example.py" in listed.stdout
@@ -80,7 +85,7 @@ def test_every_example_rule_has_a_case_that_matches_it_and_one_that_does_not(
     report = run_tests(tmp_path / ".the-loop" / "policies")
     assert report.ok and report.unexercised == []
     matched = [r.rules for r in report.results]
-    assert matched.count([]) == 5 and len(matched) == 10
+    assert matched.count([]) == 7 and len(matched) == 12
 
 
 def test_init_never_overwrites_a_file(tmp_path: Path, run_cli: Any) -> None:
