@@ -250,6 +250,19 @@ def test_hooks_run_with_without_path_is_a_usage_error(folder: Path, run_cli: Cli
         result.stderr
 
 
+def test_hooks_run_at_a_point_no_hook_handles_says_where_each_runs(
+    tmp_path: Path, run_cli: CliRun
+) -> None:
+    (tmp_path / "prefix.py").write_text(PREFIX_CLASS)
+    result = run_cli("hooks", "run", "phase_changed", "--path", "prefix.py",
+                     "--with", '{"prefix": ""}')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:2] == [
+        "phase_changed: 0 hook(s) run: none",
+        "  none handles phase_changed: path runs at session_spawn",
+    ]
+
+
 def test_policy_test_explain_cuts_a_long_fact_unless_full(folder: Path, run_cli: CliRun) -> None:
     long = "word " * 100
     (folder / "tests").mkdir()

@@ -181,6 +181,11 @@ def print_outcome(args: argparse.Namespace, chain: Chain, outcome: Outcome,
     point, full = outcome.point, args.full
     names = chain.names(point)
     print(f"{point}: {len(names)} hook(s) run: {', '.join(names) or 'none'}")
+    if not names and chain.links:  # say why, or a hook that skips the point looks broken
+        runs = [f"{link.name} runs at "
+                f"{', '.join(p for p in POINTS if p in link.points) or 'no point'}"
+                for link in chain.links]
+        print(f"  none handles {point}: {'; '.join(runs)}")
     for step in outcome.steps:
         line = f"  {step.hook:<16} {step.status:<9} {step.ms:8.3f} ms"
         if step.changed:
