@@ -1,6 +1,8 @@
 """`the-loop serve`: the control plane (a small JSON API) and the tracker webhook receiver.
 
     GET  /health                        open; {"ok": true, "loop": …}
+    GET  /metrics                       the points this process fired, in the Prometheus
+                                        text format (runtime/pointmetrics.py)
     GET  /items                         the work items with their loop state
     GET  /items/<ref>                   one item (ref URL-encoded, or just its number)
     POST /items/<ref>/input             {"text": "/approve"} → written as the caller, delivered
@@ -39,8 +41,10 @@ from typing import Any
 from the_loop.config import Config
 from the_loop.console.app import Console
 from the_loop.errors import InputTooLong, LoopError
+from the_loop.hooks.serving.metrics import CONTENT_TYPE as METRICS_TYPE
 from the_loop.hooks.serving.wire import NotUnicode, read_json
 from the_loop.runtime.identity import AGENT_PREFIX
+from the_loop.runtime.pointmetrics import METRICS
 from the_loop.runtime.poller import classify, deliver, reply
 from the_loop.runtime.service import Loop
 from the_loop.runtime.stepkinds import StepKind
@@ -134,6 +138,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(head.encode("latin-1") + body)
         self.wfile.flush()
 
+    def _send_text(self, status: int, body: bytes, content_type: str) -> None:
+        head = (f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}\r\n"
+                f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n")
+        self.wfile.write(head.encode("latin-1") + body)
+        self.wfile.flush()
+
     def _path(self) -> str:
         return self.path.split("?", 1)[0].rstrip("/")
 
@@ -161,6 +171,9 @@ class _Handler(BaseHTTPRequestHandler):
                                       "agent's token reads no work item (each names its "
                                       "session, an agent's key to act on it); its prompt "
                                       "carries its own"})
+            return
+        if path == "/metrics":
+            self._send_text(200, METRICS.text(), METRICS_TYPE)
             return
         with self.server.borrow() as loop:
             try:

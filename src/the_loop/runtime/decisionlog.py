@@ -33,6 +33,7 @@ from the_loop.hooks.executors import registry
 from the_loop.hooks.serving.logstore import TABLE as TABLE
 from the_loop.hooks.serving.logstore import read_pg
 from the_loop.hooks.serving.operations import context_json as context_json
+from the_loop.runtime.pointmetrics import METRICS
 
 __all__ = ["TABLE", "DecisionLog", "Recorded", "count_points", "read_points"]
 
@@ -173,6 +174,7 @@ class DecisionLog:
         try:
             self._write(ctx, outcome, chain)
         except (sqlite3.Error, ValueError, TypeError) as exc:
+            METRICS.log_failed.inc()
             self.log.emit("decisions.failed", point=ctx.POINT, work_item=ctx.work_item.ref,
                           error=f"{type(exc).__name__}: {exc}")
 

@@ -33,6 +33,7 @@ from the_loop.runtime.decisionlog import DecisionLog
 from the_loop.runtime.graph import load_graph
 from the_loop.runtime.identity import AGENT_PREFIX
 from the_loop.runtime.lease import Heartbeat, check_host_id
+from the_loop.runtime.pointmetrics import observe
 from the_loop.runtime.record import point_record
 from the_loop.runtime.settings import Settings, settings_of
 from the_loop.runtime.stepkinds import StepKind
@@ -166,7 +167,9 @@ class Loop:
 
     def fire(self, ctx: Context) -> Outcome:
         """Run the chain at ctx's point and record that the point fired."""
+        started = time.perf_counter()
         outcome = self.chain.invoke(ctx)
+        observe(outcome, self.chain, time.perf_counter() - started)
         self.log.emit("lifecycle.point", **point_record(ctx, outcome))
         self.decision_log.record(ctx, outcome, self.chain)
         return outcome

@@ -62,7 +62,7 @@ def _name(executor: Any) -> str:
     return str(getattr(executor, "name", "") or type(executor).__name__)
 
 
-def _refusing(executor: Any, rules: list[str]) -> str:
+def refusing_rule(executor: Any, rules: list[str]) -> str:
     """The rule that refused among `rules` (a policy's first rule setting proceed: false)."""
     if isinstance(executor, PolicyExecutor):
         refusers = {r.name for r in executor.policy.rules if r.set_raw.get("proceed") is False}
@@ -119,7 +119,7 @@ class Operations:
             if call.failure:
                 m.failures.labels(_name(call.executor)).inc()
             elif call.refused:
-                m.refusals.labels(_refusing(call.executor, list(call.detail.get("rules", ()))
+                m.refusals.labels(refusing_rule(call.executor, list(call.detail.get("rules", ()))
                                             )).inc()
             return
         links = {link.name: link.executor for link in call.executor.chain.links}
@@ -131,7 +131,7 @@ class Operations:
             if step.get("status") == "failed":
                 m.failures.labels(step["hook"]).inc()
             if call.refused and step["hook"] == call.detail.get("refused_by"):
-                m.refusals.labels(_refusing(links.get(step["hook"]), step.get("rules", []))
+                m.refusals.labels(refusing_rule(links.get(step["hook"]), step.get("rules", []))
                                   ).inc()
 
     def encode(self, item: tuple[float, CallRecord]) -> Row | None:

@@ -1,0 +1,47 @@
+"""The loop's own Prometheus metrics: the points this process fired, for `the-loop serve`.
+
+The same metrics a hook server keeps (`hooks.serving.metrics`), named `the_loop_points_*`,
+one registry per process (a `serve` process and a `poll` process each count their own
+points; R3.7: the declaration is read once per process, so the reload counters stay 0).
+`observe` is called by `Loop.fire` with each point's outcome; labels are points, rule names
+and hook names only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from the_loop.hooks.engine.chain import Chain, Outcome
+from the_loop.hooks.serving.metrics import Metrics
+from the_loop.hooks.serving.operations import refusing_rule
+
+METRICS = Metrics(prefix="the_loop_points")
+
+
+def observe(outcome: Outcome, chain: Chain, seconds: float) -> None:
+    """Count one fired point (never raises: metrics cost a point nothing but time)."""
+    with contextlib.suppress(Exception):  # a counter must never fail a point
+        _observe(outcome, chain, seconds)
+
+
+def _observe(outcome: Outcome, chain: Chain, seconds: float) -> None:
+    m = METRICS
+    failed = False
+    for step in outcome.steps:
+        for rule in step.detail.get("rules", ()):
+            m.rules.labels(str(rule), "enforce").inc()
+        for rule in step.detail.get("audit", ()):
+            m.rules.labels(str(rule), "audit").inc()
+        if step.status == "failed":
+            failed = True
+            m.failures.labels(step.hook).inc()
+    if outcome.refused:
+        refusing = next((s for s in outcome.steps if s.hook == outcome.refused_by), None)
+        executor: Any = next((link.executor for link in chain.links
+                              if link.name == outcome.refused_by), None)
+        rules = list(refusing.detail.get("rules", ())) if refusing is not None else []
+        m.refusals.labels(refusing_rule(executor, rules) if executor is not None
+                          else f"(hook {outcome.refused_by or 'unknown'})").inc()
+    m.call(outcome.point, "refused" if outcome.refused else "failed" if failed else "ok",
+           seconds)

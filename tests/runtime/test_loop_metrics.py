@@ -1,0 +1,55 @@
+"""`the-loop serve` exposes the points its process fired, as a hook server does its calls."""
+
+from __future__ import annotations
+
+import json
+import signal
+import urllib.error
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from runtime_helpers import LoopDir, readline
+
+TOKEN = "loop-metrics-secret"
+
+
+def _get(url: str, token: str | None) -> tuple[int, str]:
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, err.read().decode()
+
+
+def test_serve_metrics_count_the_points_it_fired_behind_the_token(ld: LoopDir) -> None:
+    ld.write_config("serve: {tokenEnv: LOOP_TOKEN}\n")
+    gate = ld.add("At the gate")
+    ld.start(gate)
+    ld.poll()
+    ld.complete(gate)
+    proc = ld.popen("serve", "--port", "0", env={"LOOP_TOKEN": TOKEN})
+    try:
+        url = readline(proc).split(" on ", 1)[1].strip()
+        req = urllib.request.Request(
+            url + "/items/1/input", method="POST",
+            data=json.dumps({"text": "/approve", "actor": "alice"}).encode(),
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert json.loads(resp.read())["done"] == "approved"
+        assert _get(url + "/metrics", None)[0] == 401
+        status, text = _get(url + "/metrics", TOKEN)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert status == 200
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples["the_loop_points_calls_total",
+                   (("outcome", "ok"), ("point", "input_received"))] == 1
+    assert samples["the_loop_points_call_seconds_count", (("point", "input_received"),)] == 1
+    assert samples["the_loop_points_decision_log_writes_failed_total", ()] == 0
