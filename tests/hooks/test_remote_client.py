@@ -435,6 +435,20 @@ def test_oversized_answer_is_refused(scripted: Any, remote: Any, answer: bytes) 
         remote(server.url).call("session_spawn", SessionSpawn())
 
 
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (2 << 20),
+    b"HTTP/1.1 200 OK\r\n" + b"X-" * (1 << 20),
+], ids=["one-endless-value", "one-endless-name"])
+def test_an_endless_header_is_refused_at_the_head_cap_not_the_deadline(
+    scripted: Any, remote: Any, head: bytes
+) -> None:
+    """A hostile server's one header that never ends: llhttp hands a header to us only once
+    it is complete, so the cap is counted on the bytes read, before the 10 s deadline."""
+    server = scripted(raw(head, then="keep"))
+    with pytest.raises(HookError, match=r"not valid HTTP \(headers over 65536 bytes\)"):
+        remote(server.url, timeout=10.0).call("session_spawn", SessionSpawn())
+
+
 def test_redirect_not_followed_and_token_never_reaches_target(
     scripted: Any, remote: Any, monkeypatch: Any
 ) -> None:

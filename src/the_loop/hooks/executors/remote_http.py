@@ -158,6 +158,8 @@ class _Message:
         self.status = 0
         self.reason = b""
         self.head = 0
+        self.in_head = True  # llhttp holds a header until it ends: count the bytes read
+        self.unfinished = 0  # bytes read while the head was unfinished
         self.headers: dict[str, str] = {}
         self.body: list[bytes] = []
         self.size = 0
@@ -171,6 +173,7 @@ class _Message:
             self.extra = True
             return
         self.reason, self.head, self.headers = b"", 0, {}
+        self.in_head, self.unfinished = True, 0
 
     def on_status(self, reason: bytes) -> None:
         self.reason += reason
@@ -188,6 +191,7 @@ class _Message:
             raise HookError(f"{self.bad} (headers over {MAX_HEAD} bytes)")
 
     def on_headers_complete(self) -> None:
+        self.in_head = False
         if self.done:
             return
         self.status = status = self.parser.get_status_code()
@@ -241,6 +245,10 @@ def read_response(conn: Conn, deadline: float, where: str) -> Answer:
     while True:
         if data:
             _feed(parser, msg, data)
+            if msg.in_head and not msg.done:  # one header that never ends stops at the cap
+                msg.unfinished += len(data)
+                if msg.unfinished > MAX_HEAD:
+                    raise HookError(f"{msg.bad} (headers over {MAX_HEAD} bytes)")
         if msg.done:
             break
         try:
