@@ -62,6 +62,20 @@ def folder(tmp_path: Path, cases: str = CASES, rules: str = RULES) -> Path:
 # ------------------------------------------------------------------ check
 
 
+def test_check_lines_up_descriptions_across_files_of_different_name_lengths(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    (tmp_path / "p").mkdir()
+    for name, rule in (("10-a.yaml", "short"), ("50-much-longer.yaml", "other")):
+        (tmp_path / "p" / name).write_text(
+            f"rules:\n  - name: {rule}\n    description: the {rule} one\n"
+            "    on: work_item_start\n    set: {reason: x}\n", "utf-8")
+    done = run_cli("policy", "check", "p")
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if " one" in line]
+    assert len(rows) == 2 and len({row.index("the ") for row in rows}) == 1, rows
+
+
 def test_i5_6_check_lists_the_rules_per_point(tmp_path: Path, run_cli: Any) -> None:
     folder(tmp_path)
     done = run_cli("policy", "check", "policies")

@@ -216,12 +216,13 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
     if policy.mask:
         print(f"a hook server's decision log masks: {', '.join(policy.mask)}")
     width = max(len(r.name) for r in policy.rules)
+    files = max(len(Path(r.file).name) for r in policy.rules)  # descriptions line up
     for point, rules in by_point.items():
         if not rules:
             continue
         print(f"{point}:")
         for r in rules:
-            line = f"  {r.name:<{width}}  {r.mode:<7}  {Path(r.file).name}"
+            line = f"  {r.name:<{width}}  {r.mode:<7}  {Path(r.file).name:<{files}}"
             if r.description:
                 line += f"  {r.description}"
             print(line.rstrip())
