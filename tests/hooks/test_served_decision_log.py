@@ -156,6 +156,33 @@ def test_masked_paths_are_not_kept_and_replay_names_what_it_could_not_see(
             in result.stdout)
 
 
+def test_replay_of_the_same_folder_over_a_masked_decision_reports_no_change(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    rules = RULES + """\
+  - name: preamble
+    on: session_spawn
+    set:
+      prompt_prefix: "Follow the house rules. "
+mask:
+  - session_spawn.prompt
+"""
+    served = serve(tmp_path, "--decision-log", "log.db", rules=rules)
+    try:
+        post(served.url, spawn([], prompt="the customer's secret plan"), AUTH)
+    finally:
+        served.stop()
+    [launch] = read_points(tmp_path / "log.db")
+    assert launch.decisions["prompt"] == "[masked]"
+    result = run_cli("policy", "replay", "--log", "log.db", "--policy", "rules", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    # the replay built "Follow the house rules. [masked]": the same rule on the same
+    # (masked) prompt, not a change; the path is reported as not seen instead
+    assert (report["replayed"], report["changed"]) == (1, 0), report["differences"]
+    assert report["masked"] == {"session_spawn.prompt": 1}
+
+
 def test_replay_over_a_served_log_reports_what_a_new_rule_changes_by_rule(
     tmp_path: Path, run_cli: Any
 ) -> None:

@@ -32,6 +32,7 @@ from the_loop.hooks.executors import registry
 from the_loop.hooks.executors.kind import CALL, RECORDED
 from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 from the_loop.hooks.policy.rules import AFFIXES
+from the_loop.hooks.serving.masking import mask_value
 from the_loop.runtime.decisionlog import Recorded
 from the_loop.runtime.rebuild import rebuild
 
@@ -236,6 +237,18 @@ def _phrase(effect: dict[str, Any]) -> str:
     return f"would no longer set {decision}{to} on {what}"
 
 
+def _as_logged(rec: Recorded, after: dict[str, Any]) -> dict[str, Any]:
+    """The replayed decisions masked where the log masked the recorded ones (`--mask
+    session_spawn.prompt`): a masked decision cannot be compared, and `[masked]` against
+    the prompt a replay built around `[masked]` is no change (the report counts the path as
+    masked, not seen by the replay)."""
+    paths = {m.partition(".")[2] for m in rec.masked if m.startswith(f"{rec.point}.")}
+    if not paths:
+        return after
+    return {name: mask_value(value) if name in paths else value
+            for name, value in after.items()}
+
+
 class Replayer:
     """Runs one chain over recorded points and collects a `Report`."""
 
@@ -274,7 +287,7 @@ class Replayer:
         self.report.replayed += 1
         for what in rec.masked:
             self.report.masked[what] = self.report.masked.get(what, 0) + 1
-        after = outcome.context.__dict__
+        after = _as_logged(rec, outcome.context.__dict__)
         before = rec.decisions
         names = _DECISIONS[rec.point]
         for name in names:
@@ -297,7 +310,7 @@ class Replayer:
             current.update(step.get("changed") or {})
 
     def _differ(self, rec: Recorded, outcome: Outcome, names: tuple[str, ...]) -> None:
-        after = outcome.context.__dict__
+        after = _as_logged(rec, outcome.context.__dict__)
         changes: list[dict[str, Any]] = []
         for name in names:
             was, now = rec.decisions.get(name), after[name]

@@ -26,7 +26,8 @@ from the_loop.hooks.policy.maskpaths import MASKED, check
 TEXT_DECISIONS = frozenset(("text", "prompt", "question", "summary", "announce", "notify"))
 
 
-def _mask_value(value: Any) -> Any:
+def mask_value(value: Any) -> Any:
+    """A text (or each text of a list) as a masked record keeps it: `[masked]`."""
     if isinstance(value, str):
         return MASKED if value else value
     if isinstance(value, list):
@@ -92,14 +93,14 @@ class Masker:
             return False
         name = parts[0]
         hit = bool(context.get(name))
-        context[name] = _mask_value(context.get(name))
+        context[name] = mask_value(context.get(name))
         for step in rec["steps"]:
             changed = step.get("changed")
             if changed and name in changed:
-                changed[name] = _mask_value(changed[name])
+                changed[name] = mask_value(changed[name])
                 hit = True
         if name in rec["decisions"]:
-            rec["decisions"][name] = _mask_value(rec["decisions"][name])
+            rec["decisions"][name] = mask_value(rec["decisions"][name])
             hit = True
         return hit
 
@@ -122,9 +123,9 @@ class Masker:
                         before not in new) and before != MASKED:
                     if dry:
                         return [name]
-                    context[name] = _mask_value(context[name])
+                    context[name] = mask_value(context[name])
                     for old in earlier:
-                        old[name] = _mask_value(old[name])
+                        old[name] = mask_value(old[name])
                     rules = ", ".join(step.get("rules") or ())
                     masked.append(f"{point}.{name} (replaced by {step.get('hook')}"
                                   f"{f' rule {rules}' if rules else ''})")
