@@ -132,20 +132,24 @@ def serve(args: argparse.Namespace) -> int:
     reload_ = (reloader([server.core], ops, lambda: _executor(args, log), masks=args.mask,
                         secrets_in=secrets_in) if args.policy or args.declared else None)
     points = served_points(executor)
-    print(server.url, flush=True)
-    print(
-        f"the-loop: serving {_what(args, executor)} at {server.url} (points: "
-        f"{', '.join(points) or 'none'}; GET {server.url}health); "
-        f"{'bearer token required; ' if token_env else ''}Ctrl-C or SIGTERM stops it",
-        file=sys.stderr, flush=True,
-    )
-    print(f"the-loop: revision {ops.revision or '(none)'}; decision log: "
-          f"{ops.log_target or 'off'}; GET {server.url}metrics, {server.url}ready"
-          f"{'; SIGHUP reloads' if reload_ else ''}"
-          f"{f', and every {args.watch:g}s when a file changed' if reload_ and args.watch else ''}",
-          file=sys.stderr, flush=True)
+
+    def announce() -> None:  # once SIGTERM is handled: a caller may stop it on reading this
+        print(server.url, flush=True)
+        print(
+            f"the-loop: serving {_what(args, executor)} at {server.url} (points: "
+            f"{', '.join(points) or 'none'}; GET {server.url}health); "
+            f"{'bearer token required; ' if token_env else ''}Ctrl-C or SIGTERM stops it",
+            file=sys.stderr, flush=True,
+        )
+        watching = reload_ and args.watch
+        print(f"the-loop: revision {ops.revision or '(none)'}; decision log: "
+              f"{ops.log_target or 'off'}; GET {server.url}metrics, {server.url}ready"
+              f"{'; SIGHUP reloads' if reload_ else ''}"
+              f"{f', and every {args.watch:g}s when a file changed' if watching else ''}",
+              file=sys.stderr, flush=True)
+
     try:
-        _run(server, reload_, args.watch if reload_ else None)
+        _run(server, reload_, args.watch if reload_ else None, announce)
     finally:
         ops.close()
     print("the-loop: hook server stopped", file=sys.stderr, flush=True)
@@ -236,8 +240,10 @@ def _per_call_log(redact: Callable[[str], str]) -> OnCall:
     return record
 
 
-def _run(server: HookServer, reload_: Reloader | None, watch: float | None) -> None:
-    """Serve until SIGTERM or Ctrl-C; reload on SIGHUP (and, with `watch`, on a change)."""
+def _run(server: HookServer, reload_: Reloader | None, watch: float | None,
+         announce: Callable[[], None]) -> None:
+    """Serve until SIGTERM or Ctrl-C; reload on SIGHUP (and, with `watch`, on a change).
+    `announce` prints the URL once the signals are handled."""
     previous: Any = None
     previous_hup: Any = None
     in_main = threading.current_thread() is threading.main_thread()
@@ -260,6 +266,7 @@ def _run(server: HookServer, reload_: Reloader | None, watch: float | None) -> N
             previous_hup = signal.signal(signal.SIGHUP, on_hup)
     try:
         # Inside the try: a Ctrl-C the moment the first call is answered still stops cleanly.
+        announce()
         server.serve_in_thread()
         _wait(wake, stop, hup, reload_, watch)
     except KeyboardInterrupt:
