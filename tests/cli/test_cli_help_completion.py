@@ -63,6 +63,7 @@ def test_poll_help_shows_its_interval_default(run_cli: Any) -> None:
     (["serve"], ["/console/", "serve.tokens", "serve.agents", "GET /health"]),
     (["hooks", "serve"], ["GET /health", "GET /ready", "GET /metrics", "--decision-log",
                           "policy replay", "SIGHUP"]),
+    (["policy", "replay"], ["a hook server's with --log", "one policy folder (--policy DIR)"]),
 ])
 def test_serving_commands_help_says_what_they_serve(
     run_cli: Any, argv: list[str], names: list[str]

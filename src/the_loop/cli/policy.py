@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def register(sub: Any) -> None:
     """The `policy` group; its subcommands are listed in `app.POLICY_SUBCOMMANDS`."""
-    p = sub.add_parser("policy", help="check policy folders; run their rule tests")
+    p = sub.add_parser("policy", help="check, test and try policy folders; replay recorded points")
     p.add_subparsers(dest="policy_command", metavar="SUBCOMMAND")
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 

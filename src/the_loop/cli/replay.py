@@ -36,10 +36,12 @@ _WIDTH = 70
 def register(ps: Any) -> None:
     """Add `replay` to the `policy` command group's subparsers."""
     pr = ps.add_parser(
-        "replay", help="run the declaration in effect over recorded points; show what changes",
-        description="Replay the points the loop recorded (the decision log in stateDir) "
-                    "through the hooks declared in the config in effect (--config new.yaml) "
-                    "and report every decision that would be different, by rule.",
+        "replay", help="run a changed policy or declaration over recorded points; show what "
+                       "changes",
+        description="Replay recorded points — the loop's own (the decision log in stateDir), "
+                    "or a hook server's with --log — through the hooks declared in the config "
+                    "in effect (--config new.yaml) or through one policy folder (--policy "
+                    "DIR), and report every decision that would be different, by rule.",
     )
     pr.add_argument("--since", metavar="AGE", default="",
                     help="only points recorded in the last AGE (e.g. 7d, 12h, 30m, 2w); "
