@@ -137,8 +137,9 @@ def _modules() -> tuple[Any, Any]:
     try:
         import psycopg
         import psycopg_pool
-    except ImportError:
-        raise ConfigError(f"database: a postgresql:// database needs psycopg; {EXTRA}") from None
+    except ImportError as exc:  # name the one missing: psycopg alone is not enough
+        raise ConfigError(f"database: a postgresql:// database needs psycopg and "
+                          f"psycopg_pool ({exc.name} is not installed); {EXTRA}") from None
     return psycopg, psycopg_pool
 
 

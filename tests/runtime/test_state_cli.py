@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,17 @@ def test_an_unreachable_database_is_one_finding_not_a_traceback(tmp_path: Path) 
     assert code == 1 and "Traceback" not in out + err
     assert out.startswith("PROBLEM connectivity: database: cannot reach PostgreSQL at "
                           "127.0.0.1/loop: "), out
+
+
+def test_psycopg_without_psycopg_pool_names_the_missing_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("psycopg")
+    monkeypatch.setitem(sys.modules, "psycopg_pool", None)  # importing it raises ImportError
+    ld = LoopDir(tmp_path, database="postgresql://nobody@127.0.0.1:9/loop")
+    code, out, err = ld.run("items", "list")
+    assert code == 1 and "Traceback" not in out + err
+    assert ("database: a postgresql:// database needs psycopg and psycopg_pool (psycopg_pool "
+            "is not installed); pip install 'the-loop[postgresql]'") in err, err
 
 
 @pytest.mark.parametrize("flag", [("--host-id", "two words"), ("--host-id", "-x")])
