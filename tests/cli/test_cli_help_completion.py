@@ -59,6 +59,14 @@ def test_poll_help_shows_its_interval_default(run_cli: Any) -> None:
     assert "--interval S" in done.stdout and "(default: 5.0)" in done.stdout
 
 
+@pytest.mark.parametrize("parser", PARSERS, ids=lambda p: command_of(p) or "the-loop")
+def test_every_command_description_fits_a_terminal(parser: argparse.ArgumentParser) -> None:
+    text = parser.format_help()
+    description = parser.description or ""
+    lines = [line for line in description.splitlines() if line in text]
+    assert [line for line in lines if len(line) > 80] == []
+
+
 @pytest.mark.parametrize(("argv", "names"), [
     (["serve"], ["/console/", "serve.tokens", "serve.agents", "GET /health"]),
     (["hooks", "serve"], ["GET /health", "GET /ready", "GET /metrics", "--decision-log",

@@ -9,6 +9,7 @@ fails the test that walks the tree, so a new command comes with one.
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 EXAMPLES: dict[str, str] = {
     "": "the-loop init && the-loop policy test --coverage",
@@ -62,6 +63,8 @@ def command_of(parser: argparse.ArgumentParser) -> str:
 def decorate(parser: argparse.ArgumentParser) -> None:
     """Defaults into each option's help, an example under each command."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    if parser.description and "\n" not in parser.description:  # raw: wrapped here, once
+        parser.description = textwrap.fill(parser.description, 79)
     example = EXAMPLES.get(command_of(parser))
     if example and not parser.epilog:
         parser.epilog = f"example:\n  {example}"
