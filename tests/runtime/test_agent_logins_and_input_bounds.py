@@ -226,3 +226,25 @@ def test_issue20_item2_a_policy_may_prefix_a_prompt_longer_than_its_output_bound
     assert [s["status"] for s in done["trace"]] == ["changed"]
     assert done["context"]["prompt"].startswith("Follow the house rules.")
     assert done["context"]["prompt"].endswith(HUGE)
+
+
+def test_many_long_comments_join_one_launch_only_up_to_its_bound(ld: LoopDir) -> None:
+    """Twenty 60,000-character comments, each under the one-input bound, taken in by one
+    poll: they used to join one queued launch, a 1.2 MB prompt that a url: hook's server
+    (1 MiB a request) refuses, so a required hook blocked the item. The launch carries at
+    most 196,608 characters of joined input; each comment past that is refused alone with a
+    sentence, and the item keeps running."""
+    ref = ld.add()
+    ld.start(ref)
+    ld.poll()
+    for n in range(20):
+        ld.ok("items", "comment", ref, f"part {n}: " + "z" * 60_000, "--author", "bob")
+    ld.poll()
+    resumed = [launch["prompt"] for launch in ld.launches() if "part 0:" in launch["prompt"]]
+    assert len(resumed) == 1 and len(resumed[0]) <= 196_608 + 65_536
+    assert "part 2:" in resumed[0] and "part 3:" not in resumed[0]
+    said = ("Input from @bob was not taken: more input is waiting for this item's next "
+            "session than one launch carries (196,608 characters); send it again once the "
+            "session has started.")
+    assert ld.comments(ref).count(said) == 17
+    assert ld.work(ref)["state"] == "running"

@@ -19,3 +19,15 @@ def input_refusal(text: str) -> str:
         return ""
     return (f"one input may carry at most {MAX_INPUT_CHARS:,} characters and this one has "
             f"{len(text):,}; shorten it, or link to a file instead of pasting it")
+
+
+#: The most characters one launch's prompt may carry once inputs queued for a session that
+#: has not started join it (runtime/steps.py): three inputs at their most, so the context sent
+#: to a url: hook stays under its server's 1 MiB a request even at four UTF-8 bytes a
+#: character. An input past it is refused alone, like one input past MAX_INPUT_CHARS.
+MAX_LAUNCH_CHARS = 3 * MAX_INPUT_CHARS
+
+LAUNCH_FULL = (f"more input is waiting for this item's next session than one launch carries "
+               f"({MAX_LAUNCH_CHARS:,} characters); send it again once the session has "
+               "started")
+

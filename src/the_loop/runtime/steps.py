@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from the_loop.errors import InputTooLong
 from the_loop.hooks.engine.points import (
     InputReceived,
     PhaseChanged,
@@ -19,7 +20,7 @@ from the_loop.hooks.engine.points import (
     WorkItemComplete,
     WorkItemStart,
 )
-from the_loop.runtime.input_bound import input_refusal
+from the_loop.runtime.input_bound import MAX_LAUNCH_CHARS, input_refusal
 from the_loop.runtime.launching import launch
 from the_loop.runtime.service import (
     ACTIVE,
@@ -263,19 +264,33 @@ def _act(loop: Loop, step: Step, w: dict[str, object], node: object, control: st
         prompt = render(RESUME_PROMPT, ref=ref, title=item.title, node=node.name,
                         actor=actor, text=final, phase=node.phase)
         endpoint = str(step.payload["endpoint"])
-        with loop.db.transaction() as conn:
-            # A launch queued and not started yet (an earlier input, the node's own) takes
-            # this input too: one session gets both, none is ended before it reads its own.
-            if not loop.store.extend_queued_launch(
-                    conn, ref, node.name, endpoint, f"\n\nInput from @{actor}:\n\n{final}"):
-                loop.store.add_step(conn, StepKind.LAUNCH.key(step.key), ref,
-                                    StepKind.LAUNCH, salted({
-                    "node": node.name, "prompt": prompt, "respawn": True, "actor": actor,
-                    "endpoint": endpoint}))
-            loop.store.finish(step, "resumed", conn=conn)
+        try:
+            _resume(loop, step, node.name, endpoint, prompt, f"\n\nInput from @{actor}:"
+                                                             f"\n\n{final}")
+        except InputTooLong as exc:  # refused alone: the queued launch goes on without it
+            loop.post_once(ref, step.key, f"Input from @{actor} was not taken: {exc}.")
+            loop.store.finish(step, "refused", f"too long: {exc}")
+            loop.log.emit("input.refused", work_item=ref, hook="", reason=str(exc),
+                          actor=actor)
+            return "refused"
         return "resumed"
     loop.store.finish(step, "recorded")
     return "recorded"
+
+
+def _resume(loop: Loop, step: Step, node: str, endpoint: str, prompt: str,
+            joined: str) -> None:
+    """Queue a launch resuming `node` with this input, or join the one already queued."""
+    ref, actor = step.ref, str(step.payload["actor"])
+    with loop.db.transaction() as conn:
+        # A launch queued and not started yet (an earlier input, the node's own) takes this
+        # input too: one session gets both, none is ended before it reads its own.
+        if not loop.store.extend_queued_launch(conn, ref, node, endpoint, joined,
+                                               MAX_LAUNCH_CHARS):
+            loop.store.add_step(conn, StepKind.LAUNCH.key(step.key), ref, StepKind.LAUNCH,
+                                salted({"node": node, "prompt": prompt, "respawn": True,
+                                        "actor": actor, "endpoint": endpoint}))
+        loop.store.finish(step, "resumed", conn=conn)
 
 
 def _ignored(loop: Loop, step: Step, why: str) -> str:

@@ -19,8 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from the_loop.errors import InputTooLong
 from the_loop.runtime.db import Database
 from the_loop.runtime.identity import AGENT_PREFIX
+from the_loop.runtime.input_bound import LAUNCH_FULL
 from the_loop.runtime.lease import host_id, owner_dead_here, owner_id, process_owner
 from the_loop.runtime.stepkinds import StepKind, step_kind
 from the_loop.sqldb import Conn
@@ -188,10 +190,11 @@ class Store:
 
     @staticmethod
     def extend_queued_launch(conn: Conn, ref: str, node: str, endpoint: str,
-                             text: str) -> str:
+                             text: str, most: int) -> str:
         """Append `text` to the prompt of `ref`'s launch at `node` that is queued and not yet
         decided (inside the caller's transaction); its key, or '' when there is none. A
-        second launch would end that session before it read its input."""
+        second launch would end that session before it read its input. InputTooLong when
+        the prompt would pass `most` characters (runtime/input_bound.py)."""
         for row in conn.execute("SELECT key, payload, decisions FROM steps WHERE ref=? AND "
                                 "kind=? AND state='pending' ORDER BY seq",
                                 (ref, StepKind.LAUNCH.value)).fetchall():
@@ -199,6 +202,8 @@ class Store:
             if (json.loads(row["decisions"]) or payload["node"] != node
                     or payload["endpoint"] != endpoint):
                 continue
+            if len(payload["prompt"]) + len(text) > most:
+                raise InputTooLong(LAUNCH_FULL)
             payload["prompt"] += text
             conn.execute("UPDATE steps SET payload=? WHERE key=?",
                          (json.dumps(payload), row["key"]))
