@@ -88,7 +88,7 @@ def test_steps_cursors_and_sessions_behave_the_same(db: Database) -> None:
     store.queue("launch:x", ref, StepKind.LAUNCH, {"node": "write", "prompt": "P",
                                                   "respawn": False, "actor": "a", "endpoint": ""})
     with db.transaction() as conn:
-        assert store.extend_queued_launch(conn, ref, "write", "", " + more") == "launch:x"
+        assert store.extend_queued_launch(conn, ref, "write", "", " + more", 1_000) == "launch:x"
     assert store.step("launch:x").payload["prompt"] == "P + more"  # type: ignore[union-attr]
     assert store.pending_refs() == [ref]
 
