@@ -118,3 +118,51 @@ def test_an_app_on_loopback_without_a_token_does_not_warn(tmp_path: Path) -> Non
                   workers=1) as url:
         assert post(url, CALL)[0] == 200
     assert "WARNING" not in (tmp_path / "gunicorn.log").read_text()
+
+
+def test_the_asgi_app_under_uvicorn_logs_counts_and_reloads_with_the_watch(
+    tmp_path: Path
+) -> None:
+    import urllib.request
+
+    from the_loop.hooks.policy.files import revision
+    from the_loop.hooks.serving.asgi import app_from_env
+    from the_loop.runtime.decisionlog import read_points
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "rules.yaml").write_text(RULES, encoding="utf-8")
+    first = revision(rules)
+    log = tmp_path / "asgi.db"
+    app = app_from_env({"THE_LOOP_HOOK_POLICY": str(rules), "THE_LOOP_HOOK_WATCH": "0.1",
+                        "THE_LOOP_HOOK_DECISION_LOG": str(log)})
+
+    def call(url: str) -> tuple[str, str]:
+        req = urllib.request.Request(url, data=json.dumps(CALL).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.headers["X-Policy-Revision"], json.loads(resp.read())["result"]["prompt"]
+
+    with under_uvicorn(app) as url:
+        assert call(url) == (first, "[rules] p")
+        (rules / "rules.yaml").write_text(RULES.replace("[rules]", "[v2]"), encoding="utf-8")
+        second = revision(rules)
+        deadline = time.monotonic() + 10
+        while call(url)[0] != second:
+            assert time.monotonic() < deadline, "the worker did not reload"
+            time.sleep(0.05)
+        assert call(url) == (second, "[v2] p")
+        with urllib.request.urlopen(url + "metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+        assert "the_loop_served_reloads_total 1.0" in metrics
+    # the app's lifespan shutdown wrote what was queued
+    revisions = [json.loads(r)["revision"] for r in _records(log)]
+    assert revisions[0] == first and revisions[-1] == second
+    assert len(list(read_points(log))) == len(revisions)
+
+
+def _records(log: Path) -> list[str]:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(log)) as conn:
+        return [r for (r,) in conn.execute("SELECT record FROM decision_log ORDER BY id")]

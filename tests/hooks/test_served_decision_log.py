@@ -268,3 +268,52 @@ def test_the_default_log_is_named_at_start_in_the_working_directory(tmp_path: Pa
     assert f"decision log: {tmp_path / 'served-decisions.db'}" in err
     assert len(list(read_points(tmp_path / "served-decisions.db"))) == 1
     assert os.stat(tmp_path / "served-decisions.db").st_mode & 0o077 == 0
+
+
+REMOTE_HOOK = """\
+from the_loop.sdk.hooks import LifecycleHooks
+
+
+class Stamp(LifecycleHooks):
+    def session_spawn(self, ctx):
+        ctx.prompt = "[stamped] " + ctx.prompt
+        return ctx
+"""
+
+
+def test_a_declared_chain_records_every_hooks_step_and_masks_its_token_envs(
+    tmp_path: Path
+) -> None:
+    remote_token = "remote-hook-token-5e2a"
+    (tmp_path / "stamp.py").write_text(REMOTE_HOOK, encoding="utf-8")
+    remote = Served(["hooks", "serve", "--path", "stamp.py", "--port", "0", "--token-env",
+                     "REMOTE", "--decision-log", "off"], tmp_path, env={"REMOTE": remote_token})
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "rules.yaml").write_text(RULES, encoding="utf-8")
+    (tmp_path / "cli-config.yaml").write_text(
+        "loop: acme\nstateDir: state\nhooks:\n  - {name: house, policy: rules}\n"
+        f"  - {{name: stamp, url: '{remote.url}', tokenEnv: REMOTE}}\n", encoding="utf-8")
+    served = Served(["hooks", "serve", "--declared", "--port", "0", "--token-env", "TOK"],
+                    tmp_path, env={"TOK": TOKEN, "REMOTE": remote_token,
+                                   "THE_LOOP_CLI_CONFIG": str(tmp_path / "cli-config.yaml")})
+    try:
+        answer = post(served.url, spawn([], prompt=f"keys: {remote_token} {TOKEN}"), AUTH)
+        assert answer[1]["result"]["prompt"].startswith("[stamped] keys: ")
+        post(served.url, spawn(["frozen"], number=2), AUTH)
+    finally:
+        _, err = served.stop()
+        remote.stop()
+    log = tmp_path / "state" / "served-decisions.db"
+    assert f"decision log: {log}" in err
+    raw = log.read_bytes() + b"".join(p.read_bytes() for p in log.parent.glob("*.db-*"))
+    assert remote_token.encode() not in raw and TOKEN.encode() not in raw
+    stamped, frozen = read_points(log)
+    assert [(s["hook"], s["kind"], s["status"]) for s in stamped.steps] == [
+        ("house", "policy", "unchanged"), ("stamp", "remote", "changed")]
+    assert stamped.decisions["prompt"] == "[stamped] keys: [redacted] [redacted]"
+    # the remote hook's client replaced its own token in the answer, so the prompt it was
+    # given counts as replaced: the original is masked, and the server's token redacted
+    assert stamped.context["prompt"] == "[masked]"
+    assert stamped.masked == ["session_spawn.prompt (replaced by stamp)",
+                              "session_spawn (a secret)"]
+    assert frozen.refused_by == "house" and frozen.steps[0]["rules"] == ["frozen"]
