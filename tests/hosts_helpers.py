@@ -199,8 +199,8 @@ def _inputs(dsn: str) -> list[str]:
         dsn, "SELECT key, state, outcome FROM steps WHERE kind='input'")}
     closed = {s["ref"]: float(s["created"]) for s in pg_query(
         dsn, "SELECT ref, created FROM steps WHERE kind='complete'")}
-    prompts = {s["key"]: json.loads(s["payload"])["prompt"] for s in pg_query(
-        dsn, "SELECT key, payload FROM steps WHERE kind='launch'")}
+    launches = pg_query(dsn, "SELECT key, payload, outcome FROM steps WHERE kind='launch'")
+    prompts = {s["key"]: json.loads(s["payload"])["prompt"] for s in launches}
     sessions = pg_query(dsn, "SELECT id, step, lost FROM sessions")
     for c in comments:
         step = steps.get(int(c["id"]))
@@ -212,6 +212,9 @@ def _inputs(dsn: str) -> list[str]:
             continue
         got = [s for s in sessions if c["body"] in prompts.get(s["step"], "")]
         kept = [s["id"] for s in got if not s["lost"]]
-        if step["outcome"] == "resumed" and (not got or len(kept) > 1):
+        # A resume whose node the agent finished first is stale: no session is owed it.
+        carrying = [s["outcome"] for s in launches if c["body"] in prompts[s["key"]]]
+        stale = bool(carrying) and all(o == "stale" for o in carrying)
+        if step["outcome"] == "resumed" and ((not got and not stale) or len(kept) > 1):
             out.append(f"comment {c['id']} (resumed) reached sessions {got}")
     return out

@@ -174,6 +174,8 @@ def test_pollers_reconnect_when_postgresql_restarts_mid_walk_and_lose_nothing(
     refs = walk(hosts, 12, comments=3)
     for h in hosts:
         h.start()
+    until(lambda: len(pg_query(dsn, "SELECT id FROM hosts")) == 3, timeout=60,
+          what="every poller up (one starting while the server is down refuses to start)")
     until(lambda: pg_query(dsn, "SELECT id FROM sessions"), timeout=30, what="sessions")
     restart()
     until(lambda: all_done(dsn, refs), timeout=90, what="every item done after the restart")
