@@ -72,6 +72,7 @@ def test_every_command_description_fits_a_terminal(parser: argparse.ArgumentPars
     (["hooks", "serve"], ["GET /health", "GET /ready", "GET /metrics", "--decision-log",
                           "policy replay", "SIGHUP"]),
     (["policy", "replay"], ["a hook server's with --log", "one policy folder (--policy DIR)"]),
+    (["start"], ["(default: $USER, else operator)"]),  # what an unset $USER arms as
 ])
 def test_serving_commands_help_says_what_they_serve(
     run_cli: Any, argv: list[str], names: list[str]

@@ -25,14 +25,14 @@ def register(sub: Any) -> None:
     s = sub.add_parser("start", help="arm a ticket or pull request (the poller starts it)")
     s.add_argument("ref", help="the work item: local:acme/app#1, or just its number")
     s.add_argument("--actor", default=None, metavar="LOGIN",
-                   help="the person you arm it for (default: $USER)")
+                   help="the person you arm it for (default: $USER, else operator)")
     s.set_defaults(func=cmd_start)
 
     r = sub.add_parser("reply", help="answer, comment or send /approve, /reject, /stop")
     r.add_argument("ref", help="the work item: local:acme/app#1, or just its number")
     r.add_argument("text", help="an answer, a comment, or /approve, /reject REASON, /stop")
     r.add_argument("--actor", default=None, metavar="LOGIN",
-                   help="the person you write for (default: $USER)")
+                   help="the person you write for (default: $USER, else operator)")
     r.add_argument("--wait", nargs="?", type=seconds, const=60.0, default=0.0, metavar="S",
                    help="wait (up to S seconds, default 60) for the loop to deliver it and "
                         "print what happened")
