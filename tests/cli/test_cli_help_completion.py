@@ -74,7 +74,7 @@ def test_every_command_description_fits_a_terminal(parser: argparse.ArgumentPars
     (["policy", "replay"], ["a hook server's with --log", "one policy folder (--policy DIR)"]),
     (["start"], ["(default: $USER, else operator)"]),  # what an unset $USER arms as
 ])
-def test_serving_commands_help_says_what_they_serve(
+def test_help_names_what_each_command_serves_reads_or_defaults_to(
     run_cli: Any, argv: list[str], names: list[str]
 ) -> None:
     done = run_cli(*argv, "--help")
