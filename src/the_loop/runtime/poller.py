@@ -20,7 +20,7 @@ from the_loop.runtime.db import Fenced
 from the_loop.runtime.input_bound import input_refusal
 from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, failpoint, render
 from the_loop.runtime.stepkinds import StepKind, UnknownStepKind, salted
-from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback
+from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback, ingest
 from the_loop.runtime.store import Step
 
 __all__ = ["Report", "classify", "deliver", "feedback", "poll_once", "reply", "run_forever"]
@@ -65,20 +65,6 @@ def input_target(loop: Loop, ref: str) -> tuple[str, str]:
     if parent and loop.work(ref) is None:
         return parent, ref
     return ref, ""
-
-
-def ingest(loop: Loop, ref: str, pulls: list[str] | None = None) -> int:
-    """Queue new comments on an active item (and its pull requests) as input steps.
-    `pulls`: the open pull requests naming `ref` (read here when not given)."""
-    if pulls is None:
-        pulls = [i.ref for i in loop.tracker.items(state="open") if i.parent == ref]
-    endpoints = [ref] + [pr for pr in pulls if loop.work(pr) is None]
-    n = 0
-    for endpoint in endpoints:
-        comments = loop.tracker.comments_after(endpoint, loop.store.cursor(endpoint))
-        if comments:
-            n += loop.store.take_input(ref, endpoint, comments, skip=LOOP_AUTHOR)
-    return n
 
 
 def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:

@@ -299,6 +299,20 @@ def _ignored(loop: Loop, step: Step, why: str) -> str:
     return "ignored"
 
 
+def ingest(loop: Loop, ref: str, pulls: list[str] | None = None) -> int:
+    """Queue new comments on an active item (and its pull requests) as input steps.
+    `pulls`: the open pull requests naming `ref` (read here when not given)."""
+    if pulls is None:
+        pulls = [i.ref for i in loop.tracker.items(state="open") if i.parent == ref]
+    endpoints = [ref] + [pr for pr in pulls if loop.work(pr) is None]
+    n = 0
+    for endpoint in endpoints:
+        comments = loop.tracker.comments_after(endpoint, loop.store.cursor(endpoint))
+        if comments:
+            n += loop.store.take_input(ref, endpoint, comments, skip=LOOP_AUTHOR)
+    return n
+
+
 # ---------------------------------------------------------------------------- phase
 def phase(loop: Loop, step: Step) -> None:
     """phase_changed, then the phase labels and the channels (unless notify is false)."""
@@ -336,6 +350,9 @@ def complete(loop: Loop, step: Step) -> None:
         **loop.base(ref), state="closed", source=p["source"], actor=p["actor"],
         phase=node.phase if node else "", node=node.name if node else ""))
     failpoint("complete")
+    # A comment written before the closure that no poll has read yet becomes an input step
+    # now (ignored: the item is done), so no person's input is left unrecorded by the race.
+    ingest(loop, ref)
     loop.set_work(ref, state="done")
     loop.log.emit("item.completed", work_item=ref, source=p["source"])
     if d["announce"] is not False:
