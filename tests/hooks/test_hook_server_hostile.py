@@ -20,7 +20,7 @@ import pytest
 from test_hook_server_http import Gate, read_answers, request
 
 from serving_helpers import Served, raw
-from the_loop.hooks.serving.server import HookServer
+from the_loop.hooks.serving.server import MAX_PIPELINED, SLICE, HookServer
 
 
 def test_a_caller_that_half_closes_after_its_request_gets_its_answer() -> None:
@@ -112,3 +112,24 @@ def test_hooks_serve_stops_on_a_signal_while_a_hook_call_blocks_forever(
         served.kill()
         for sock in stuck:
             sock.close()
+
+
+def test_reads_full_of_pipelined_requests_queue_a_bounded_number() -> None:
+    """A megabyte of pipelined requests from a caller that reads nothing, 256 KiB a read:
+    at most a few hundred queue (each queued answer holds memory: 7,000 per read were
+    1.6 MB a connection, so a few thousand such callers took gigabytes); all are answered
+    once it reads."""
+    n = 30_000
+    flood = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * n
+    with HookServer(Gate()) as server, socket.create_connection(
+        ("127.0.0.1", server.port), timeout=30
+    ) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        sender = threading.Thread(target=sock.sendall, args=(flood,), daemon=True)
+        sender.start()
+        time.sleep(1.5)
+        (conn,) = list(server.conns)
+        assert len(conn.queue) <= 2 * (MAX_PIPELINED + SLICE // 36)  # 36: one request
+        answers = read_answers(sock, n)
+        sender.join(30)
+    assert len(answers) == n and {status for status, _ in answers} == {200}

@@ -5,7 +5,8 @@ uvloop schedules, `core.Core` decides. It keeps what a server owes its callers: 
 keep-alive and pipelining (answers in request order), one write per answer with
 TCP_NODELAY (no delayed-ACK stall), backpressure (a caller that does not read its answers
 stops being read, and what it already sent waits unanswered while its answers back up;
-at most `MAX_PIPELINED` requests, or one read's worth, queue per connection), a head of at most
+at most `MAX_PIPELINED` requests, plus those in one `SLICE` of a read, queue per
+connection), a head of at most
 `MAX_HEAD` bytes, a deadline for the whole request once its first byte arrived (a client
 trickling its bytes is hung up on), an idle deadline between requests, a cut-off for a
 caller that leaves its answers unread for `request_timeout`, answers to a caller that
@@ -46,6 +47,7 @@ from the_loop.hooks.serving.wire import (
 BACKLOG = 4096
 MAX_HEAD = 64 * 1024  # bytes of request line + headers
 MAX_PIPELINED = 32  # requests read ahead of their answers on one connection
+SLICE = 4096  # bytes parsed at a time from a longer read, so a full queue stops the parsing
 MAX_CONNECTIONS = 4096  # default cap on open connections
 
 _SERVER = b"Server: the-loop-hooks\r\n"
@@ -79,6 +81,8 @@ class _Conn(asyncio.Protocol):
         self.deadline: float | None = None
         self.stalled: float | None = None  # answers unread since: hung up on at this time
         self.eof = False  # the caller half-closed: answer what it sent, then close
+        self.held = b""  # bytes read but not parsed yet: they wait for the queue to drain
+        self.failed = False  # a request could not be read: nothing after it is parsed
         self.peer = ""
         self._reset()
 
@@ -117,13 +121,24 @@ class _Conn(asyncio.Protocol):
         self.server.conns.discard(self)
 
     def data_received(self, data: bytes) -> None:
-        if self.closing:
+        if len(data) <= SLICE:
+            self._feed(data)
+            return
+        for at in range(0, len(data), SLICE):
+            if len(self.queue) >= MAX_PIPELINED and not self.failed:
+                self.held = data[at:]  # parsed once the answers before it drain
+                self._pause()
+                return
+            self._feed(data[at:at + SLICE])
+
+    def _feed(self, data: bytes) -> None:
+        if self.closing or self.failed:
             return
         try:
             self.parser.feed_data(data)
             if self.in_head:  # a head still unfinished after this read: count its bytes
                 # (from the read after the one it began in: a head is cut at MAX_HEAD plus
-                # at most one read, and requests pipelined before it never count)
+                # at most one SLICE, and requests pipelined before it never count)
                 self.head_size += 0 if self.head_began else len(data)
                 self.head_began = False
                 if self.head_size > MAX_HEAD:
@@ -223,7 +238,7 @@ class _Conn(asyncio.Protocol):
                     functools.partial(_back_to_loop, self.loop, done))
                 return
         if not self.closing:
-            if self.eof and not self.queue and not self.busy:
+            if self.eof and not self.queue and not self.busy and not self.held:
                 self.closing = True
                 self.transport.close()
                 return
@@ -277,6 +292,7 @@ class _Conn(asyncio.Protocol):
     def _fail(self, reply: Reply) -> None:
         """A request that cannot be read: answer it after those before it, then close."""
         self.in_message = self.in_head = False
+        self.failed = True
         self.queue.append((reply, False, False))
         if not self.busy:
             self._next()
@@ -290,6 +306,11 @@ class _Conn(asyncio.Protocol):
     def _resume(self) -> None:
         if self.paused and not self.write_paused and not self.closing:
             self.paused = False
+            if self.held:
+                held, self.held = self.held, b""
+                self.data_received(held)
+                if self.paused or self.closing:
+                    return
             self.transport.resume_reading()
 
     def expire(self, now: float) -> None:
