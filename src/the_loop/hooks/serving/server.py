@@ -466,6 +466,8 @@ class HookServer:
             self.loop.call_soon_threadsafe(self.loop.stop)
         if self._thread is not threading.current_thread():
             self._stopped.wait(5)
+            if self._thread is not None:  # its last lines after setting _stopped
+                self._thread.join(1)
 
     def __enter__(self) -> HookServer:
         self.serve_in_thread()
