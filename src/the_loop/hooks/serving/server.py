@@ -379,6 +379,9 @@ class HookServer:
         self.max_connections = max_connections
         self.conns: set[_Conn] = set()
         self.loop = _new_loop()
+        # Set (on the loop) by shutdown(): a future, not loop.stop(), so a shutdown that
+        # comes while create_server is still running is not spent there and lost.
+        self._stop: asyncio.Future[None] = self.loop.create_future()
         self._lock = threading.Lock()
         self._started = False
         self._closed = False
@@ -431,7 +434,7 @@ class HookServer:
                 tick = max(0.05, min(self.idle_timeout, self.request_timeout) / 4)
                 sweeper = loop.call_later(tick, self._sweep, tick)
                 try:
-                    loop.run_forever()
+                    loop.run_until_complete(self._stop)
                 finally:
                     sweeper.cancel()
                     server.close()
@@ -444,6 +447,10 @@ class HookServer:
             self.core.close()
             loop.close()
             self._stopped.set()
+
+    def _wake(self) -> None:
+        if not self._stop.done():
+            self._stop.set_result(None)
 
     def _sweep(self, tick: float) -> None:
         now = self.loop.time()
@@ -463,7 +470,7 @@ class HookServer:
             self.loop.close()
             return
         with contextlib.suppress(RuntimeError):  # the loop already stopped (Ctrl-C)
-            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.loop.call_soon_threadsafe(self._wake)
         if self._thread is not threading.current_thread():
             self._stopped.wait(5)
             if self._thread is not None:  # its last lines after setting _stopped
