@@ -195,8 +195,11 @@ class LoopDir:
         return out
 
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        # Ctrl-C reaches the child as it would from a terminal, even when this run started
+        # with SIGINT ignored (as CI may: an ignored signal stays ignored across exec).
         return subprocess.Popen(self.argv(*args), cwd=self.root, env=self.env(env), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def add(self, title: str = "Add a login page", *args: str) -> str:
         """`items add` (in-process: it launches nothing); returns the ref."""

@@ -44,6 +44,7 @@ class Served:
             [sys.executable, "-m", "the_loop", "hooks", "serve", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
             env={**os.environ, **(env or {})},
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # CI may ignore it
         )
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()
