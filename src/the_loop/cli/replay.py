@@ -132,8 +132,9 @@ def _source(args: argparse.Namespace) -> Path | str:
     from the_loop.hooks.serving.logstore import is_url
     from the_loop.runtime.settings import settings_of
 
-    if not args.log:
-        return settings_of(config_of(args)).db_path
+    if not args.log:  # the loop's own: on its shared database, else in this host's stateDir
+        settings = settings_of(config_of(args))
+        return settings.database or settings.db_path
     if is_url(args.log):
         return str(args.log)
     path = Path(args.log).expanduser()

@@ -31,7 +31,7 @@ from the_loop.hooks.engine.chain import Chain, Outcome
 from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.hooks.executors import registry
 from the_loop.hooks.serving.logstore import TABLE as TABLE
-from the_loop.hooks.serving.logstore import read_pg
+from the_loop.hooks.serving.logstore import PostgresStore, read_pg
 from the_loop.hooks.serving.operations import context_json as context_json
 from the_loop.runtime.pointmetrics import METRICS
 
@@ -140,8 +140,11 @@ class DecisionLog:
     """
 
     def __init__(self, path: Path | sqlite3.Connection, *, keep_days: float,
-                 log: EventLog) -> None:
+                 log: EventLog, database: str = "") -> None:
         self.path = path
+        #: The shared database (a postgresql:// URL): every host writes each point there too,
+        #: so replay sees them all; '' keeps them in this host's loop.db only.
+        self.shared: PostgresStore | None = PostgresStore(database) if database else None
         self._conn: sqlite3.Connection | None = path if isinstance(
             path, sqlite3.Connection) else None
         self.keep_seconds = keep_days * 86_400.0
@@ -165,6 +168,8 @@ class DecisionLog:
         return self._conn
 
     def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
         if self._conn is not None and not isinstance(self.path, sqlite3.Connection):
             self._conn.close()
             self._conn = None
@@ -173,10 +178,17 @@ class DecisionLog:
         """Store one fired point; a failure is recorded as `decisions.failed`, never raised."""
         try:
             self._write(ctx, outcome, chain)
-        except (sqlite3.Error, ValueError, TypeError) as exc:
-            METRICS.log_failed.inc()
-            self.log.emit("decisions.failed", point=ctx.POINT, work_item=ctx.work_item.ref,
-                          error=f"{type(exc).__name__}: {exc}")
+        except (sqlite3.Error, ValueError, TypeError, LoopError) as exc:
+            self._failed(ctx, exc)
+        except Exception as exc:  # psycopg's errors, when the log is on PostgreSQL
+            if self.shared is None or type(exc).__module__.split(".")[0] != "psycopg":
+                raise
+            self._failed(ctx, exc)
+
+    def _failed(self, ctx: Context, exc: BaseException) -> None:
+        METRICS.log_failed.inc()
+        self.log.emit("decisions.failed", point=ctx.POINT, work_item=ctx.work_item.ref,
+                      error=f"{type(exc).__name__}: {exc}")
 
     def _write(self, ctx: Context, outcome: Outcome, chain: Chain) -> None:
         if chain is not self._chain:
@@ -195,6 +207,8 @@ class DecisionLog:
             "INSERT INTO decision_log(at, point, work_item, record) VALUES (?, ?, ?, ?)",
             (now, ctx.POINT, ctx.work_item.ref, line),
         )
+        if self.shared is not None:  # the host's own copy above is what its console reads
+            self.shared.write([(now, ctx.POINT, ctx.work_item.ref, line)])
         if now - self._pruned >= PRUNE_EVERY:
             self.prune(now)
 
@@ -290,14 +304,15 @@ def read_points(path: Path | str, *, since: float | None = None, point: str = ""
                 work_item: str = "", problems: list[str] | None = None) -> Iterator[Recorded]:
     """The recorded points matching the filters, oldest first (streamed, not all in memory).
 
-    `path` is loop.db, a hook server's SQLite log, or a `postgresql://` URL of a hook
-    server's log (one layout for all three; `work_item` filters SQLite logs only).
+    `path` is loop.db, a hook server's SQLite log, or a `postgresql://` URL (a hook server's
+    log, or a loop's shared database); one layout for all three.
     Raises `LoopError` when there is no log. A row this version cannot read (another
     layout, or not a record at all) raises `LoopError` too — or, with `problems`, is named
     there and skipped.
     """
     if isinstance(path, str):
-        yield from records(read_pg(path, since=since, point=point), path, problems)
+        yield from records(read_pg(path, since=since, point=point, work_item=work_item), path,
+                           problems)
         return
     conn = _connect(path)
     try:

@@ -123,11 +123,12 @@ class Loop:
         self.strict_hooks = strict_hooks
         self.source = source
         self._chain: Chain | None = None
-        if self.settings.database:  # the decision log stays in this host's stateDir
+        if self.settings.database:  # its own copy of the decision log (the console's)
             private_dir(self.settings.state_dir)
             os.close(os.open(self.settings.db_path, os.O_WRONLY | os.O_CREAT, 0o600))
         self.decision_log = DecisionLog(self.settings.db_path,
-                                        keep_days=self.settings.decision_keep_days, log=self.log)
+                                        keep_days=self.settings.decision_keep_days, log=self.log,
+                                        database=self.settings.database)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.proc_refs: dict[str, str] = {}  # session id → work item, launched here
         self.heartbeat: Heartbeat | None = None

@@ -160,10 +160,14 @@ def open_store(target: str) -> SQLiteStore | PostgresStore:
     return SQLiteStore(Path(target).expanduser())
 
 
-def where_clause(since: float | None, point: str, mark: str) -> tuple[str, list[Any]]:
+def where_clause(since: float | None, point: str, mark: str,
+                 work_item: str = "") -> tuple[str, list[Any]]:
     """A WHERE clause (with `mark` as the placeholder) for replay's filters."""
     clauses: list[str] = []
     params: list[Any] = []
+    if work_item:
+        clauses.append(f"work_item = {mark}")
+        params.append(work_item)
     if since is not None:
         clauses.append(f"at >= {mark}")
         params.append(since)
@@ -173,7 +177,8 @@ def where_clause(since: float | None, point: str, mark: str) -> tuple[str, list[
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
-def read_pg(url: str, *, since: float | None = None, point: str = "") -> Iterator[ReadRow]:
+def read_pg(url: str, *, since: float | None = None, point: str = "",
+            work_item: str = "") -> Iterator[ReadRow]:
     """The rows of a PostgreSQL decision log matching the filters, oldest first (streamed);
     `LoopError` when the database cannot be reached or holds no log."""
     psycopg = _psycopg()
@@ -187,8 +192,9 @@ def read_pg(url: str, *, since: float | None = None, point: str = "") -> Iterato
         found = conn.execute("SELECT to_regclass('decision_log')").fetchone()
         if found is None or found[0] is None:
             raise LoopError(f"{shown(url)} has no decision log yet: a hook server started "
-                            "with --decision-log on it writes one as it answers")
-        where, params = where_clause(since, point, "%s")
+                            "with --decision-log on it, or a loop whose database it is, "
+                            "writes one as points fire")
+        where, params = where_clause(since, point, "%s", work_item)
         with conn.cursor(name="replay") as cur:
             cur.execute(f"SELECT id, at, point, work_item, record FROM decision_log{where} "
                         "ORDER BY id", params)
