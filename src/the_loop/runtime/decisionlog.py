@@ -145,6 +145,8 @@ class DecisionLog:
         #: The shared database (a postgresql:// URL): every host writes each point there too,
         #: so replay sees them all; '' keeps them in this host's loop.db only.
         self.shared: PostgresStore | None = PostgresStore(database) if database else None
+        if self.shared is not None:  # its connection closes with this log, as loop.db's does
+            weakref.finalize(self, self.shared.close)
         self._conn: sqlite3.Connection | None = path if isinstance(
             path, sqlite3.Connection) else None
         self.keep_seconds = keep_days * 86_400.0
