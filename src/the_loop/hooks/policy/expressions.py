@@ -68,7 +68,7 @@ def compile_policy_expression(
         )
     for function, pattern, column in _literal_patterns(compiled.ast, text):
         try:
-            _PATTERNS[function](pattern)
+            PATTERNS[function](pattern)
         except InvalidValueError as exc:
             raise ExpressionError(
                 "bad-regex", str(exc).removeprefix(f"In function {function}(), "),
@@ -109,12 +109,12 @@ def _convert(exc: jmes_errors.JMESPathError, text: str) -> ExpressionError:
 
 
 #: The functions whose first argument is a pattern, and how each compiles it.
-_PATTERNS = {"regex_match": regex, "glob_match": glob}
+PATTERNS = {"regex_match": regex, "glob_match": glob}
 
 
-def _literal_patterns(ast: Mapping[str, Any], text: str) -> Iterator[tuple[str, str, int]]:
-    """(function, pattern, column) for each `regex_match` or `glob_match` call whose pattern
-    is a string literal."""
+def pattern_calls(ast: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any], Any]]:
+    """(function, call node, its pattern argument or None) for each `regex_match` or
+    `glob_match` call in `ast`, left to right."""
     stack: list[Any] = [ast]
     while stack:
         node = stack.pop()
@@ -122,12 +122,23 @@ def _literal_patterns(ast: Mapping[str, Any], text: str) -> Iterator[tuple[str, 
             continue
         children = node.get("children") or []
         function = node.get("value")
-        if node.get("type") == "function_expression" and function in _PATTERNS:
-            first = children[0] if children else None
-            if isinstance(first, Mapping) and first.get("type") == "literal" and isinstance(
-                    first.get("value"), str):
-                yield function, first["value"], text.find(function) + 1
-        stack.extend(c for c in children if isinstance(c, Mapping))
+        if node.get("type") == "function_expression" and function in PATTERNS:
+            yield function, node, children[0] if children else None
+        stack.extend(reversed([c for c in children if isinstance(c, Mapping)]))
+
+
+def is_text(node: Any) -> bool:
+    """Whether `node` is a string literal."""
+    return isinstance(node, Mapping) and node.get("type") == "literal" and isinstance(
+        node.get("value"), str)
+
+
+def _literal_patterns(ast: Mapping[str, Any], text: str) -> Iterator[tuple[str, str, int]]:
+    """(function, pattern, column) for each pattern function call whose pattern is a string
+    literal."""
+    for function, _call, pattern in pattern_calls(ast):
+        if is_text(pattern):
+            yield function, pattern["value"], text.find(function) + 1
 
 
 __all__ = ["COMPILER", "compile_expression", "compile_policy_expression"]

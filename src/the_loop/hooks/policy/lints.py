@@ -24,6 +24,7 @@ from typing import Any
 
 from the_loop.errors import quote
 from the_loop.hooks.policy.data import reads_data
+from the_loop.hooks.policy.expressions import is_text, pattern_calls
 from the_loop.hooks.policy.exprtext import show
 from the_loop.hooks.policy.rules import AFFIXES, LINTS, Policy, Rule, Template
 from the_loop.hooks.policy.typecheck import Checker
@@ -31,10 +32,6 @@ from the_loop.hooks.policy.typemodel import root_type
 from the_loop.jmes import CompiledExpression
 
 __all__ = ["LINTS", "conflicts", "constant_truth", "lint", "pattern_warnings"]
-
-#: The policy functions whose first argument is a pattern.
-PATTERN_FUNCTIONS = ("regex_match", "glob_match")
-
 
 def lint(policy: Policy) -> list[str]:
     """Every lint's findings, in rule order, each once; a rule's `silence:` drops its own."""
@@ -105,21 +102,9 @@ def _expressions(rule: Rule) -> Iterator[tuple[str, CompiledExpression]]:
 
 def _pattern_calls(ast: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
     """Each pattern function call in `ast` whose first argument is not a string literal."""
-    stack: list[Any] = [ast]
-    while stack:
-        node = stack.pop()
-        if not isinstance(node, Mapping):
-            continue
-        children = node.get("children") or []
-        if (node.get("type") == "function_expression" and node.get("value") in PATTERN_FUNCTIONS
-                and len(children) == 2 and not _is_text(children[0])):
-            yield node
-        stack.extend(reversed([c for c in children if isinstance(c, Mapping)]))
-
-
-def _is_text(node: Any) -> bool:
-    return isinstance(node, Mapping) and node.get("type") == "literal" and isinstance(
-        node.get("value"), str)
+    for _function, call, pattern in pattern_calls(ast):
+        if len(call.get("children") or []) == 2 and not is_text(pattern):
+            yield call
 
 
 def _advice(call: Mapping[str, Any]) -> str:
@@ -127,7 +112,7 @@ def _advice(call: Mapping[str, Any]) -> str:
     pattern, subject = call["children"]
     said = (f"{show(call)} takes its pattern from {show(pattern)}, not a literal: the pattern "
             "comes first")
-    if _is_text(subject):
+    if is_text(subject):
         return (f"{said}; did you mean {name}({show(subject)}, {show(pattern)})? (leave it "
                 "if the field holds a pattern on purpose)")
     return (f"{said}; leave it if {show(pattern)} holds a pattern on purpose (one that "
