@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +199,74 @@ def test_r6_1_in_place_edit_then_wrong_type_leaves_nothing() -> None:
     c, _ = chain(lie)
     out = c.run(spawn())
     assert (out.prompt, out.proceed, out.labels) == ("Fix the bug.", True, ["loop"])
+
+
+def test_r6_1_a_context_a_hook_keeps_stays_as_it_left_it() -> None:
+    """A hook that keeps its context (to look at later) keeps what it saw, not what the
+    next executor is handed and changes."""
+    kept: list[SessionSpawn] = []
+
+    def keep(ctx: SessionSpawn) -> None:
+        ctx.prompt = "mine"
+        kept.append(ctx)
+
+    def edit(ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt = "theirs"
+        ctx.labels.append("theirs")
+        return ctx
+
+    c, _ = chain(keep, edit)
+    out = c.run(spawn())
+    assert (out.prompt, out.labels) == ("theirs", ["loop"])
+    assert (kept[0].prompt, kept[0].labels) == ("mine", ["loop"])
+    assert kept[0] is not out
+
+
+@pytest.mark.parametrize("hold", ["strong", "weak"])
+def test_r6_1_a_kept_context_edited_later_changes_nothing_the_next_hook_sees(hold: str) -> None:
+    """A hook that leaves a thread behind editing its context while the next hook runs
+    (holding it, or a weak reference to it) cannot reach that hook's context."""
+    go, done = threading.Event(), threading.Event()
+    seen: list[tuple[str, list[str]]] = []
+
+    def leave_a_thread(ctx: SessionSpawn) -> None:
+        ref: Any = (lambda: ctx) if hold == "strong" else weakref.ref(ctx)
+
+        def edit_later() -> None:
+            go.wait(10)
+            target = ref()
+            if target is not None:
+                target.prompt = "leaked"
+                target.labels.append("leaked")
+            done.set()
+
+        threading.Thread(target=edit_later, daemon=True).start()
+
+    def look(ctx: SessionSpawn) -> None:
+        go.set()
+        assert done.wait(10)
+        seen.append((ctx.prompt, list(ctx.labels)))
+
+    c, log = chain(leave_a_thread, look)
+    out = c.run(spawn())
+    assert seen == [("Fix the bug.", ["loop"])]
+    assert (out.prompt, out.labels) == ("Fix the bug.", ["loop"])
+    assert log.memory == []
+
+
+def test_r6_1_a_hook_that_changes_its_contexts_class_changes_nothing_for_the_next() -> None:
+    seen: list[str] = []
+
+    def disguise(ctx: Any) -> None:
+        ctx.__class__ = WorkItemStart
+
+    def look(ctx: Any) -> None:
+        seen.append(type(ctx).__name__)
+
+    c, log = chain(disguise, look)
+    out = c.run(spawn())
+    assert seen == ["SessionSpawn"]
+    assert type(out) is SessionSpawn and log.memory == []
 
 
 # -------------------------------------------------------------------------- facts

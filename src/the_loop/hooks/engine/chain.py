@@ -4,7 +4,7 @@ Rules, each tested by name in tests/hooks/test_chain.py:
 - `None` passes through; a context of the same type (or a `Decisions` patch) replaces the
   decisions; each executor sees the decisions of the ones before it.
 - Each executor gets its own copy (lists included), so an edit followed by a failure leaves
-  nothing behind.
+  nothing behind; one it keeps stays as it left it, even while later executors run.
 - Only decisions are read back; a changed fact or unknown attribute is dropped and recorded.
 - A decision of the wrong type fails that executor and changes nothing (never coerced).
 - An executor that raises anything at all — any `BaseException`: `SystemExit`,
@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+from weakref import getweakrefcount
 
 from the_loop.errors import describe_exception, quote
 from the_loop.events import EventLog
@@ -69,6 +70,18 @@ class _Shape:
 
 _SHAPES: dict[type[Context], _Shape] = {cls: _Shape(cls) for cls in POINTS.values()}
 _new = object.__new__
+_refs = sys.getrefcount
+
+
+def _unshared_refs() -> int:
+    """What `sys.getrefcount` says of an object one local variable alone holds (2 on
+    CPython 3.11: the variable and the call's argument), measured in the same shape as the
+    check in `Chain._run`, so an interpreter that counts otherwise is measured, not assumed."""
+    view = _new(WorkItem)
+    return _refs(view)
+
+
+_UNSHARED = _unshared_refs()
 
 
 def copy_context(ctx: C) -> C:
@@ -193,14 +206,12 @@ class Chain:
         list2, more_lists = shape.list2, shape.more_lists
         labels = src["labels"]  # every context has labels; read again when src changes
         second = src[list2] if list2 else None
-        new = _new
+        view: Any = None  # the object a copying executor is handed (see "One view" below)
         started = 0.0
         for name, fn, required, reads_only in handlers:
             if trace:
                 started = time.perf_counter()
-            if reads_only:  # it never changes what it is given: no copy to protect
-                work = current
-            else:
+            if not reads_only:  # a reading executor is handed `current`: nothing to protect
                 d = src.copy()
                 d["labels"] = labels[:]
                 if second is not None:
@@ -208,21 +219,22 @@ class Chain:
                     if more_lists:
                         for key in more_lists:
                             d[key] = d[key][:]
-                work = new(cls)
-                work.__dict__ = d
+                # One view: the object the last executor answered None with is handed on
+                # with fresh values (its edits are gone) unless anything else holds it (the
+                # hook kept it, or a weak reference) or its class was changed: then a new one.
+                if (view is None or _refs(view) != _UNSHARED or getweakrefcount(view)
+                        or view.__class__ is not cls):
+                    view = _new(cls)
+                view.__dict__ = d
             try:
-                answer = fn(work)
-            except HookError as exc:  # the chain's secrets go before the message is cut
-                error = describe_exception(exc, plain=True, secrets=self.log.known_secrets())
-                answer, site = None, hook_raise_site(exc, fn)
+                answer = fn(current if reads_only else view)
             except BaseException as exc:  # anything a hook raises is its own failure (rule 3)
-                reraise_if_real(exc)
-                answer, site = None, hook_raise_site(exc, fn)
-                error = describe_exception(exc, secrets=self.log.known_secrets())
+                answer, (error, site) = None, self._failure(exc, fn)
             else:
                 if answer is None and not trace:
                     continue
                 error = site = ""
+            view = None  # an answer or a failure: the next copying executor gets a new one
             if outcome is None:
                 outcome = Outcome(shape.point, ctx, ctx)
             self._settle(outcome, shape, name, required, answer, (error, site), started, trace)
@@ -238,6 +250,14 @@ class Chain:
                 reason=getattr(outcome.context, "reason", ""), work_item=ctx.work_item.ref,
             )
         return outcome
+
+    def _failure(self, exc: BaseException, fn: Callable[[Any], Any]) -> tuple[str, str]:
+        """(error, site) of what an executor raised; a real Ctrl-C of ours goes on up."""
+        reraise_if_real(exc)
+        site = hook_raise_site(exc, fn)
+        if isinstance(exc, HookError):  # the chain's secrets go before the message is cut
+            return describe_exception(exc, plain=True, secrets=self.log.known_secrets()), site
+        return describe_exception(exc, secrets=self.log.known_secrets()), site
 
     def _record(self, event: str, **fields: Any) -> None:
         """Emit an event; a log that cannot be written is reported, never raised (R6.2)."""
