@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"- no executors: {us(empty)} = {empty / call:.1f} plain function calls "
           f"(target ≤ 3): {'met' if empty <= 3 * call else 'MISSED'}")
     print(f"- per local executor, 5 returning None: chain {us(per_chain)}, pluggy "
-          f"{us(per_plug)} per implementation (target chain ≤ pluggy): "
+          f"{us(per_plug)} per implementation, {per_chain / per_plug:.2f}× (target chain ≤ "
+          f"pluggy): "
           f"{'met' if per_chain <= per_plug else 'MISSED'}")
     print(f"- marginal cost of one more executor (1 → 5): chain {us(slope_chain)}, pluggy "
           f"{us(slope_plug)}")

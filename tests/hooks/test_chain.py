@@ -86,6 +86,18 @@ def test_r2_2_none_passes_through() -> None:
     assert log.memory == []
 
 
+def test_a_subclass_of_a_points_context_is_refused_by_name() -> None:
+    """Only a point's own context class runs the chain; a subclass is named, not run."""
+
+    class MySpawn(SessionSpawn):
+        pass
+
+    c, log = chain(lambda ctx: None)
+    with pytest.raises(TypeError, match="MySpawn is not a lifecycle context"):
+        c.run(MySpawn(work_item=ITEM))
+    assert log.memory == []
+
+
 def test_r2_2_in_place_edit_then_none_passes_through_unchanged() -> None:
     """Returning None means 'no change', even if the hook scribbled on its copy first."""
 
