@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import threading
 import weakref
@@ -314,6 +315,23 @@ def test_abuse_2_facts_and_unknown_keys_in_a_patch_are_ignored() -> None:
     out = c.run(spawn())
     assert (out.prompt, out.loop, out.harness) == ("p2", "acme", "demo")
     assert log.of("hooks.dropped")[0]["dropped"] == ["admin", "harness", "loop"]
+
+
+def test_abuse_2_a_patch_detail_cannot_break_or_forge_the_decided_record() -> None:
+    """A patch's detail adds fields to hooks.decided; the ones the record and the chain
+    own (event, ts, source, pid, point, hook, changed, work_item) are never taken from it."""
+    forged = {"event": "hooks.refused", "ts": 0, "source": "forged", "pid": -1,
+              "point": "work_item_start", "hook": "someone-else", "changed": [],
+              "work_item": "local:evil/x#1", "note": "kept"}
+    c, log = chain(lambda ctx: Decisions({"prompt": "p2"}, detail=dict(forged)))
+    out = c.run(spawn())
+    assert out.prompt == "p2"
+    [record] = log.memory
+    assert record["event"] == "hooks.decided" and record["source"] == "the-loop"
+    assert record["pid"] == os.getpid() and record["ts"] > 0
+    assert (record["point"], record["hook"], record["changed"], record["work_item"]) == (
+        "session_spawn", "h1", ["prompt"], ITEM.ref)
+    assert record["note"] == "kept"
 
 
 # --------------------------------------------------------------------- typed decisions

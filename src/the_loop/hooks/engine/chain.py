@@ -142,6 +142,11 @@ class Link:
     required: bool = False
 
 
+#: The fields of a `hooks.decided` record an executor's detail cannot set: the event log's
+#: own (`EventLog.emit`) and the chain's.
+_OWN_FIELDS = frozenset({"event", "ts", "source", "pid", "point", "hook", "changed",
+                         "work_item"})
+
 #: (name, handler, required, reads_only) of one executor at one point.
 _Entry = tuple[str, Callable[[Any], Any], bool, bool]
 
@@ -196,8 +201,9 @@ class Chain:
         return outcome
 
     # The loop below is the hot path: no dataclasses.asdict/replace, and no allocation
-    # besides the executor's own copy while executors answer None (the Outcome is made on
-    # the first answer or failure); everything else goes through `_settle`.
+    # besides each copying executor's own dict and lists while executors answer None (the
+    # object they sit in is handed on, see "One view"; the Outcome is made on the first
+    # answer or failure); everything else goes through `_settle`.
     def _run(self, ctx: Context, handlers: tuple[_Entry, ...], trace: bool
              ) -> Outcome | None:
         cls = ctx.__class__
@@ -294,11 +300,15 @@ class Chain:
 
     def _decided(self, point: str, name: str, changes: dict[str, Any],
                  detail: dict[str, Any], ref: str) -> None:
-        """Record `hooks.decided` (the executor's detail first: the chain's fields win)."""
-        fields = {**detail, "point": point, "hook": name, "changed": sorted(changes),
-                  "work_item": ref}
+        """Record `hooks.decided`: the executor's detail adds fields, never one the record
+        or the chain owns (an `event` in it made `emit` raise; a `source` forged the record)."""
+        for key in detail:
+            if key in _OWN_FIELDS:
+                detail = {k: v for k, v in detail.items() if k not in _OWN_FIELDS}
+                break
         try:
-            self.log.emit("hooks.decided", **fields)
+            self.log.emit("hooks.decided", **detail, point=point, hook=name,
+                          changed=sorted(changes), work_item=ref)
         except OSError as exc:
             self._unrecorded("hooks.decided", exc)
 
@@ -369,26 +379,24 @@ def _read_back(
     state: Context, answer: Any, error: str
 ) -> tuple[dict[str, Any], list[str], dict[str, Any], str]:
     """(changes, dropped, detail, error) of one executor's answer; nothing when it failed."""
-    changes: dict[str, Any] = {}
-    dropped: list[str] = []
-    detail: dict[str, Any] = {}
     if error or answer is None:
-        return changes, dropped, detail, error
+        return {}, [], {}, error
     changes, dropped, error = read_answer(state, answer)
-    if not error and isinstance(answer, Decisions):
-        given = answer.detail
-        if type(given) is dict:  # the common case: a plain dict keyed by strings
-            for key in given:
-                if type(key) is not str:
-                    break
-            else:
-                return changes, dropped, given.copy(), error
-        try:
-            detail = {str(k): v for k, v in answer.detail.items()}
-        except BaseException as exc:  # a hostile patch whose detail is not a mapping
-            reraise_if_real(exc)
-            error = f"its answer could not be read back: {describe_exception(exc)}"
-    return changes, dropped, detail, error
+    if error or not isinstance(answer, Decisions):
+        return changes, dropped, {}, error
+    given = answer.detail
+    if type(given) is dict:  # the common case: a plain dict keyed by strings
+        for key in given:
+            if type(key) is not str:
+                break
+        else:
+            return changes, dropped, given.copy(), error
+    try:
+        return changes, dropped, {str(k): v for k, v in answer.detail.items()}, error
+    except BaseException as exc:  # a hostile patch whose detail is not a mapping
+        reraise_if_real(exc)
+        return changes, dropped, {}, (
+            f"its answer could not be read back: {describe_exception(exc)}")
 
 
 def read_answer(state: Context, answer: Any) -> tuple[dict[str, Any], list[str], str]:
