@@ -214,7 +214,13 @@ def test_r6_1_in_place_edit_then_wrong_type_leaves_nothing() -> None:
     assert (out.prompt, out.proceed, out.labels) == ("Fix the bug.", True, ["loop"])
 
 
-def test_r6_1_a_context_a_hook_keeps_stays_as_it_left_it() -> None:
+def through(c: Chain, how: str, ctx: Any) -> Any:
+    """Run `ctx` through the chain as `run` or as the traced `invoke` does."""
+    return c.run(ctx) if how == "run" else c.invoke(ctx).context
+
+
+@pytest.mark.parametrize("how", ["run", "invoke"])
+def test_r6_1_a_context_a_hook_keeps_stays_as_it_left_it(how: str) -> None:
     """A hook that keeps its context (to look at later) keeps what it saw, not what the
     next executor is handed and changes."""
     kept: list[SessionSpawn] = []
@@ -229,14 +235,17 @@ def test_r6_1_a_context_a_hook_keeps_stays_as_it_left_it() -> None:
         return ctx
 
     c, _ = chain(keep, edit)
-    out = c.run(spawn())
+    out = through(c, how, spawn())
     assert (out.prompt, out.labels) == ("theirs", ["loop"])
     assert (kept[0].prompt, kept[0].labels) == ("mine", ["loop"])
     assert kept[0] is not out
 
 
+@pytest.mark.parametrize("how", ["run", "invoke"])
 @pytest.mark.parametrize("hold", ["strong", "weak"])
-def test_r6_1_a_kept_context_edited_later_changes_nothing_the_next_hook_sees(hold: str) -> None:
+def test_r6_1_a_kept_context_edited_later_changes_nothing_the_next_hook_sees(
+    hold: str, how: str
+) -> None:
     """A hook that leaves a thread behind editing its context while the next hook runs
     (holding it, or a weak reference to it) cannot reach that hook's context."""
     go, done = threading.Event(), threading.Event()
@@ -261,13 +270,16 @@ def test_r6_1_a_kept_context_edited_later_changes_nothing_the_next_hook_sees(hol
         seen.append((ctx.prompt, list(ctx.labels)))
 
     c, log = chain(leave_a_thread, look)
-    out = c.run(spawn())
+    out = through(c, how, spawn())
     assert seen == [("Fix the bug.", ["loop"])]
     assert (out.prompt, out.labels) == ("Fix the bug.", ["loop"])
     assert log.memory == []
 
 
-def test_r6_1_a_hook_that_changes_its_contexts_class_changes_nothing_for_the_next() -> None:
+@pytest.mark.parametrize("how", ["run", "invoke"])
+def test_r6_1_a_hook_that_changes_its_contexts_class_changes_nothing_for_the_next(
+    how: str
+) -> None:
     seen: list[str] = []
 
     def disguise(ctx: Any) -> None:
@@ -277,7 +289,7 @@ def test_r6_1_a_hook_that_changes_its_contexts_class_changes_nothing_for_the_nex
         seen.append(type(ctx).__name__)
 
     c, log = chain(disguise, look)
-    out = c.run(spawn())
+    out = through(c, how, spawn())
     assert seen == ["SessionSpawn"]
     assert type(out) is SessionSpawn and log.memory == []
 

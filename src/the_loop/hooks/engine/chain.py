@@ -240,12 +240,13 @@ class Chain:
             try:
                 answer = fn(current if reads_only else view)
             except BaseException as exc:  # anything a hook raises is its own failure (rule 3)
-                answer, (error, site) = None, self._failure(exc, fn)
+                answer, (error, site), view = None, self._failure(exc, fn), None
             else:
                 if answer is None and not trace:
                     continue
                 error = site = ""
-            view = None  # an answer or a failure: the next copying executor gets a new one
+                if answer is not None:  # the next copying executor gets a new view
+                    view = None
             if outcome is None:
                 outcome = Outcome(shape.point, ctx, ctx)
             self._settle(outcome, shape, name, required, answer, (error, site), started, trace)
