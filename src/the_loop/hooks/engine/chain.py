@@ -321,6 +321,10 @@ class Chain:
         answered). The event and the trace name the file and line; a refusal's reason, which
         reaches the tracker and remote callers, names the hook and what it raised only.
         """
+        if answer is None and not failure[0]:  # (traced: untraced, it never gets here)
+            outcome.steps.append(Step(name, "unchanged", {}, [], "",
+                                      (time.perf_counter() - started) * 1000.0, {}))
+            return
         state = outcome.context
         ref = state.work_item.ref
         changes, dropped, detail, error = _read_back(state, answer, failure[0])
