@@ -218,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{us(slope_plug)}")
     print("- the 'one changes' row includes reading the answer back and recording one "
           "hooks.decided event (in an in-memory log)")
+    traced = best({"invoke": timer("chain.invoke(ctx)", chain=chain_of(5, False))},
+                  number // 5, rounds)["invoke"]
+    print(f"- traced (`Chain.invoke`, which the loop runs at each point, a step per executor), "
+          f"5 returning None: {us(traced)}")
     t_chain, t_handler = policy_point(number, rounds)
     print(f"- one policy executor of 10 rules (one matches): chain {us(t_chain)}, the "
           f"executor's own handler {us(t_handler)}; the chain's own cost "
