@@ -33,6 +33,7 @@ from the_loop.hooks.executors import registry
 from the_loop.hooks.serving.logstore import TABLE as TABLE
 from the_loop.hooks.serving.logstore import PostgresStore, read_pg
 from the_loop.hooks.serving.operations import context_json as context_json
+from the_loop.hooks.serving.operations import encode_record
 from the_loop.runtime.pointmetrics import METRICS
 
 __all__ = ["TABLE", "DecisionLog", "Recorded", "count_points", "read_points"]
@@ -43,7 +44,6 @@ __all__ = ["TABLE", "DecisionLog", "Recorded", "count_points", "read_points"]
 VERSION = 2
 READS = (1, 2)
 PRUNE_EVERY = 3600.0  # seconds between two prunes in one process
-_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 #: What json.loads runs, without its layers of Python (set in JSONDecoder.__init__; typeshed
 #: does not list it).
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
@@ -197,10 +197,10 @@ class DecisionLog:
             self._chain = chain
             self._kinds = {link.name: kind_of(link.executor) for link in chain.links}
         entry = entry_of(ctx, outcome, self._kinds)
-        line = _ENCODE(entry)
+        line = encode_record(entry)
         found = self.log.secrets_in(line)
         if found:
-            line = _ENCODE(redact(entry, found))
+            line = encode_record(redact(entry, found))
         now = time.time()
         if not self._ready:
             self.conn.executescript(TABLE)
