@@ -30,9 +30,9 @@ def _observe(outcome: Outcome, chain: Chain, seconds: float) -> None:
     failed = False
     for step in outcome.steps:
         for rule in step.detail.get("rules", ()):
-            m.rules.labels(str(rule), "enforce").inc()
+            m.matched(str(rule), "enforce")
         for rule in step.detail.get("audit", ()):
-            m.rules.labels(str(rule), "audit").inc()
+            m.matched(str(rule), "audit")
         if step.status == "failed":
             failed = True
             m.failures.labels(step.hook).inc()

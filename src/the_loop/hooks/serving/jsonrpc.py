@@ -28,9 +28,10 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from the_loop import __version__
 from the_loop.errors import describe_exception
@@ -67,13 +68,17 @@ AnyExecutor = LifecycleHooks | Executor
 _CLASS_POINTS: dict[type, tuple[str, ...]] = {}
 
 
-@dataclass(frozen=True)
-class CallRecord:
+#: The decisions and detail of a call that has none (read-only: records are shared).
+_NONE: Mapping[str, Any] = MappingProxyType({})
+
+
+class CallRecord(NamedTuple):
     """What a host may log about one request: the point (or, for a request that named none,
     the method as a log may show it, or `(not JSON)` / `(invalid request)`), how it ended,
     its time, keys ignored, whether the answer refused (`proceed: false`), and, when the
     hook raised, the file and line it raised at (for the host's log only: a caller is told
-    what was raised, never where in the server's files)."""
+    what was raised, never where in the server's files). A tuple: immutable, and built
+    in a third of a frozen dataclass's time (one per served call)."""
 
     point: str
     status: str  # "ok" or "error <code>"
@@ -87,8 +92,8 @@ class CallRecord:
     #: answer's detail (a policy's rules and audit, a chain's steps), the executor that
     #: answered it (its revision too), and the caller (the token's name, or the peer).
     context: Context | None = None
-    changes: dict[str, Any] = field(default_factory=dict)
-    detail: dict[str, Any] = field(default_factory=dict)
+    changes: Mapping[str, Any] = _NONE
+    detail: Mapping[str, Any] = _NONE
     executor: Any = None
     caller: str = ""
 

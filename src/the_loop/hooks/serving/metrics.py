@@ -68,6 +68,7 @@ class Metrics:
                                   registry=registry)
         self._calls: dict[tuple[str, str], Any] = {}
         self._seconds: dict[str, Any] = {}
+        self._rules: dict[tuple[str, str], Any] = {}  # rule names come from the policy only
         for point in (*POINTS, OTHER):  # every series exists from the start, at 0
             self._seconds[point] = self.seconds.labels(point)
             for outcome in OUTCOMES:
@@ -78,6 +79,13 @@ class Metrics:
         key = point if point in POINTS else OTHER
         self._calls[key, outcome].inc()
         self._seconds[key].observe(seconds)
+
+    def matched(self, rule: str, mode: str) -> None:
+        """Count one match of `rule` (a served rule's name) in `mode` (enforce, audit)."""
+        child = self._rules.get((rule, mode))
+        if child is None:  # `labels` costs a call more than the count: looked up once
+            child = self._rules[rule, mode] = self.rules.labels(rule, mode)
+        child.inc()
 
     def text(self) -> bytes:
         """The exposition in the Prometheus text format."""

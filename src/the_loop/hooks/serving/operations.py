@@ -125,9 +125,9 @@ class Operations:
         steps = call.detail.get("steps")
         if steps is None:  # one executor: its detail is its step
             for rule in call.detail.get("rules", ()):
-                m.rules.labels(rule, "enforce").inc()
+                m.matched(rule, "enforce")
             for rule in call.detail.get("audit", ()):
-                m.rules.labels(rule, "audit").inc()
+                m.matched(rule, "audit")
             if call.failure:
                 m.failures.labels(_name(call.executor)).inc()
             elif call.refused:
@@ -137,9 +137,9 @@ class Operations:
         links = {link.name: link.executor for link in call.executor.chain.links}
         for step in steps:
             for rule in step.get("rules", ()):
-                m.rules.labels(rule, "enforce").inc()
+                m.matched(rule, "enforce")
             for rule in step.get("audit", ()):
-                m.rules.labels(rule, "audit").inc()
+                m.matched(rule, "audit")
             if step.get("status") == "failed":
                 m.failures.labels(step["hook"]).inc()
             if call.refused and step["hook"] == call.detail.get("refused_by"):
