@@ -1,8 +1,11 @@
 """A background writer for a hook server's decision log: a caller never waits on the store.
 
-`LogWriter.put(item)` hands one call to a bounded queue and returns at once; one thread
-takes what is queued (up to `BATCH` at a time), turns each into a row with `encode` (masking
-included, off the caller's thread) and writes the batch in one transaction. A full queue, a
+`LogWriter.put(row)` hands one encoded record to a bounded queue and returns at once; one
+thread takes what is queued (up to `BATCH` at a time) and writes the batch in one
+transaction. The record is encoded (and masked) by the caller's thread, in a few
+microseconds: encoding here instead would hold the interpreter's lock for a whole batch
+(milliseconds) while the server's event loop waits for it, which is what a caller's tail
+latency saw; the insert itself runs in C with the lock released. A full queue, a
 full disk or an unreachable database costs the records, never an answer: each lost record
 is counted (`failed`), the first failure is reported once on stderr (and once more when
 writing works again), and `error` says what the last failure was until a batch succeeds.
@@ -34,11 +37,9 @@ class LogWriter:
     """Writes encoded records to `store` from one daemon thread (see the module doc)."""
 
     def __init__(self, store: SQLiteStore | PostgresStore, target: str,
-                 encode: Callable[[Any], Row | None],
                  on_failed: Callable[[int], None] = lambda n: None) -> None:
         self.store = store
         self.target = shown(target)
-        self.encode = encode
         self.on_failed = on_failed
         self.failed = 0
         self.written = 0
@@ -47,12 +48,12 @@ class LogWriter:
         self._thread = threading.Thread(target=self._run, name="decision-log", daemon=True)
         self._thread.start()
 
-    def put(self, item: Any) -> None:
+    def put(self, row: Row) -> None:
         """Queue one call's record; never blocks (a full queue loses it, counted)."""
         try:
-            self._queue.put_nowait(item)
+            self._queue.put_nowait(row)
         except queue.Full:
-            self._lost(1, f"more than {MAX_QUEUED} records waiting (the store is too slow)")
+            self.lost(1, f"more than {MAX_QUEUED} records waiting (the store is too slow)")
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued so far is written or lost; False on timeout."""
@@ -87,22 +88,13 @@ class LogWriter:
             if stop:
                 return
 
-    def _write(self, items: list[Any]) -> None:
-        rows: list[Row] = []
-        for item in items:
-            try:
-                row = self.encode(item)
-            except Exception as exc:  # a record that cannot be encoded is lost, counted
-                self._lost(1, f"a record could not be encoded: {type(exc).__name__}: {exc}")
-                continue
-            if row is not None:
-                rows.append(row)
+    def _write(self, rows: list[Row]) -> None:
         if not rows:
             return
         try:
             self.store.write(rows)
         except Exception as exc:
-            self._lost(len(rows), f"{type(exc).__name__}: {exc}")
+            self.lost(len(rows), f"{type(exc).__name__}: {exc}")
             time.sleep(RETRY_PAUSE)
             return
         self.written += len(rows)
@@ -111,7 +103,8 @@ class LogWriter:
                   "record(s) lost so far)", file=sys.stderr, flush=True)
             self.error = ""
 
-    def _lost(self, n: int, why: str) -> None:
+    def lost(self, n: int, why: str) -> None:
+        """Count `n` records lost for `why` (said on stderr the first time in a row)."""
         first = not self.error
         self.failed += n
         self.error = one_line(why, 300)

@@ -3,8 +3,9 @@
 `Operations` is the one seam between the JSON-RPC core and all of it: every server (`hooks
 serve`, the WSGI and ASGI apps) hands it each answered call through `record` (it is the
 core's `on_call`), so whichever stack serves a call, the call is counted and logged the
-same way. `record` costs the caller a few counter increments and a queue put: the record
-itself is built, masked (`masking`) and written by the log's own thread (`logwriter`).
+same way. `record` costs the caller a few counter increments and, with a log, the record
+built, masked (`masking`) and encoded (a few microseconds), then a queue put: the log's own
+thread writes it (`logwriter`).
 A call whose context was read is one record (its point, context as received, decisions
 answered, each hook's step with the rules that matched, the revision, the caller, the time);
 a request that named no point, or was refused before its context was read, is counted in
@@ -101,8 +102,7 @@ class Operations:
         if log:
             store = open_store(log)
             store.prepare()  # raises: a log that cannot be opened refuses the start
-            self.writer = LogWriter(store, log, self.encode,
-                                    on_failed=self.metrics.log_failed.inc)
+            self.writer = LogWriter(store, log, on_failed=self.metrics.log_failed.inc)
 
     def serving(self, revision: str) -> None:
         """Say which revision serves (the info metric, /health, each record)."""
@@ -115,10 +115,21 @@ class Operations:
         if call.executor is not None:
             self._count_rules(call)
             if self.writer is not None and call.context is not None:
-                self.writer.put((time.time(), call))
+                self._log(call)
         if self.forward is not None:
             with contextlib.suppress(Exception):
                 self.forward(call)
+
+    def _log(self, call: CallRecord) -> None:
+        writer = self.writer
+        assert writer is not None
+        try:
+            row = self.encode((time.time(), call))
+        except Exception as exc:  # a record that cannot be encoded is lost, counted
+            writer.lost(1, f"a record could not be encoded: {type(exc).__name__}: {exc}")
+            return
+        if row is not None:
+            writer.put(row)
 
     def _count_rules(self, call: CallRecord) -> None:
         m = self.metrics
@@ -147,7 +158,7 @@ class Operations:
                                   ).inc()
 
     def encode(self, item: tuple[float, CallRecord]) -> Row | None:
-        """One call's row: its record built and masked (runs on the log's thread)."""
+        """One call's row: its record built, masked and encoded."""
         at, call = item
         ctx = call.context
         assert ctx is not None
