@@ -18,16 +18,20 @@ point outside the catalog counts under the point `(other)`, so a caller cannot a
 
 from __future__ import annotations
 
-from typing import Any
+import bisect
+import itertools
+import threading
+from collections.abc import Iterator
 
 from prometheus_client import (
     CollectorRegistry,
     Counter,
-    Histogram,
     Info,
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from the_loop.hooks.engine.points import POINTS
 
@@ -38,7 +42,52 @@ OTHER = "(other)"
 OUTCOMES = ("ok", "refused", "failed", "invalid", "rejected")
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
            0.5, 1.0, 2.5, 5.0, 10.0)
+#: Each bucket's `le` as the library writes it (0.0001, …, +Inf).
+_BOUNDS = [*(floatToGoString(b) for b in BUCKETS), "+Inf"]  # type: ignore[no-untyped-call]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _Hot:
+    """The series every call moves (calls, call seconds, rule matches), counted in plain
+    integers under one lock and handed to prometheus-client at each scrape as metric
+    families: a call costs a lock and three additions instead of four locked values behind
+    labelled children (a third of the metrics' share of a served call). The text format,
+    and every series' name and labels, are the library's own."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.lock = threading.Lock()
+        keys = (*POINTS, OTHER)
+        self.calls = {(point, outcome): 0 for point in keys for outcome in OUTCOMES}
+        self.buckets = {point: [0] * (len(BUCKETS) + 1) for point in keys}  # last: +Inf
+        self.sums = dict.fromkeys(keys, 0.0)
+        self.rules: dict[tuple[str, str], int] = {}  # rule names come from the policy only
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            calls = dict(self.calls)
+            buckets = {point: list(counts) for point, counts in self.buckets.items()}
+            sums = dict(self.sums)
+            rules = dict(self.rules)
+        family = CounterMetricFamily(f"{self.prefix}_calls",
+                                     "calls answered, by point and outcome",
+                                     labels=("point", "outcome"))
+        for (point, outcome), n in calls.items():
+            family.add_metric((point, outcome), n)
+        yield family
+        histogram = HistogramMetricFamily(f"{self.prefix}_call_seconds",
+                                          "time to answer a call, by point", labels=("point",))
+        for point, counts in buckets.items():
+            running = list(itertools.accumulate(counts))
+            histogram.add_metric((point,), list(zip(_BOUNDS, running, strict=True)),
+                                 sums[point])
+        yield histogram
+        matches = CounterMetricFamily(f"{self.prefix}_rule_matches",
+                                      "rules that matched, by rule and mode",
+                                      labels=("rule", "mode"))
+        for (rule, mode), n in rules.items():
+            matches.add_metric((rule, mode), n)
+        yield matches
 
 
 class Metrics:
@@ -46,12 +95,8 @@ class Metrics:
 
     def __init__(self, prefix: str = "the_loop_served") -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
-        self.calls = Counter(f"{prefix}_calls", "calls answered, by point and outcome",
-                             ("point", "outcome"), registry=registry)
-        self.seconds = Histogram(f"{prefix}_call_seconds", "time to answer a call, by point",
-                                 ("point",), buckets=BUCKETS, registry=registry)
-        self.rules = Counter(f"{prefix}_rule_matches", "rules that matched, by rule and mode",
-                             ("rule", "mode"), registry=registry)
+        self._hot = _Hot(prefix)
+        registry.register(self._hot)
         self.refusals = Counter(f"{prefix}_refusals", "refusals, by the rule that refused",
                                 ("rule",), registry=registry)
         self.failures = Counter(f"{prefix}_hook_failures", "hook failures, by hook",
@@ -66,26 +111,22 @@ class Metrics:
         self.log_failed = Counter(f"{prefix}_decision_log_writes_failed",
                                   "decision records that could not be written",
                                   registry=registry)
-        self._calls: dict[tuple[str, str], Any] = {}
-        self._seconds: dict[str, Any] = {}
-        self._rules: dict[tuple[str, str], Any] = {}  # rule names come from the policy only
-        for point in (*POINTS, OTHER):  # every series exists from the start, at 0
-            self._seconds[point] = self.seconds.labels(point)
-            for outcome in OUTCOMES:
-                self._calls[point, outcome] = self.calls.labels(point, outcome)
 
     def call(self, point: str, outcome: str, seconds: float) -> None:
         """Count one call; a point outside the catalog counts as `(other)`."""
         key = point if point in POINTS else OTHER
-        self._calls[key, outcome].inc()
-        self._seconds[key].observe(seconds)
+        hot = self._hot
+        at = bisect.bisect_left(BUCKETS, seconds)  # the first bound >= seconds: its bucket
+        with hot.lock:
+            hot.calls[key, outcome] += 1
+            hot.buckets[key][at] += 1
+            hot.sums[key] += seconds
 
     def matched(self, rule: str, mode: str) -> None:
         """Count one match of `rule` (a served rule's name) in `mode` (enforce, audit)."""
-        child = self._rules.get((rule, mode))
-        if child is None:  # `labels` costs a call more than the count: looked up once
-            child = self._rules[rule, mode] = self.rules.labels(rule, mode)
-        child.inc()
+        hot = self._hot
+        with hot.lock:
+            hot.rules[rule, mode] = hot.rules.get((rule, mode), 0) + 1
 
     def text(self) -> bytes:
         """The exposition in the Prometheus text format."""
