@@ -53,7 +53,21 @@ class Masker:
     def touches(self, point: str, rec: dict[str, Any]) -> bool:
         """Whether `apply` would change `rec` (a path to mask here, or a text a hook
         replaced): when not, the record is stored without copying its context first."""
-        return point in self._at or bool(self._replaced(point, rec, dry=True))
+        if point in self._at:
+            return True
+        steps = rec["steps"]
+        if len(steps) != 1:
+            return bool(self._replaced(point, rec, dry=True))
+        changed = steps[0].get("changed")  # one step (a served executor): said directly
+        if not changed:
+            return False
+        context = rec["context"]
+        for name in TEXT_DECISIONS.intersection(changed):
+            new, before = changed[name], context.get(name)
+            if (isinstance(new, str) and isinstance(before, str) and before
+                    and before not in new and before != MASKED):
+                return True
+        return False
 
     def apply(self, point: str, rec: dict[str, Any]) -> list[str]:
         """Mask `rec`'s paths and replaced texts in place; returns what was masked (the

@@ -96,6 +96,7 @@ class Operations:
         self.metrics_public = metrics_public
         self.revision = ""
         self.reload_failure: dict[str, Any] | None = None
+        self._named: tuple[Any, str, str] = (None, "", "")  # executor, its name and kind
         self.log_target = "" if not log else shown(log) if is_url(log) else str(
             Path(log).expanduser().absolute())
         self.writer: LogWriter | None = None
@@ -190,11 +191,13 @@ class Operations:
         ref = work_item.ref if isinstance(work_item, WorkItem) else work_item["ref"]
         return at, point, str(ref), text
 
-    @staticmethod
-    def _step(call: CallRecord) -> dict[str, Any]:
-        kind = registry.kind_of(call.executor)
+    def _step(self, call: CallRecord) -> dict[str, Any]:
+        executor = call.executor
+        if executor is not self._named[0]:  # one executor serves until a reload
+            kind = registry.kind_of(executor)
+            self._named = (executor, _name(executor), kind.logged_as if kind else "unknown")
         step: dict[str, Any] = {
-            "hook": _name(call.executor), "kind": kind.logged_as if kind else "unknown",
+            "hook": self._named[1], "kind": self._named[2],
             "status": "failed" if call.failure else "changed" if call.changes else "unchanged"}
         if call.changes:
             step["changed"] = dict(call.changes)
