@@ -251,6 +251,41 @@ def test_postgresql_log_records_every_call_and_replay_reads_the_url(
     assert json.loads(result.stdout)["replayed"] == 5
 
 
+HOSTILE_REFS = ["github:a/b#1\x00", "tab\there", "line\nbreak\r", "back\\slash\\N",
+                'quote"\\"\\n', "\\.", "é🙂"]
+
+
+def _hostile(tmp_path: Path, target: str) -> list[Any]:
+    """Calls whose item refs and prompts hold what COPY or SQL text must escape (a NUL,
+    tabs, newlines, backslashes, `\\.`): every one is recorded, none costs its batch."""
+    served = serve(tmp_path, "--decision-log", target)
+    try:
+        for number, ref in enumerate(HOSTILE_REFS, 1):
+            call = spawn([], prompt=f"p{ref}", number=number)
+            call["params"]["work_item"]["ref"] = ref
+            assert post(served.url, call, AUTH)[0] == 200
+        health = get(served.url + "health")[1]
+    finally:
+        served.stop()
+    assert health["decision_log"]["failed"] == 0
+    return list(read_points(target if target.startswith("postgresql") else Path(target)))
+
+
+def test_refs_and_texts_a_store_must_escape_are_recorded_exactly_in_sqlite(
+        tmp_path: Path) -> None:
+    points = _hostile(tmp_path, str(tmp_path / "log.db"))
+    assert [p.context["prompt"] for p in points] == [f"p{ref}" for ref in HOSTILE_REFS]
+    assert [p.context["work_item"]["ref"] for p in points] == HOSTILE_REFS
+
+
+def test_refs_and_texts_a_store_must_escape_are_recorded_exactly_in_postgresql(
+        tmp_path: Path, pg_dsn: str) -> None:
+    points = _hostile(tmp_path, pg_dsn)
+    assert [p.context["prompt"] for p in points] == [f"p{ref}" for ref in HOSTILE_REFS]
+    assert [p.context["work_item"]["ref"] for p in points] == HOSTILE_REFS
+    assert points[0].work_item == "github:a/b#1\ufffd"  # the filter column: no NUL
+
+
 def _get_text(url: str, headers: dict[str, str]) -> str:
     import urllib.request
 

@@ -189,7 +189,10 @@ class Operations:
             text = encode_record(rec)
         work_item: Any = rec["context"]["work_item"]
         ref = work_item.ref if isinstance(work_item, WorkItem) else work_item["ref"]
-        return at, point, str(ref), text
+        # The item column is a key to filter by: a NUL, which PostgreSQL's text cannot hold
+        # (a batch holding one would be refused whole), is shown as U+FFFD there; the
+        # record keeps the value as received.
+        return at, point, str(ref).replace("\0", "\ufffd"), text
 
     def _step(self, call: CallRecord) -> dict[str, Any]:
         executor = call.executor
