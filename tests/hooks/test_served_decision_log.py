@@ -11,6 +11,7 @@ import json
 import os
 import sqlite3
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -352,3 +353,98 @@ def test_a_declared_chain_records_every_hooks_step_and_masks_its_token_envs(
     assert stamped.masked == ["session_spawn.prompt (replaced by stamp)",
                               "session_spawn (a secret)"]
     assert frozen.refused_by == "house" and frozen.steps[0]["rules"] == ["frozen"]
+
+
+def _old_rows(target: str | Path, days_ago: list[float]) -> None:
+    """Rows written as a server writes them, `days_ago` each (before the server starts)."""
+    from the_loop.hooks.serving.logstore import open_store
+
+    store = open_store(str(target))
+    store.prepare()
+    now = time.time()
+    store.write([(now - d * 86_400, "session_spawn", f"old#{i}", '{"v":2}')
+                 for i, d in enumerate(days_ago)])
+    store.close()
+
+
+def _refs(target: str | Path) -> list[str]:
+    if str(target).startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(str(target)) as conn:
+            return [r for (r,) in conn.execute("SELECT work_item FROM decision_log ORDER BY id")]
+    with sqlite3.connect(target) as conn:
+        return [r for (r,) in conn.execute("SELECT work_item FROM decision_log ORDER BY id")]
+
+
+def _prunes_past_keep(tmp_path: Path, target: str | Path) -> None:
+    _old_rows(target, [40, 31, 29, 1])
+    served = serve(tmp_path, "--decision-log", str(target), "--decision-log-keep-days", "30")
+    try:
+        post(served.url, spawn([], number=7), AUTH)
+        deadline = time.monotonic() + 10
+        while get(served.url + "health")[1]["decision_log"]["pruned"] < 2:
+            assert time.monotonic() < deadline, "the server never pruned its log"
+            time.sleep(0.05)
+        health = get(served.url + "health")[1]
+    finally:
+        served.stop()
+    assert health["decision_log"]["keep_days"] == 30
+    assert _refs(target) == ["old#2", "old#3", "github:acme/app#7"]
+
+
+def test_a_served_sqlite_log_deletes_records_past_their_keep_days(tmp_path: Path) -> None:
+    _prunes_past_keep(tmp_path, tmp_path / "log.db")
+
+
+def test_a_served_postgresql_log_deletes_records_past_their_keep_days(
+        tmp_path: Path, pg_dsn: str) -> None:
+    _prunes_past_keep(tmp_path, pg_dsn)
+
+
+def test_keep_days_zero_keeps_every_record_and_a_bad_value_is_refused_by_name(
+        tmp_path: Path, run_cli: Any) -> None:
+    log = tmp_path / "log.db"
+    _old_rows(log, [400, 40])
+    served = serve(tmp_path, "--decision-log", "log.db", "--decision-log-keep-days", "0")
+    try:
+        post(served.url, spawn([], number=7), AUTH)
+    finally:
+        served.stop()
+    assert _refs(log) == ["old#0", "old#1", "github:acme/app#7"]
+    (tmp_path / "rules").mkdir(exist_ok=True)
+    (tmp_path / "rules" / "rules.yaml").write_text(RULES, encoding="utf-8")
+    result = run_cli("hooks", "serve", "--policy", str(tmp_path / "rules"), "--port", "0",
+                     "--decision-log-keep-days", "-3", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "--decision-log-keep-days: expected a number of days" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_log_weeks_past_its_keep_time_is_pruned_in_slices_between_batches(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    from the_loop.hooks.serving import logstore, logwriter
+
+    monkeypatch.setattr(logstore, "PRUNE_SLICE", 100)
+    monkeypatch.setattr(logwriter, "PRUNE_SLICE", 100)
+    monkeypatch.setattr(logwriter, "LINGER", 0.01)
+    log = tmp_path / "log.db"
+    _old_rows(log, [60.0] * 450 + [1.0])
+    store = logstore.open_store(str(log))
+    store.prepare()
+    slices: list[int] = []
+    prune = store.prune
+    monkeypatch.setattr(store, "prune", lambda before: slices.append(prune(before)) or slices[-1])
+    writer = logwriter.LogWriter(store, str(log), keep_days=30)
+    try:
+        deadline = time.monotonic() + 10
+        while writer.pruned < 450:
+            assert time.monotonic() < deadline
+            writer.put((time.time(), "session_spawn", "new", '{"v":2}'))  # writing goes on
+            time.sleep(0.01)
+        assert writer.flush()
+    finally:
+        writer.close()
+    refs = _refs(log)
+    assert refs[0] == "old#450" and set(refs[1:]) == {"new"} and writer.failed == 0
+    assert slices[:5] == [100, 100, 100, 100, 50]  # a full slice: the next at the next look

@@ -44,7 +44,14 @@ from the_loop.hooks.serving.jsonrpc import (
     first_sighting_log,
     served_points,
 )
-from the_loop.hooks.serving.operated import check_masks, default_log, operations, reloader
+from the_loop.hooks.serving.operated import (
+    KEEP_DAYS,
+    check_masks,
+    default_log,
+    operations,
+    parse_keep_days,
+    reloader,
+)
 from the_loop.hooks.serving.reload import Reloader
 from the_loop.hooks.serving.server import HookServer
 from the_loop.runtime.narrate import line_of
@@ -91,6 +98,10 @@ def register_serve(hooks_sub: Any) -> None:
                     help="record every answered call in this SQLite file or postgresql:// "
                          "database; 'off' records nothing (default: served-decisions.db "
                          "here, or in stateDir with --declared)")
+    pv.add_argument("--decision-log-keep-days", metavar="DAYS", default=str(KEEP_DAYS),
+                    help="delete records older than DAYS from the decision log (checked at "
+                         "start, then hourly; 0 keeps every record; default %(default)s, as "
+                         "the loop's decisionLog.keepDays)")
     pv.add_argument("--mask", metavar="PATH", action="append", default=[],
                     help="a value the decision log must not keep, e.g. input_received.text "
                          "or *.prompt (repeatable; a policy folder's mask: adds more)")
@@ -120,8 +131,9 @@ def serve(args: argparse.Namespace) -> int:
     if args.watch is not None and not 0.05 <= args.watch <= 3600:
         raise UsageError(f"--watch: expected 0.05 to 3600 seconds, got {args.watch}")
     target = args.decision_log or default_log(config_of(args) if args.declared else None)
+    keep = parse_keep_days(args.decision_log_keep_days, "--decision-log-keep-days")
     ops = operations(executor, log=target, masks=args.mask, secrets_in=secrets_in,
-                     metrics_public=args.metrics_public)
+                     metrics_public=args.metrics_public, keep_days=keep)
     try:
         server = HookServer(executor, host=args.host, port=args.port, token_env=token_env,
                             on_call=on_call, ops=ops)

@@ -77,8 +77,16 @@ def shown(target: str) -> str:
     return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
 
 
+#: Rows one prune deletes at most: a log pruned for the first time after weeks is cut in
+#: slices between two batches, so the writer never stops writing for long.
+PRUNE_SLICE = 5000
+_PRUNE = ("DELETE FROM decision_log WHERE id IN (SELECT id FROM decision_log WHERE at < {0} "
+          "ORDER BY id LIMIT {0})")
+
+
 class Store(Protocol):
     def write(self, rows: Sequence[Row]) -> None: ...
+    def prune(self, before: float) -> int: ...
     def close(self) -> None: ...
 
 
@@ -124,6 +132,12 @@ class SQLiteStore:
             raise
         conn.execute("COMMIT")
 
+    def prune(self, before: float) -> int:
+        """Delete up to `PRUNE_SLICE` of the oldest rows recorded before `before`; returns
+        how many went."""
+        conn = self._connect()
+        return int(conn.execute(_PRUNE.format("?"), (before, PRUNE_SLICE)).rowcount)
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -168,6 +182,16 @@ class PostgresStore:
                         time.sleep(0)
         except BaseException:
             self.close()  # the next batch reconnects
+            raise
+
+    def prune(self, before: float) -> int:
+        """As `SQLiteStore.prune` (servers sharing the database each prune; it is idempotent)."""
+        try:
+            conn = self._connect()
+            with conn.transaction():
+                return int(conn.execute(_PRUNE.format("%s"), (before, PRUNE_SLICE)).rowcount)
+        except BaseException:
+            self.close()
             raise
 
     def close(self) -> None:

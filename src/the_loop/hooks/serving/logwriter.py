@@ -20,7 +20,13 @@ import time
 from collections.abc import Callable
 
 from the_loop.errors import one_line
-from the_loop.hooks.serving.logstore import PostgresStore, Row, SQLiteStore, shown
+from the_loop.hooks.serving.logstore import (
+    PRUNE_SLICE,
+    PostgresStore,
+    Row,
+    SQLiteStore,
+    shown,
+)
 
 MAX_QUEUED = 10_000  # records waiting for the writer; past this a record is lost (counted)
 BATCH = 500  # records per transaction at most
@@ -28,6 +34,7 @@ BATCH = 500  # records per transaction at most
 #: one transaction (a commit per call would cost more than the call). The caller never
 #: waits: a put is a deque append, with no lock or wake-up (a queue's cost a third of it).
 LINGER = 0.05
+PRUNE_EVERY = 3600.0  # seconds between two prunes of records past their keep time
 RETRY_PAUSE = 1.0  # seconds the writer rests after a failed batch (a database coming back)
 
 
@@ -35,8 +42,14 @@ class LogWriter:
     """Writes encoded records to `store` from one daemon thread (see the module doc)."""
 
     def __init__(self, store: SQLiteStore | PostgresStore, target: str,
-                 on_failed: Callable[[int], None] = lambda n: None) -> None:
+                 on_failed: Callable[[int], None] = lambda n: None, *,
+                 keep_days: float = 0.0) -> None:
+        """`keep_days`: records older than this are deleted (at start, then hourly, in
+        slices between batches); 0 keeps every record."""
         self.store = store
+        self.keep_seconds = keep_days * 86_400.0
+        self.pruned = 0
+        self._prune_at = 0.0  # when the next prune is due (monotonic clock)
         self.target = shown(target)
         self.on_failed = on_failed
         self.failed = 0
@@ -82,6 +95,22 @@ class LogWriter:
                     self._taken = 0
             if stopping:
                 return
+            if self.keep_seconds and time.monotonic() >= self._prune_at:
+                self._prune()
+
+    def _prune(self) -> None:
+        """One slice of the records past their keep time; the next slice at the next look
+        while a slice comes back full, else in `PRUNE_EVERY`."""
+        try:
+            gone = self.store.prune(time.time() - self.keep_seconds)
+        except Exception as exc:  # the next prune tries again; writing goes on
+            print(f"the-loop: decision log {self.target}: cannot delete old records "
+                  f"({one_line(f'{type(exc).__name__}: {exc}', 300)}); trying again in "
+                  f"{PRUNE_EVERY:g} s", file=sys.stderr, flush=True)
+            gone = 0
+        self.pruned += gone
+        full = gone >= PRUNE_SLICE
+        self._prune_at = time.monotonic() + (0.0 if full else PRUNE_EVERY)
 
     def _write(self, rows: list[Row]) -> None:
         if not rows:

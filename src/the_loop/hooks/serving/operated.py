@@ -25,6 +25,8 @@ from the_loop.hooks.serving.operations import Operations
 from the_loop.hooks.serving.reload import Reloader
 
 OFF = "off"
+#: Days a served record is kept by default: the loop's own decisionLog.keepDays default.
+KEEP_DAYS = 30.0
 DEFAULT_NAME = "served-decisions.db"
 SecretsIn = Callable[[str], list[str]]
 
@@ -49,6 +51,18 @@ def policy_masks(executor: AnyExecutor) -> list[str]:
     return []
 
 
+def parse_keep_days(text: str, option: str) -> float:
+    """A keep time in days (0: forever); `LoopError` naming `option` for anything else."""
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    if not (days == 0 or 0.05 <= days <= 36_500):
+        raise LoopError(f"{option}: expected a number of days from 0.05 to 36500 (0 keeps "
+                        f"every record), got {text[:40]!r}")
+    return days
+
+
 def check_masks(masks: list[str], option: str) -> None:
     """`LoopError` naming the first mask path that names no text value."""
     for path in masks:
@@ -59,13 +73,14 @@ def check_masks(masks: list[str], option: str) -> None:
 
 
 def operations(executor: AnyExecutor, *, log: str, masks: list[str], secrets_in: SecretsIn,
-               metrics_public: bool = False) -> Operations:
+               metrics_public: bool = False, keep_days: float = KEEP_DAYS) -> Operations:
     """The operations of a server serving `executor`; `LoopError` when the log cannot be
     opened (a server that would lose every record refuses to start)."""
     target = None if log == OFF else log
     masker = Masker([*masks, *policy_masks(executor)], secrets_in)
     try:
-        return Operations(log=target, masker=masker, metrics_public=metrics_public)
+        return Operations(log=target, masker=masker, metrics_public=metrics_public,
+                          keep_days=keep_days)
     except (OSError, sqlite3.Error) as exc:
         raise LoopError(f"decision log {shown(log)}: cannot open it ({exc}); name another "
                         "with --decision-log, or --decision-log off") from None

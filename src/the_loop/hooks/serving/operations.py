@@ -89,7 +89,8 @@ class Operations:
     """The decision log, masking and metrics of one server (see the module doc)."""
 
     def __init__(self, *, log: str | None = None, masker: Masker | None = None,
-                 forward: OnCall | None = None, metrics_public: bool = False) -> None:
+                 forward: OnCall | None = None, metrics_public: bool = False,
+                 keep_days: float = 0.0) -> None:
         self.metrics = Metrics()
         self.masker = masker or Masker()
         self.forward = forward
@@ -103,7 +104,8 @@ class Operations:
         if log:
             store = open_store(log)
             store.prepare()  # raises: a log that cannot be opened refuses the start
-            self.writer = LogWriter(store, log, on_failed=self.metrics.log_failed.inc)
+            self.writer = LogWriter(store, log, on_failed=self.metrics.log_failed.inc,
+                                    keep_days=keep_days)
 
     def serving(self, revision: str) -> None:
         """Say which revision serves (the info metric, /health, each record)."""
@@ -219,6 +221,7 @@ class Operations:
         if self.writer is not None:
             w = self.writer
             out["decision_log"] = {"target": self.log_target, "written": w.written,
+                                   "keep_days": w.keep_seconds / 86_400.0, "pruned": w.pruned,
                                    "failed": w.failed, "error": w.error}
         return out
 

@@ -50,7 +50,14 @@ from the_loop.hooks.serving.hosted import (
     token_of,
 )
 from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall, first_sighting_log
-from the_loop.hooks.serving.operated import check_masks, default_log, operations, reloader
+from the_loop.hooks.serving.operated import (
+    KEEP_DAYS,
+    check_masks,
+    default_log,
+    operations,
+    parse_keep_days,
+    reloader,
+)
 from the_loop.hooks.serving.wire import MAX_REQUEST, REVISION_HEADER, Reply, reason_of
 
 if TYPE_CHECKING:
@@ -115,8 +122,11 @@ def core_from_env(environ: Mapping[str, str] | None = None) -> Core:
     try:
         check_masks(masks, f"{ENV_PREFIX}MASK")
         watch = float(env.get(f"{ENV_PREFIX}WATCH", "") or 0)
+        keep = parse_keep_days(env.get(f"{ENV_PREFIX}DECISION_LOG_KEEP_DAYS", "") or
+                               str(KEEP_DAYS), f"{ENV_PREFIX}DECISION_LOG_KEEP_DAYS")
         ops = operations(executor, log=target, masks=masks, secrets_in=secrets_in,
-                         metrics_public=env.get(f"{ENV_PREFIX}METRICS_PUBLIC", "") == "1")
+                         metrics_public=env.get(f"{ENV_PREFIX}METRICS_PUBLIC", "") == "1",
+                         keep_days=keep)
     except ValueError:
         raise HooksConfigError(f"{ENV_PREFIX}WATCH: expected a number of seconds, got "
                                f"{env.get(f'{ENV_PREFIX}WATCH', '')[:40]!r}") from None
