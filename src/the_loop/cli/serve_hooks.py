@@ -98,10 +98,10 @@ def register_serve(hooks_sub: Any) -> None:
                     help="record every answered call in this SQLite file or postgresql:// "
                          "database; 'off' records nothing (default: served-decisions.db "
                          "here, or in stateDir with --declared)")
-    pv.add_argument("--decision-log-keep-days", metavar="DAYS", default=str(KEEP_DAYS),
+    pv.add_argument("--decision-log-keep-days", metavar="DAYS", default=f"{KEEP_DAYS:g}",
                     help="delete records older than DAYS from the decision log (checked at "
-                         "start, then hourly; 0 keeps every record; default %(default)s, as "
-                         "the loop's decisionLog.keepDays)")
+                         "start, then hourly; 0 keeps every record; as the loop's "
+                         "decisionLog.keepDays) (default: %(default)s)")
     pv.add_argument("--mask", metavar="PATH", action="append", default=[],
                     help="a value the decision log must not keep, e.g. input_received.text "
                          "or *.prompt (repeatable; a policy folder's mask: adds more)")
