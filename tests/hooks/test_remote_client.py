@@ -423,6 +423,20 @@ def test_abuse_3_trickling_server_is_bounded_by_the_whole_call(
     assert "within 1 s" in failed_error(log)
 
 
+def test_a_server_that_never_reads_the_request_is_bounded_by_the_deadline(remote: Any) -> None:
+    """A listener that never accepts: the kernel takes the connection and the first few
+    megabytes, then the send waits for room that never comes, until the deadline."""
+    with socket.create_server(("127.0.0.1", 0)) as deaf:
+        url = f"http://127.0.0.1:{deaf.getsockname()[1]}/"
+        chain, log = chain_of(remote(url, timeout=0.5))
+        started = time.monotonic()
+        out = chain.run(SessionSpawn(prompt="x" * (32 << 20)))
+        elapsed = time.monotonic() - started
+    assert out.prompt == "x" * (32 << 20)
+    assert "within 0.5 s" in failed_error(log)
+    assert elapsed < 0.5 + 1.5
+
+
 @pytest.mark.parametrize("answer", [
     http(200, b"").replace(b"Content-Length: 0", f"Content-Length: {MAX_RESPONSE + 1}".encode()),
     b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -48,9 +48,9 @@ from the_loop.hooks.executors.remote_http import (
     Closed,
     Conn,
     close_all,
+    exchange,
     left,
     quote,
-    read_response,
     resolve,
     still_open,
 )
@@ -59,6 +59,9 @@ from the_loop.hooks.serving.wire import NotUnicode, read_json
 __all__ = ["MAX_RESPONSE", "RemoteExecutor"]
 
 MAX_IDLE = 8  # idle keep-alive connections kept per executor
+
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # ASCII: escapes what is not
+_DECISIONS = {point: frozenset(d.name for d in spec.decisions) for point, spec in SPECS.items()}
 
 
 class RemoteExecutor:
@@ -143,16 +146,15 @@ class RemoteExecutor:
 
     def _call(self, point: str, ctx: Context, token: str) -> Decisions | None:
         req_id = next(self._ids)
-        body = json.dumps(
+        body = _encode(
             # to_params: each work-item record carries `tracker` and, for the other the-loop's
             # hooks, the same value as `provider` (issue 20, item 16)
-            {"jsonrpc": "2.0", "method": point, "params": ctx.to_params(), "id": req_id},
-            separators=(",", ":"),
+            {"jsonrpc": "2.0", "method": point, "params": ctx.to_params(), "id": req_id}
         ).encode("ascii")
         head = self._head
         if token:
             head += f"Authorization: Bearer {token}\r\n".encode()
-        request = head + f"Content-Length: {len(body)}\r\n\r\n".encode("ascii") + body
+        request = b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body)
         deadline = time.monotonic() + self.timeout
         answer = self._exchange(request, deadline)
         # The token goes before anything is quoted or cut: a server that echoes the header
@@ -185,12 +187,7 @@ class RemoteExecutor:
         for attempt in (1, 2):
             conn, reused = self._acquire(deadline, fresh=attempt == 2)
             try:
-                try:
-                    conn.sock.settimeout(left(deadline))
-                    conn.sock.sendall(request)
-                except (BrokenPipeError, ConnectionResetError):
-                    raise Closed(0) from None
-                answer = read_response(conn, deadline, self.where)
+                answer = exchange(conn, request, deadline, self.where)
             except Closed as exc:
                 conn.sock.close()
                 if exc.received == 0 and reused and attempt == 1:
@@ -232,7 +229,7 @@ class RemoteExecutor:
                 close_all(self._idle)
             while self._idle:
                 conn = self._idle.pop()
-                if still_open(conn.sock):
+                if still_open(conn):
                     return conn, True
                 conn.sock.close()
         return Conn(self._connect(deadline)), False
@@ -323,7 +320,7 @@ def _read_answer(where: str, point: str, req_id: int, doc: Any) -> Decisions | N
             f"the result from {where} must be null or an object of decisions, got "
             f"{_json_type(result)}"
         )
-    decisions = {d.name for d in SPECS[point].decisions}
+    decisions = _DECISIONS[point]
     values = {k: v for k, v in result.items() if k in decisions}
     dropped = [k for k in result if k not in decisions]
     return Decisions(values=values, dropped=dropped)

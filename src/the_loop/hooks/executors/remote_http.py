@@ -12,8 +12,10 @@ which decides whether the executor may resend), a deadline is `TimeoutError`.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import math
 import select
 import socket
 import ssl
@@ -39,13 +41,73 @@ class Closed(Exception):
 
 
 class Conn:
-    """One connection: its socket and the bytes read past the last answer."""
+    """One connection, whose every wait gets only the time left before a deadline.
 
-    __slots__ = ("buf", "sock")
+    A plain socket is non-blocking and waits in `poll` (a call costs one send, one poll and
+    one recv, not a `settimeout` and a poll before each); a TLS socket (whose library may
+    hold bytes `poll` cannot see), or one where `select.poll` is missing, waits in the
+    socket's own timeout, set to the time left before each operation.
+    """
+
+    __slots__ = ("poller", "ready", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.buf = bytearray()
+        self.ready = False  # a wait saw bytes (or the end) to read
+        self.poller: Any = None
+        if not isinstance(sock, ssl.SSLSocket) and hasattr(select, "poll"):
+            sock.setblocking(False)
+            self.poller = select.poll()
+            self.poller.register(sock, select.POLLIN)
+
+    def send(self, data: bytes, deadline: float) -> None:
+        """Send all of `data` before `deadline`, then wait for the answer's first bytes
+        (TimeoutError when the deadline passes)."""
+        sock = self.sock
+        if self.poller is None:
+            sock.settimeout(left(deadline))
+            sock.sendall(data)
+            return
+        try:
+            sent = sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(data):  # the socket's buffer is full: wait for room, then the rest
+            view = memoryview(data)[sent:]
+            while view:
+                self._wait(select.POLLOUT, deadline)
+                with contextlib.suppress(BlockingIOError):
+                    view = view[sock.send(view):]
+        self._wait(select.POLLIN, deadline)
+        self.ready = True
+
+    def recv(self, deadline: float) -> bytes:
+        """The next bytes the server sent (b"" at its end), waiting at most until
+        `deadline` (TimeoutError when it passes)."""
+        sock = self.sock
+        if self.poller is None:
+            sock.settimeout(left(deadline))
+            return sock.recv(65536)
+        while True:
+            if self.ready:
+                self.ready = False
+            else:
+                self._wait(select.POLLIN, deadline)
+            try:
+                return sock.recv(65536)
+            except BlockingIOError:  # woken with nothing to read: wait again
+                pass
+
+    def _wait(self, event: int, deadline: float) -> None:
+        poller = self.poller
+        if event != select.POLLIN:
+            poller.modify(self.sock, event)
+        try:
+            while not poller.poll(math.ceil(left(deadline) * 1000)):
+                pass  # poll rounds to milliseconds: `left` ends the wait once none are left
+        finally:
+            if event != select.POLLIN:
+                poller.modify(self.sock, select.POLLIN)
 
 
 class Answer:
@@ -73,8 +135,17 @@ def close_all(conns: list[Conn]) -> None:
         conns.pop().sock.close()
 
 
-def still_open(sock: socket.socket) -> bool:
+def still_open(conn: Conn) -> bool:
     """An idle connection is usable only if nothing (not even EOF) is waiting on it."""
+    sock = conn.sock
+    if conn.poller is not None:  # non-blocking: one peek tells
+        try:
+            sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        return False  # EOF, or bytes nobody asked for
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return False
     try:
@@ -121,17 +192,16 @@ def resolve(host: str, port: int, deadline: float) -> AddrInfo:
 class Reader:
     """Reads an answer's bytes from one connection; every recv gets only the time left."""
 
-    __slots__ = ("deadline", "received", "sock")
+    __slots__ = ("conn", "deadline", "received")
 
     def __init__(self, conn: Conn, deadline: float) -> None:
-        self.sock = conn.sock
+        self.conn = conn
         self.deadline = deadline
         self.received = 0
 
     def recv(self) -> bytes:
-        self.sock.settimeout(left(self.deadline))
         try:
-            data = self.sock.recv(65536)
+            data = self.conn.recv(self.deadline)
         except (ConnectionResetError, BrokenPipeError):
             raise Closed(self.received) from None
         if not data:
@@ -147,9 +217,13 @@ def _too_large(where: str, size: str) -> str:
     )
 
 
+_READ = {b"location": "location", b"transfer-encoding": "transfer-encoding",
+         b"content-length": "content-length"}  # the headers an answer is judged by
+
+
 class _Message:
-    """httptools' callbacks for one answer: status, headers (names lowercased, repeats
-    joined with ", "), body; the limits are checked as the bytes arrive."""
+    """httptools' callbacks for one answer: status, the headers a call reads (`_READ`;
+    repeats joined with ", "), body; the limits are checked as the bytes arrive."""
 
     def __init__(self, where: str) -> None:
         self.where = where
@@ -181,7 +255,9 @@ class _Message:
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._count(len(name) + len(value) + 4)
-        key = name.decode("latin-1").lower()
+        key = _READ.get(name.lower())
+        if key is None:
+            return
         text = value.decode("latin-1").strip()
         self.headers[key] = f"{self.headers[key]}, {text}" if key in self.headers else text
 
@@ -234,29 +310,33 @@ class _Message:
         self.keep = bool(self.parser.should_keep_alive())
 
 
-def read_response(conn: Conn, deadline: float, where: str) -> Answer:
-    """Read one HTTP/1.x answer, framed by httptools (llhttp): status, headers, a body by
-    Content-Length, chunks or the end of the connection, each read given the time left."""
+def exchange(conn: Conn, request: bytes, deadline: float, where: str) -> Answer:
+    """Send `request` and read one HTTP/1.x answer, framed by httptools (llhttp): status,
+    headers, a body by Content-Length, chunks or the end of the connection, each wait
+    given the time left. The parser is ready before the send, so the thread goes from the
+    send straight to waiting for the answer (a server in the same process gets the GIL).
+    A connection closed before the request went out is `Closed(0)`."""
     r = Reader(conn, deadline)
     msg = _Message(where)
     parser = msg.parser = httptools.HttpResponseParser(msg)
-    data = bytes(conn.buf)
-    conn.buf.clear()
+    try:
+        conn.send(request, deadline)
+    except (BrokenPipeError, ConnectionResetError):
+        raise Closed(0) from None
     while True:
-        if data:
-            _feed(parser, msg, data)
-            if msg.in_head and not msg.done:  # one header that never ends stops at the cap
-                msg.unfinished += len(data)
-                if msg.unfinished > MAX_HEAD:
-                    raise HookError(f"{msg.bad} (headers over {MAX_HEAD} bytes)")
-        if msg.done:
-            break
         try:
             data = r.recv()
         except Closed:
             if not (msg.until_close and msg.status):
                 raise
             msg.keep = False  # the body ended with the connection
+            break
+        _feed(parser, msg, data)
+        if msg.in_head and not msg.done:  # one header that never ends stops at the cap
+            msg.unfinished += len(data)
+            if msg.unfinished > MAX_HEAD:
+                raise HookError(f"{msg.bad} (headers over {MAX_HEAD} bytes)")
+        if msg.done:
             break
     return Answer(msg.status, msg.reason.decode("latin-1"), b"".join(msg.body),
                   msg.keep and not msg.extra)
