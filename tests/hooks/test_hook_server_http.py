@@ -115,6 +115,37 @@ def test_a_blocking_hook_does_not_stall_the_other_callers() -> None:
     assert blocked[0][0] == 200
 
 
+def test_shutdown_closes_a_connection_whose_hook_call_still_runs() -> None:
+    """The pool thread holds a duplicate of the socket to answer on: a shutdown ends the
+    connection at once all the same, not when the hook returns (which may be never)."""
+    gate = Gate()
+    server = HookServer(gate)
+    server.serve_in_thread()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(request("block", 1))
+            assert gate.entered.wait(10)
+            server.shutdown()
+            with contextlib.suppress(ConnectionResetError):
+                assert sock.recv(1024) == b""  # a timeout here: the connection stayed open
+    finally:
+        gate.release.set()
+        server.shutdown()
+
+
+def test_a_connection_idle_after_an_answer_from_the_pool_is_closed() -> None:
+    """The thread that answered a hook call sets the idle deadline the loop enforces."""
+    with HookServer(Gate(), idle_timeout=0.3) as server, socket.create_connection(
+        ("127.0.0.1", server.port), timeout=10
+    ) as sock:
+        sock.sendall(request("one", 1))
+        (answer,) = read_answers(sock, 1)
+        assert answer[0] == 200
+        started = time.monotonic()
+        assert sock.recv(1024) == b""
+        assert time.monotonic() - started < 5
+
+
 def test_a_hook_class_may_run_its_own_event_loop() -> None:
     """Hooks run in the pool's threads, never on the server's loop: asyncio.run works."""
     with HookServer(Gate()) as server:
