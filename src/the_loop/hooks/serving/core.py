@@ -101,11 +101,20 @@ class HookThreads(Executor):
             del item
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(fn(*args, **kwargs))
+                    result = fn(*args, **kwargs)
                 except BaseException as exc:  # the caller's future carries it
+                    self._idle.release()
                     future.set_exception(exc)
+                else:
+                    # idle before the future's callbacks run (a server answers in them):
+                    # a call submitted once the answer is out finds this thread, and no
+                    # other thread is started or woken for it
+                    self._idle.release()
+                    future.set_result(result)
+                    del result
+            else:
+                self._idle.release()
             del future, fn, args, kwargs
-            self._idle.release()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Take no more calls; cancel the waiting ones when asked; each thread ends after
