@@ -7,15 +7,18 @@ One run, under a minute, prints markdown tables:
    a minimal `http.server` handler answering a constant in one write. For scale, a raw
    socket server answering the constant, and the same minimal handler written the naive way
    (headers and body in two writes, Nagle on) — the delayed-ACK stall the design avoids.
+   The floor, the raw server and the round trip are measured in alternating rounds
+   (`ROUNDS`), so the machine's drift in load falls on all three alike; the target line
+   gives the spread of the per-round ratios too.
 2. Throughput of `HookServer` and of the WSGI app under gunicorn (2 workers: sync, then
    gthread for keep-alive) with 1 and 4 client threads.
 3. A served policy folder of 100 rules against an empty executor on the same stack
    (`hooks serve`; gunicorn gthread with THE_LOOP_HOOK_POLICY vs THE_LOOP_HOOK_PATH):
    calls/s, p99 and the server's CPU per call (issue 14; see benchmarks/served_policy.py).
 
-Targets: executor round trip ≤ 2× the floor; no call ≥ 40 ms anywhere (counted per row);
-a served policy ≥ 0.8× the empty executor's throughput on each stack (judged on server CPU
-per call, which the machine's load barely moves).
+Targets: executor round trip ≤ 1.5× the floor (issue 22); no call ≥ 40 ms anywhere
+(counted per row); a served policy ≥ 0.8× the empty executor's throughput on each stack
+(judged on server CPU per call, which the machine's load barely moves).
 Run: `python benchmarks/remote.py` (`--served` for table 3 alone).
 """
 
@@ -48,7 +51,10 @@ from the_loop.hooks.serving.server import HookServer
 from the_loop.sdk.hooks import LifecycleHooks
 
 STALL_MS = 40.0
+FLOOR = "floor: http.client → http.server constant, one write"
+TRIP = "**Chain.run → RemoteExecutor → HookServer**"
 LATENCY_CALLS = 1500
+ROUNDS = 10  # the latency rows alternate in this many rounds
 NAIVE_CALLS = 25  # each may cost 40 ms: a few are enough to see it
 SECONDS = 1.5  # per throughput row
 
@@ -189,6 +195,25 @@ def _latencies(call: Callable[[], None], n: int, warmup: int = 50) -> list[float
     return out
 
 
+def _interleaved(calls: dict[str, Callable[[], None]], n: int, rounds: int = ROUNDS
+                 ) -> tuple[dict[str, list[float]], list[dict[str, float]]]:
+    """`n` latencies of each call, taken in `rounds` rounds that alternate their order;
+    also each round's median per call."""
+    out: dict[str, list[float]] = {name: [] for name in calls}
+    medians: list[dict[str, float]] = []
+    for call in calls.values():
+        for _ in range(50):
+            call()
+    for r in range(rounds):
+        names = list(calls) if r % 2 == 0 else list(reversed(calls))
+        medians.append({})
+        for name in names:
+            values = _latencies(calls[name], n // rounds, warmup=5)
+            out[name] += values
+            medians[-1][name] = statistics.median(values)
+    return out, medians
+
+
 def _throughput(make: Callable[[], Callable[[], None]], threads: int,
                 seconds: float = SECONDS) -> tuple[float, list[float]]:
     calls = [make() for _ in range(threads)]
@@ -301,14 +326,15 @@ def main() -> int:
     hook_server = HookServer(Prefix())
     hook_server.serve_in_thread()
     try:
-        floor = _latencies(_floor_call(const_port), LATENCY_CALLS)
-        lat_rows.append(("floor: http.client → http.server constant, one write", floor))
-        lat_rows.append(("raw socket server answering the constant",
-                         _latencies(_floor_call(raw_port), LATENCY_CALLS)))
         call, ex = _chain_call(hook_server.url)
         executors.append(ex)
-        lat_rows.append(("**Chain.run → RemoteExecutor → HookServer**",
-                         _latencies(call, LATENCY_CALLS)))
+        measured, rounds = _interleaved({
+            FLOOR: _floor_call(const_port),
+            "raw socket server answering the constant": _floor_call(raw_port),
+            TRIP: call,
+        }, LATENCY_CALLS)
+        lat_rows += measured.items()
+        floor = measured[FLOOR]
         lat_rows.append(("naive http.server: headers and body in two writes, Nagle on",
                          _latencies(_floor_call(naive_port), NAIVE_CALLS, warmup=2)))
 
@@ -359,11 +385,13 @@ def main() -> int:
         print(f"| {name} | {threads} | {rate:,.0f} | {statistics.median(values):.3f} | "
               f"{_p(values, 0.99):.3f} | {_stalls(values)} |")
     served_met = print_served(served)
-    executor_med = statistics.median(lat_rows[2][1])
+    executor_med = statistics.median(dict(lat_rows)[TRIP])
+    per_round = sorted(r[TRIP] / r[FLOOR] for r in rounds)
     stalls = sum(_stalls(v) for name, v in lat_rows if not name.startswith("naive")) + sum(
         _stalls(v) for *_, v in thr_rows)
-    print(f"\nTargets: executor round trip {executor_med / base:.2f}× the floor (≤ 2×: "
-          f"{'met' if executor_med <= 2 * base else 'MISSED'}); calls ≥ 40 ms outside the naive "
+    print(f"\nTargets: executor round trip {executor_med / base:.2f}× the floor (rounds "
+          f"{per_round[0]:.2f}–{per_round[-1]:.2f}; ≤ 1.5×: "
+          f"{'met' if executor_med <= 1.5 * base else 'MISSED'}); calls ≥ 40 ms outside the naive "
           f"row: {stalls} ({'met' if stalls == 0 else 'MISSED'}); a served policy ≥ 0.8× the "
           f"empty executor (server CPU): {'met' if served_met else 'MISSED'}. CPUs: "
           f"{os.cpu_count()}; Python {sys.version.split()[0]}; whole run "
