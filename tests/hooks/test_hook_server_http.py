@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import selectors
 import socket
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from serving_helpers import raw
+from the_loop.hooks.serving.core import POOL_THREADS
 from the_loop.hooks.serving.jsonrpc import CallRecord
 from the_loop.hooks.serving.server import HookServer
 from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
@@ -131,6 +133,36 @@ def test_shutdown_closes_a_connection_whose_hook_call_still_runs() -> None:
     finally:
         gate.release.set()
         server.shutdown()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_queued_hook_calls_hold_no_more_socket_duplicates_than_the_pool_has_threads() -> None:
+    """100 callers whose hooks block: 64 run (the pool's threads), 36 queue. Each running
+    call holds a duplicate of its socket to answer on; the queued ones hold none, so a
+    burst of callers cannot run the process out of file descriptors."""
+    gate = Gate()
+    n = 100
+    with HookServer(gate) as server:
+        before = len(os.listdir("/proc/self/fd"))
+        socks = [socket.create_connection(("127.0.0.1", server.port), timeout=30)
+                 for _ in range(n)]
+        try:
+            for i, sock in enumerate(socks):
+                sock.sendall(request("block", i))
+            deadline = time.monotonic() + 20
+            while (sum(t.name.startswith("hook_") for t in threading.enumerate()) < POOL_THREADS
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
+            time.sleep(0.3)  # the rest reach the queue
+            opened = len(os.listdir("/proc/self/fd")) - before
+            assert opened <= 2 * n + POOL_THREADS + 8  # both ends of each, 64 duplicates
+            gate.release.set()
+            answers = [read_answers(sock, 1)[0][0] for sock in socks]
+        finally:
+            gate.release.set()
+            for sock in socks:
+                sock.close()
+    assert answers == [200] * n
 
 
 def test_a_connection_idle_after_an_answer_from_the_pool_is_closed() -> None:

@@ -37,10 +37,40 @@ MAX_PIPELINED = 32  # requests read ahead of their answers on one connection
 SLICE = 4096  # bytes parsed at a time from a longer read, so a full queue stops the parsing
 
 
+class Duplicates:
+    """Sockets duplicated for answers sent from the pool, at most `limit` open at once: a
+    burst of queued calls costs no more file descriptors than the pool has threads (a call
+    past the bound is answered by the loop)."""
+
+    def __init__(self, limit: int) -> None:
+        self._lock = threading.Lock()
+        self._left = limit
+
+    def take(self, transport: Any) -> int:
+        """A duplicate of the transport's socket; -1 past the bound or where there is none."""
+        with self._lock:
+            if self._left <= 0:
+                return -1
+            self._left -= 1
+        try:
+            return os.dup(transport.get_extra_info("socket").fileno())
+        except (OSError, AttributeError, ValueError):
+            self.give(-1)
+            return -1
+
+    def give(self, fd: int) -> None:
+        """Close a duplicate `take` gave (-1: one it could not make)."""
+        if fd >= 0:
+            os.close(fd)
+        with self._lock:
+            self._left += 1
+
+
 class Host(Protocol):
     """What a connection reads from its server (`server.HookServer`)."""
 
     core: Core
+    duplicates: Duplicates
     loop: asyncio.AbstractEventLoop
     conns: set[Connection]
     idle_timeout: float
@@ -128,7 +158,7 @@ class Connection(asyncio.Protocol):
         the hook returns (which may be never)."""
         with self.lock:
             if self.fd >= 0:
-                os.close(self.fd)
+                self.server.duplicates.give(self.fd)
                 self.fd = -1
 
     def data_received(self, data: bytes) -> None:
@@ -251,7 +281,7 @@ class Connection(asyncio.Protocol):
                 self._write(core.call(item, self.peer), keep, head)
             else:
                 self.busy = True
-                self.fd = _dup(self.transport)
+                self.fd = self.server.duplicates.take(self.transport)
                 core.pool.submit(core.call, item, self.peer).add_done_callback(
                     functools.partial(self._answer, keep, head))
                 return
@@ -297,7 +327,7 @@ class Connection(asyncio.Protocol):
                     if not waiting and not self.in_message:  # loop.time()'s clock, here
                         self.deadline = time.monotonic() + self.server.idle_timeout
             if fd >= 0:
-                os.close(fd)
+                self.server.duplicates.give(fd)
         if not answered:
             _soon(self.loop, self._done, reply, keep, head, rest)
         elif waiting:
@@ -392,14 +422,6 @@ def _soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
     """From a pool thread: `fn(*args)` on the loop (gone after a shutdown: dropped)."""
     with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(fn, *args)
-
-
-def _dup(transport: Any) -> int:
-    """A duplicate of the transport's socket (-1 where there is none to duplicate)."""
-    try:
-        return os.dup(transport.get_extra_info("socket").fileno())
-    except (OSError, AttributeError, ValueError):
-        return -1
 
 
 def _common(reply: Reply, plain: bool) -> bytes | None:

@@ -26,8 +26,14 @@ import contextlib
 import socket
 import threading
 
-from the_loop.hooks.serving.connection import MAX_HEAD, MAX_PIPELINED, SLICE, Connection
-from the_loop.hooks.serving.core import Core
+from the_loop.hooks.serving.connection import (
+    MAX_HEAD,
+    MAX_PIPELINED,
+    SLICE,
+    Connection,
+    Duplicates,
+)
+from the_loop.hooks.serving.core import POOL_THREADS, Core
 from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall, served_points
 from the_loop.hooks.serving.operations import Operations
 
@@ -62,6 +68,7 @@ class HookServer:
         self.request_timeout = request_timeout
         self.max_connections = max_connections
         self.conns: set[Connection] = set()
+        self.duplicates = Duplicates(POOL_THREADS)
         self.loop = _new_loop()
         # Set (on the loop) by shutdown(): a future, not loop.stop(), so a shutdown that
         # comes while create_server is still running is not spent there and lost.
