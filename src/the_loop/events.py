@@ -58,6 +58,9 @@ EVENT_TYPES: dict[str, str] = {
     "session.failed": "a session could not start (its workspace or its harness command "
                       "failed); the item is blocked; fields: work_item, error",
     "session.announced": "the session-started comment was posted; fields: session_id",
+    "launch.waiting": "a launch found this host full when it came to start (another process "
+                      "of the host took the last place under maxSessions): the step waits "
+                      "for room; fields: work_item, step, max_sessions",
     "question.posted": "an agent's question was posted; fields: work_item, session_id",
     "gate.entered": "a human gate was entered; fields: work_item, node",
     "input.delivered": "a person's input was delivered or run; fields: work_item, kind",

@@ -53,3 +53,23 @@ def test_items_beyond_a_full_host_go_to_a_host_with_room(tmp_path: Path, pg_dsn:
     finally:
         small.stop()
         large.stop()
+
+
+def test_two_processes_of_one_host_launching_at_once_keep_to_max_sessions(
+        tmp_path: Path) -> None:
+    """Each `poll --once` checks for room, then waits a second before it starts its
+    session (a pause point): without the host's launch lock both found the one place free
+    and two sessions ran under maxSessions: 1."""
+    with LoopDir(tmp_path) as ld:
+        hold(ld, "maxSessions: 1\n", policy=False)
+        refs = [ld.add(f"Item {i}") for i in range(2)]
+        for ref in refs:
+            ld.start(ref)
+        pause = {"THE_LOOP_PAUSEPOINT": "launch-room=1"}
+        polls = [ld.popen("poll", "--once", "--json", env=pause) for _ in range(2)]
+        reports = [json.loads(p.communicate(timeout=60)[0]) for p in polls]
+        assert sorted((r["launched"], r["waiting"]) for r in reports) == [(0, 1), (1, 0)]
+        assert sum(live_sessions(ld).values()) == 1
+        assert len(ld.query("SELECT id FROM sessions")) == 1
+        waiting = [r for r in refs if not ld.work(r)["session_id"]]
+        assert len(waiting) == 1 and ld.work(waiting[0])["state"] == "running"

@@ -8,12 +8,17 @@ the item, or sends a pull request's own session's input into the ticket's sessio
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+
 from the_loop.errors import LoopError
 from the_loop.hooks.engine.points import SessionSpawn, SessionSpawned
 from the_loop.runtime import harness as harness_mod
 from the_loop.runtime import workspace
 from the_loop.runtime.lease import HOST_ENV
-from the_loop.runtime.service import Decided, Loop, failpoint
+from the_loop.runtime.service import Decided, Loop, failpoint, pausepoint
 from the_loop.runtime.stepkinds import StepKind, salted
 from the_loop.runtime.store import Step
 
@@ -50,15 +55,16 @@ def launch(loop: Loop, step: Step) -> None:
     if prior is not None and not prior["lost"]:
         sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
     if loop.store.session(sid) is None:
-        pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
-        if pid < 0:
-            return
-        # A session found after a crash may have asked already: its item waits for the answer.
-        asked = StepKind.QUESTION in loop.store.queued_by(ref, sid, node.name, 0)
-        loop.store.register_session(sid, step.key, ref=ref, endpoint=target.ref, harness=h.name,
-                                    pid=pid, node=node.name,
-                                    log=str(loop.sessions_dir / f"{sid}.log"),
-                                    state="waiting" if asked else "running")
+        with host_launches(loop):  # room checked and taken by one process of a host at once
+            pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
+            if pid < 0:
+                return  # it could not start (said), or waits for room (step kept)
+            # A session found after a crash may have asked already: its item waits.
+            asked = StepKind.QUESTION in loop.store.queued_by(ref, sid, node.name, 0)
+            loop.store.register_session(sid, step.key, ref=ref, endpoint=target.ref,
+                                        harness=h.name, pid=pid, node=node.name,
+                                        log=str(loop.sessions_dir / f"{sid}.log"),
+                                        state="waiting" if asked else "running")
         loop.log.emit("session.launched", work_item=ref, session_id=sid, session_pid=pid,
                       endpoint=target.ref, respawn=p["respawn"])
         failpoint("register")
@@ -74,6 +80,31 @@ def launch(loop: Loop, step: Step) -> None:
             loop.log.emit("session.announced", work_item=ref, session_id=sid)
     failpoint("announce")
     loop.store.finish(step, "launched", sid)
+
+
+def has_room(loop: Loop, ref: str) -> bool:
+    """Whether this host may start one more session for `ref` (its own current session,
+    which a launch replaces, does not count)."""
+    current = str((loop.work(ref) or {}).get("session_id") or "")
+    if loop.store.running_here(besides=current) < loop.settings.max_sessions:
+        return True
+    # Recorded as running: ask each session's lock (one this loop ended may not be reaped).
+    running = sum(1 for row in loop.store.live_sessions()
+                  if row["id"] != current and loop.session_alive(str(row["id"])))
+    return running < loop.settings.max_sessions
+
+
+@contextlib.contextmanager
+def host_launches(loop: Loop) -> Iterator[None]:
+    """This host's launch lock (a file in stateDir, which its processes share): held from
+    the room check to the session's registration, so two processes of one host launching
+    at once cannot both take the last place under maxSessions."""
+    fd = os.open(loop.settings.state_dir / "launch.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with the descriptor
 
 
 def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
@@ -102,7 +133,9 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
 
 def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
     """Launch the harness for a step (or find the one a crashed process launched);
-    returns its pid (0: it ran, its pid is unknown), or -1 when it could not start."""
+    returns its pid (0: it ran, its pid is unknown), or -1 when it could not start (said)
+    or this host has no room for it now (the step waits; the caller holds
+    `host_launches`, so the room it finds is still there when it registers the session)."""
     sessions = loop.sessions_dir
     pid = harness_mod.lock_pid(sessions, sid)
     w = loop.work(step.ref) or {}
@@ -112,6 +145,11 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
         # whole prompt and is registered, not launched twice.
         (sessions / f"{sid}.prompt").unlink(missing_ok=True)
         return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0)
+    if not has_room(loop, step.ref):  # another process of this host took the last place
+        loop.log.emit("launch.waiting", work_item=step.ref, step=step.key,
+                      max_sessions=loop.settings.max_sessions)
+        return -1
+    pausepoint("launch-room")
     previous = str(w.get("session_id") or "")
     if previous and previous != sid:
         prev = loop.store.session(previous) or {}

@@ -18,6 +18,7 @@ from the_loop.errors import InputTooLong
 from the_loop.interrupt import is_real as is_real_interrupt
 from the_loop.runtime.db import Fenced
 from the_loop.runtime.input_bound import input_refusal
+from the_loop.runtime.launching import has_room
 from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, failpoint, render
 from the_loop.runtime.stepkinds import StepKind, UnknownStepKind, salted
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback, ingest
@@ -96,18 +97,6 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
         if report is not None:
             report.count(step)
     return n
-
-
-def has_room(loop: Loop, ref: str) -> bool:
-    """Whether this host may start one more session for `ref` (its own current session,
-    which a launch replaces, does not count)."""
-    current = str((loop.work(ref) or {}).get("session_id") or "")
-    if loop.store.running_here(besides=current) < loop.settings.max_sessions:
-        return True
-    # Recorded as running: ask each session's lock (one this loop ended may not be reaped).
-    running = sum(1 for row in loop.store.live_sessions()
-                  if row["id"] != current and loop.session_alive(str(row["id"])))
-    return running < loop.settings.max_sessions
 
 
 def _step_failed(loop: Loop, step: Step, exc: BaseException) -> None:

@@ -58,6 +58,17 @@ def failpoint(name: str) -> None:
         os._exit(86)
 
 
+PAUSEPOINT_ENV = "THE_LOOP_PAUSEPOINT"
+
+
+def pausepoint(name: str) -> None:
+    """Wait here when $THE_LOOP_PAUSEPOINT is `name=SECONDS` (race tests only: it holds a
+    process inside a window another process must not slip into)."""
+    point, _, seconds = os.environ.get(PAUSEPOINT_ENV, "").partition("=")
+    if point == name:
+        time.sleep(float(seconds or 1))
+
+
 def render(template: str, **values: str) -> str:
     out = template
     for key, value in values.items():
