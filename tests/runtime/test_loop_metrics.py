@@ -53,3 +53,26 @@ def test_serve_metrics_count_the_points_it_fired_behind_the_token(ld: LoopDir) -
                    (("outcome", "ok"), ("point", "input_received"))] == 1
     assert samples["the_loop_points_call_seconds_count", (("point", "input_received"),)] == 1
     assert samples["the_loop_points_decision_log_writes_failed_total", ()] == 0
+
+
+def test_serve_host_id_names_the_host_its_heartbeat_renews(ld: LoopDir) -> None:
+    ld.write_config("serve: {tokenEnv: LOOP_TOKEN}\n")
+    gate = ld.add("At the gate")
+    ld.start(gate)
+    ld.poll()
+    ld.complete(gate)
+    proc = ld.popen("serve", "--port", "0", "--host-id", "host-s",
+                    env={"LOOP_TOKEN": TOKEN})
+    try:
+        url = readline(proc).split(" on ", 1)[1].strip()
+        req = urllib.request.Request(
+            url + "/items/1/input", method="POST",
+            data=json.dumps({"text": "/approve", "actor": "alice"}).encode(),
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert json.loads(resp.read())["done"] == "approved"
+        hosts = {r["id"]: r["owner"] for r in ld.query("SELECT id, owner FROM hosts")}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert str(hosts.get("host-s", "")).startswith("host-s"), hosts  # its heartbeat's host
