@@ -448,3 +448,50 @@ def test_a_log_weeks_past_its_keep_time_is_pruned_in_slices_between_batches(
     refs = _refs(log)
     assert refs[0] == "old#450" and set(refs[1:]) == {"new"} and writer.failed == 0
     assert slices[:5] == [100, 100, 100, 100, 50]  # a full slice: the next at the next look
+
+
+def _long_ref_calls(tmp_path: Path, target: str) -> tuple[dict[str, Any], list[Any], str]:
+    """Calls around one whose item ref is 6,000 characters no compressor shrinks: in
+    PostgreSQL such a value cannot go into the item column's index."""
+    import base64
+    import random
+
+    long_ref = "github:a/b#" + base64.b64encode(random.Random(23).randbytes(4500)).decode()
+    served = serve(tmp_path, "--decision-log", target)
+    try:
+        for number in range(1, 7):
+            call = spawn([], number=number)
+            if number == 3:
+                call["params"]["work_item"]["ref"] = long_ref
+            assert post(served.url, call, AUTH)[0] == 200
+        deadline = time.monotonic() + 10
+        while True:  # until the writer has written or lost all six
+            log = get(served.url + "health")[1]["decision_log"]
+            if log["written"] + log["failed"] >= 6 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        served.stop()
+    points = list(read_points(target if target.startswith("postgresql") else Path(target)))
+    return log, points, long_ref
+
+
+def test_an_item_ref_too_long_to_index_costs_no_record_in_postgresql(
+        tmp_path: Path, pg_dsn: str, run_cli: Any) -> None:
+    log, points, long_ref = _long_ref_calls(tmp_path, pg_dsn)
+    assert log["failed"] == 0 and log["error"] == ""
+    refs = [p.context["work_item"]["ref"] for p in points]
+    assert refs == [f"github:acme/app#{n}" for n in (1, 2)] + [long_ref] + [
+        f"github:acme/app#{n}" for n in (4, 5, 6)]  # the record keeps the ref as received
+    key = points[2].work_item  # the filter column: a bounded key naming the ref
+    assert key.startswith(long_ref[:100]) and len(key) < 600 and key != long_ref
+    assert [p.work_item for p in read_points(pg_dsn, work_item=long_ref)] == [key]
+
+
+def test_an_item_ref_too_long_to_index_is_keyed_alike_in_sqlite(tmp_path: Path) -> None:
+    log, points, long_ref = _long_ref_calls(tmp_path, str(tmp_path / "log.db"))
+    assert log["failed"] == 0 and len(points) == 6
+    assert points[2].context["work_item"]["ref"] == long_ref
+    assert len(points[2].work_item) < 600
+    assert [p.context["work_item"]["ref"]
+            for p in read_points(tmp_path / "log.db", work_item=long_ref)] == [long_ref]

@@ -31,7 +31,7 @@ from the_loop.hooks.engine.chain import Chain, Outcome
 from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.hooks.executors import registry
 from the_loop.hooks.serving.logstore import TABLE as TABLE
-from the_loop.hooks.serving.logstore import PostgresStore, read_pg
+from the_loop.hooks.serving.logstore import PostgresStore, item_key, read_pg
 from the_loop.hooks.serving.operations import context_json as context_json
 from the_loop.hooks.serving.operations import encode_record
 from the_loop.runtime.pointmetrics import METRICS
@@ -205,12 +205,13 @@ class DecisionLog:
         if not self._ready:
             self.conn.executescript(TABLE)
             self._ready = True
+        key = item_key(ctx.work_item.ref)  # as a served log keys it: what replay filters by
         self.conn.execute(
             "INSERT INTO decision_log(at, point, work_item, record) VALUES (?, ?, ?, ?)",
-            (now, ctx.POINT, ctx.work_item.ref, line),
+            (now, ctx.POINT, key, line),
         )
         if self.shared is not None:  # the host's own copy above is what its console reads
-            self.shared.write([(now, ctx.POINT, ctx.work_item.ref, line)])
+            self.shared.write([(now, ctx.POINT, key, line)])
         if now - self._pruned >= PRUNE_EVERY:
             self.prune(now)
 
@@ -282,7 +283,7 @@ def _where(since: float | None, point: str, work_item: str) -> tuple[str, list[A
     if work_item:
         if ":" in work_item:
             clauses.append("work_item = ?")
-            params.append(work_item)
+            params.append(item_key(work_item))
         else:  # acme/app#3, #3 or 3: the ref's tail
             tail = work_item if "#" in work_item else f"#{work_item}"
             clauses.append("(work_item = ? OR substr(work_item, -length(?)) = ?)")

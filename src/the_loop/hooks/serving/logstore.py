@@ -10,6 +10,7 @@ writes a batch of rows in one transaction and reads rows back for `policy replay
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import sqlite3
 import time
@@ -58,6 +59,24 @@ CONNECT_TIMEOUT = 5
 def _insert(rows: int) -> str:
     """An INSERT of `rows` rows into the SQLite log (the few sizes a writer uses, cached)."""
     return _INSERT.format("?") + ", (?, ?, ?, ?)" * (rows - 1)
+
+
+#: Characters of an item ref the item column keeps as they are. PostgreSQL's index on the
+#: column takes at most 2,704 bytes a row: one call with a longer ref (a body may hold 1 MiB)
+#: cost its whole batch, every other caller's records with it.
+ITEM_KEY_MAX = 512
+
+
+def item_key(ref: str) -> str:
+    """The item column's value for `ref` (a key to filter by; the record keeps the ref as
+    received): the ref itself, a NUL shown as U+FFFD (PostgreSQL's text cannot hold one);
+    past `ITEM_KEY_MAX` characters, its first 400 and the SHA-256 of all of it, under
+    2 KB whatever the characters. A filter by a ref goes through this too."""
+    key = ref.replace("\0", "\ufffd")
+    if len(key) <= ITEM_KEY_MAX:
+        return key
+    digest = hashlib.sha256(ref.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{key[:400]}\u2026sha256:{digest}"
 
 
 def is_url(target: str) -> bool:
@@ -225,7 +244,7 @@ def where_clause(since: float | None, point: str, mark: str,
     params: list[Any] = []
     if work_item:
         clauses.append(f"work_item = {mark}")
-        params.append(work_item)
+        params.append(item_key(work_item))
     if since is not None:
         clauses.append(f"at >= {mark}")
         params.append(since)

@@ -26,7 +26,7 @@ from the_loop.hooks.engine.points import Context, WorkItem
 from the_loop.hooks.executors import registry
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.serving.jsonrpc import CallRecord, OnCall
-from the_loop.hooks.serving.logstore import Row, is_url, open_store, shown
+from the_loop.hooks.serving.logstore import Row, is_url, item_key, open_store, shown
 from the_loop.hooks.serving.logwriter import LogWriter
 from the_loop.hooks.serving.masking import Masker
 from the_loop.hooks.serving.metrics import Metrics
@@ -191,10 +191,9 @@ class Operations:
             text = encode_record(rec)
         work_item: Any = rec["context"]["work_item"]
         ref = work_item.ref if isinstance(work_item, WorkItem) else work_item["ref"]
-        # The item column is a key to filter by: a NUL, which PostgreSQL's text cannot hold
-        # (a batch holding one would be refused whole), is shown as U+FFFD there; the
-        # record keeps the value as received.
-        return at, point, str(ref).replace("\0", "\ufffd"), text
+        # The item column is a key to filter by, one PostgreSQL can store and index (a
+        # batch holding a row it refuses would be lost whole): `item_key`.
+        return at, point, item_key(str(ref)), text
 
     def _step(self, call: CallRecord) -> dict[str, Any]:
         executor = call.executor
