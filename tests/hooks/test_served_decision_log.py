@@ -495,3 +495,60 @@ def test_an_item_ref_too_long_to_index_is_keyed_alike_in_sqlite(tmp_path: Path) 
     assert len(points[2].work_item) < 600
     assert [p.context["work_item"]["ref"]
             for p in read_points(tmp_path / "log.db", work_item=long_ref)] == [long_ref]
+
+
+def test_a_log_writer_whose_stderr_broke_writes_again_after_a_database_blip(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """stderr gone (a closed pipe: `| head` exited, journald restarted), then the database
+    drops the connection: the batch is lost and counted, and the next calls are written —
+    the report nobody can read must not stop the writer for good."""
+    import signal
+    import subprocess
+    import sys
+
+    import psycopg
+
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "rules.yaml").write_text(RULES, encoding="utf-8")
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "the_loop", "hooks", "serve", "--policy", "rules", "--port",
+         "0", "--decision-log", pg_dsn], stdout=subprocess.PIPE, stderr=write_end, text=True,
+        cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    os.close(write_end)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        said = b""
+        while b"SIGHUP reloads\n" not in said:  # the start's lines, the last one whole
+            chunk = os.read(read_end, 4096)
+            assert chunk, said
+            said += chunk
+        os.close(read_end)  # from here on every write to stderr fails (EPIPE)
+        assert post(url, spawn([], number=1))[0] == 200
+        _until(url, lambda log: log["written"] == 1)
+        with psycopg.connect(pg_dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                          "datname = current_database() AND pid <> pg_backend_pid()")
+        assert post(url, spawn([], number=2))[0] == 200  # its batch meets the dead connection
+        _until(url, lambda log: log["failed"] == 1)
+        for number in range(3, 6):
+            assert post(url, spawn([], number=number))[0] == 200
+        log = _until(url, lambda log: log["written"] == 4)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+    assert log["error"] == "" and log["failed"] == 1
+    assert [p.work_item for p in read_points(pg_dsn)] == [
+        f"github:acme/app#{n}" for n in (1, 3, 4, 5)]
+
+
+def _until(url: str, done: Any, timeout: float = 10.0) -> dict[str, Any]:
+    """The decision log's /health fields once `done(fields)` holds (failing after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log: dict[str, Any] = get(url + "health")[1]["decision_log"]
+        if done(log):
+            return log
+        assert time.monotonic() < deadline, f"the decision log never got there: {log}"
+        time.sleep(0.05)

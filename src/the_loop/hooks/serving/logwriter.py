@@ -14,6 +14,7 @@ writing works again), and `error` says what the last failure was until a batch s
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
 import threading
 import time
@@ -104,9 +105,9 @@ class LogWriter:
         try:
             gone = self.store.prune(time.time() - self.keep_seconds)
         except Exception as exc:  # the next prune tries again; writing goes on
-            print(f"the-loop: decision log {self.target}: cannot delete old records "
-                  f"({one_line(f'{type(exc).__name__}: {exc}', 300)}); trying again in "
-                  f"{PRUNE_EVERY:g} s", file=sys.stderr, flush=True)
+            _say(f"the-loop: decision log {self.target}: cannot delete old records "
+                 f"({one_line(f'{type(exc).__name__}: {exc}', 300)}); trying again in "
+                 f"{PRUNE_EVERY:g} s")
             gone = 0
         self.pruned += gone
         full = gone >= PRUNE_SLICE
@@ -123,8 +124,8 @@ class LogWriter:
             return
         self.written += len(rows)
         if self.error:
-            print(f"the-loop: decision log {self.target}: writing again ({self.failed} "
-                  "record(s) lost so far)", file=sys.stderr, flush=True)
+            _say(f"the-loop: decision log {self.target}: writing again ({self.failed} "
+                 "record(s) lost so far)")
             self.error = ""
 
     def lost(self, n: int, why: str) -> None:
@@ -134,7 +135,14 @@ class LogWriter:
         self.error = one_line(why, 300)
         self.on_failed(n)
         if first:
-            print(f"the-loop: decision log {self.target}: cannot write ({self.error}); calls "
-                  "are still answered, lost records are counted "
-                  "(the_loop_served_decision_log_writes_failed_total)", file=sys.stderr,
-                  flush=True)
+            _say(f"the-loop: decision log {self.target}: cannot write ({self.error}); calls "
+                 "are still answered, lost records are counted "
+                 "(the_loop_served_decision_log_writes_failed_total)")
+
+
+def _say(line: str) -> None:
+    """One line on stderr, if stderr can still be written: a closed pipe (a `| head` that
+    exited, a restarted journal) must not end the writer's thread, which would then never
+    write again."""
+    with contextlib.suppress(OSError, ValueError):  # EPIPE, a full disk, a closed file
+        print(line, file=sys.stderr, flush=True)
