@@ -552,3 +552,30 @@ def _until(url: str, done: Any, timeout: float = 10.0) -> dict[str, Any]:
             return log
         assert time.monotonic() < deadline, f"the decision log never got there: {log}"
         time.sleep(0.05)
+
+
+def test_a_prune_with_nothing_old_reads_none_of_the_logs_rows(tmp_path: Path) -> None:
+    """The hourly prune of a log whose records are all recent (the usual case) must not read
+    the table: it runs on the writer's thread, and a scan of a log of millions of records
+    holds every record queued meanwhile (lost past 10,000). Counted in SQLite's virtual
+    machine steps, not in time: a scan of 20,000 rows takes some eighty thousand."""
+    from the_loop.hooks.serving.logstore import SQLiteStore
+
+    log = tmp_path / "log.db"
+    _old_rows(log, [0.5] * 19_990 + [40.0] * 10)
+    store = SQLiteStore(log)
+    store.prepare()
+    steps = [0]
+
+    def step() -> int:
+        steps[0] += 1
+        return 0
+
+    store._connect().set_progress_handler(step, 100)  # called every 100 steps
+    try:
+        assert store.prune(time.time() - 30 * 86_400) == 10
+        assert store.prune(time.time() - 30 * 86_400) == 0
+    finally:
+        store.close()
+    assert steps[0] < 10, f"the prunes took {steps[0] * 100} steps: they read the table"
+    assert len(_refs(log)) == 19_990

@@ -99,8 +99,11 @@ def shown(target: str) -> str:
 #: Rows one prune deletes at most: a log pruned for the first time after weeks is cut in
 #: slices between two batches, so the writer never stops writing for long.
 PRUNE_SLICE = 5000
+#: Oldest first by `at`, so the `at` index finds them: ordered by id, SQLite walked the
+#: table in id order to find rows past the cutoff, and the hourly prune of a log with none
+#: (or fewer than a slice) read every row of it on the writer's thread.
 _PRUNE = ("DELETE FROM decision_log WHERE id IN (SELECT id FROM decision_log WHERE at < {0} "
-          "ORDER BY id LIMIT {0})")
+          "ORDER BY at LIMIT {0})")
 
 
 class Store(Protocol):
