@@ -68,7 +68,10 @@ def test_two_processes_of_one_host_launching_at_once_keep_to_max_sessions(
         pause = {"THE_LOOP_PAUSEPOINT": "launch-room=1"}
         polls = [ld.popen("poll", "--once", "--json", env=pause) for _ in range(2)]
         reports = [json.loads(p.communicate(timeout=60)[0]) for p in polls]
-        assert sorted((r["launched"], r["waiting"]) for r in reports) == [(0, 1), (1, 0)]
+        # Each poll tries both items (whichever it could claim): one session in all, and
+        # whichever poll came second to an item found no room for it.
+        assert sum(r["launched"] for r in reports) == 1
+        assert all(r["waiting"] >= 1 or r["launched"] == 1 for r in reports)
         assert sum(live_sessions(ld).values()) == 1
         assert len(ld.query("SELECT id FROM sessions")) == 1
         waiting = [r for r in refs if not ld.work(r)["session_id"]]

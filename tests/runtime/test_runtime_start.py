@@ -109,7 +109,8 @@ def test_start_launches_session_with_prompt_rewritten_by_local_hook(ld: LoopDir)
     assert [(d["point"], d["hook"], d["changed"]) for d in decided] == [
         ("session_spawn", "prefix", ["prompt"])]
     assert ld.comments(ref) == [
-        f"Session `{session['id']}` started at write (harness record, model m-1)."]
+        f"Session `{session['id'][:8]}…` started at write (harness record, model m-1)."]
+    assert session["id"] not in " ".join(ld.comments(ref))  # what an agent's input must name
     assert ld.work(ref)["state"] == "running"
     assert ld.item(ref)["labels"] == ["loop:writing"]
 
@@ -227,7 +228,7 @@ def test_start_twice_is_one_arming(ld: LoopDir) -> None:
 
 # --------------------------------------------------------------------------- R7.2
 
-SID = re.compile(r"s-[0-9a-f]{12}")
+SID = re.compile(r"s-[0-9a-f]{12}|s-[0-9a-f]{6}…")
 
 
 def scenario(ld: LoopDir) -> dict[str, Any]:

@@ -19,7 +19,14 @@ from the_loop.interrupt import is_real as is_real_interrupt
 from the_loop.runtime.db import Fenced
 from the_loop.runtime.input_bound import input_refusal
 from the_loop.runtime.launching import has_room
-from the_loop.runtime.service import ACTIVE, LOOP_AUTHOR, Loop, failpoint, render
+from the_loop.runtime.service import (
+    ACTIVE,
+    LOOP_AUTHOR,
+    Loop,
+    failpoint,
+    render,
+    shown_session,
+)
 from the_loop.runtime.stepkinds import StepKind, UnknownStepKind, salted
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback, ingest
 from the_loop.runtime.store import Step
@@ -128,7 +135,8 @@ def check_session(loop: Loop, ref: str, report: Report) -> None:
     why = f"session {sid} ended" if sid else "no session is running"
     if int(w["respawns"]) >= 1:
         loop.set_work(ref, state="blocked", session_id="")
-        loop.say(ref, f"Session `{sid}` ended twice without finishing {node.name}; re-arm "
+        loop.say(ref, f"Session `{shown_session(sid)}` ended twice without finishing "
+                      f"{node.name}; re-arm "
                       f"with `the-loop start {ref}`.")
         return
     item = loop.tracker.get(ref, comments=False)
