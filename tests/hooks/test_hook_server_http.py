@@ -165,6 +165,21 @@ def test_queued_hook_calls_hold_no_more_socket_duplicates_than_the_pool_has_thre
     assert answers == [200] * n
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_callers_that_hang_up_leave_no_socket_duplicates_open() -> None:
+    """A connection keeps its duplicate between calls; it goes when the connection does."""
+    with HookServer(Gate()) as server:
+        before = len(os.listdir("/proc/self/fd"))
+        for i in range(100):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+                sock.sendall(request("one", i) + request("two", i))
+                assert [status for status, _ in read_answers(sock, 2)] == [200, 200]
+        deadline = time.monotonic() + 5
+        while len(os.listdir("/proc/self/fd")) > before + 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(os.listdir("/proc/self/fd")) <= before + 4
+
+
 def test_a_connection_idle_after_an_answer_from_the_pool_is_closed() -> None:
     """The thread that answered a hook call sets the idle deadline the loop enforces."""
     with HookServer(Gate(), idle_timeout=0.3) as server, socket.create_connection(

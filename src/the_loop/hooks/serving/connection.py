@@ -38,9 +38,10 @@ SLICE = 4096  # bytes parsed at a time from a longer read, so a full queue stops
 
 
 class Duplicates:
-    """Sockets duplicated for answers sent from the pool, at most `limit` open at once: a
-    burst of queued calls costs no more file descriptors than the pool has threads (a call
-    past the bound is answered by the loop)."""
+    """Sockets duplicated for answers sent from the pool, at most `limit` open at once (a
+    connection keeps its duplicate until it closes): a burst of callers costs no more file
+    descriptors than the pool has threads; a call on a connection past the bound is
+    answered by the loop."""
 
     def __init__(self, limit: int) -> None:
         self._lock = threading.Lock()
@@ -115,7 +116,7 @@ class Connection(asyncio.Protocol):
         # `busy` goes false in the pool thread that answered; it, what the loop hands over
         # (queue, in_message, eof, deadline) and `fd` change under this lock
         self.lock = threading.Lock()
-        self.fd = -1  # while a call runs: a duplicate of the socket to answer it on
+        self.fd = -1  # a duplicate of the socket, for answers sent from the pool
         self._reset()
 
     def _reset(self) -> None:
@@ -154,8 +155,8 @@ class Connection(asyncio.Protocol):
         self.drop()
 
     def drop(self) -> None:
-        """Close the duplicate a running call holds: the connection ends now, not when
-        the hook returns (which may be never)."""
+        """Close the connection's duplicate: it ends now, not when a running hook returns
+        (which may be never)."""
         with self.lock:
             if self.fd >= 0:
                 self.server.duplicates.give(self.fd)
@@ -281,7 +282,8 @@ class Connection(asyncio.Protocol):
                 self._write(core.call(item, self.peer), keep, head)
             else:
                 self.busy = True
-                self.fd = self.server.duplicates.take(self.transport)
+                if self.fd < 0:  # kept for the connection's next calls
+                    self.fd = self.server.duplicates.take(self.transport)
                 core.pool.submit(core.call, item, self.peer).add_done_callback(
                     functools.partial(self._answer, keep, head))
                 return
@@ -302,16 +304,17 @@ class Connection(asyncio.Protocol):
         closed and reused for another caller meanwhile), then wake the loop only if
         something waits for it. Anything else (an error status, a full socket buffer,
         answers to pipelined requests) the loop writes."""
-        if future.cancelled():
+        try:
+            reply = future.result()
+        except concurrent.futures.CancelledError:  # the server shut down
             self.drop()
             return
-        exc = future.exception()
-        reply = future.result() if exc is None else self.core.refuse(
-            500, f"internal error: {type(exc).__name__}")
+        except BaseException as exc:  # the caller gets a 500, never silence
+            reply = self.core.refuse(500, f"internal error: {type(exc).__name__}")
         data = _common(reply, keep and not head)
         rest, answered, waiting = b"", False, False
         with self.lock:
-            fd, self.fd = self.fd, -1
+            fd = self.fd
             # the loop writes nothing while a call runs, so an empty buffer stays empty
             if (data is not None and fd >= 0 and not self.closing and not self.write_paused
                     and not self.transport.get_write_buffer_size()):
@@ -326,8 +329,6 @@ class Connection(asyncio.Protocol):
                     waiting = bool(self.queue) or self.eof or self.paused
                     if not waiting and not self.in_message:  # loop.time()'s clock, here
                         self.deadline = time.monotonic() + self.server.idle_timeout
-            if fd >= 0:
-                self.server.duplicates.give(fd)
         if not answered:
             _soon(self.loop, self._done, reply, keep, head, rest)
         elif waiting:
