@@ -18,7 +18,7 @@ from the_loop.hooks.engine.points import SessionSpawn, SessionSpawned
 from the_loop.runtime import harness as harness_mod
 from the_loop.runtime import workspace
 from the_loop.runtime.lease import HOST_ENV
-from the_loop.runtime.service import Decided, Loop, failpoint, pausepoint, shown_session
+from the_loop.runtime.service import Decided, Loop, failpoint, pausepoint
 from the_loop.runtime.stepkinds import StepKind, salted
 from the_loop.runtime.store import Step
 
@@ -75,8 +75,11 @@ def launch(loop: Loop, step: Step) -> None:
         phase=node.phase))
     if spawned["announce"] is not False:
         model = f", model {h.model}" if h.model else ""
-        if loop.post_once(ref, f"announce:{sid}", f"Session `{shown_session(sid)}` started "
-                                                  f"at {node.name} (harness {h.name}{model})."):
+        # Neither the text nor the marker names the session: its id is what an agent
+        # login's input must name, and anyone who reads the tracker reads comments (another
+        # item's agent too). Operators find it in `the-loop events` and the console.
+        if loop.post_once(ref, f"announce:{step.key}@{loop.store.host}",
+                          f"A session started at {node.name} (harness {h.name}{model})."):
             loop.log.emit("session.announced", work_item=ref, session_id=sid)
     failpoint("announce")
     loop.store.finish(step, "launched", sid)

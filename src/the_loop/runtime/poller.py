@@ -25,7 +25,6 @@ from the_loop.runtime.service import (
     Loop,
     failpoint,
     render,
-    shown_session,
 )
 from the_loop.runtime.stepkinds import StepKind, UnknownStepKind, salted
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback, ingest
@@ -135,8 +134,7 @@ def check_session(loop: Loop, ref: str, report: Report) -> None:
     why = f"session {sid} ended" if sid else "no session is running"
     if int(w["respawns"]) >= 1:
         loop.set_work(ref, state="blocked", session_id="")
-        loop.say(ref, f"Session `{shown_session(sid)}` ended twice without finishing "
-                      f"{node.name}; re-arm "
+        loop.say(ref, f"The session ended twice without finishing {node.name}; re-arm "
                       f"with `the-loop start {ref}`.")
         return
     item = loop.tracker.get(ref, comments=False)

@@ -83,14 +83,6 @@ def session_id_for(step_key: str, salt: str = "") -> str:
     return "s-" + hashlib.sha256((salt + step_key).encode()).hexdigest()[:12]
 
 
-def shown_session(sid: str) -> str:
-    """A session as the tracker's comments name it: its first six hex digits (enough to
-    tell an item's sessions apart, and to find one in `the-loop events` or the console),
-    never the whole id, which an agent login's input must name: a comment anyone who reads
-    the tracker can read (another item's agent too) must not hand it out."""
-    return sid[:8] + "…" if len(sid) > 8 else sid
-
-
 class Decided:
     """What a point decided for a step: fired now, or read back from the step's record."""
 
