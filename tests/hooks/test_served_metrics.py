@@ -196,3 +196,30 @@ def test_the_wsgi_app_logs_counts_and_answers_ready_as_hooks_serve_does(
         time.sleep(0.05)
     assert [p.context["prompt"] for p in points] == ["[masked]"]
     assert points[0].steps[0]["rules"] == ["frozen", "tag"]
+
+
+def test_gunicorn_workers_sharing_a_metrics_folder_answer_every_scrape_with_all_calls(
+        tmp_path: Path) -> None:
+    """With PROMETHEUS_MULTIPROC_DIR (prometheus-client's multiprocess mode) a scrape that
+    reaches any worker counts every worker's calls; without it each worker told its own."""
+    from serving_helpers import gunicorn
+
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "rules.yaml").write_text(RULES, encoding="utf-8")
+    shared = tmp_path / "prometheus"
+    shared.mkdir()
+    env = {"THE_LOOP_HOOK_POLICY": str(tmp_path / "rules"),
+           "THE_LOOP_HOOK_DECISION_LOG": "off", "THE_LOOP_HOOK_METRICS_PUBLIC": "1",
+           "PROMETHEUS_MULTIPROC_DIR": str(shared)}
+    with gunicorn(env, tmp_path, workers=3) as url:
+        for n in range(30):
+            post(url, spawn(["frozen"] if n % 3 == 0 else []))
+        scrapes = [scrape(url) for _ in range(12)]  # a new connection each: any worker
+    key = ("the_loop_served_calls_total", (("outcome", "refused"), ("point", "session_spawn")))
+    ok = ("the_loop_served_calls_total", (("outcome", "ok"), ("point", "session_spawn")))
+    seconds = ("the_loop_served_call_seconds_count", (("point", "session_spawn"),))
+    frozen = ("the_loop_served_rule_matches_total", (("mode", "enforce"), ("rule", "frozen")))
+    for s in scrapes:
+        assert (s[key], s[ok], s[seconds], s[frozen]) == (10, 20, 30, 10)
+    revisions = [k for k in scrapes[0] if k[0] == "the_loop_served_revision_info"]
+    assert revisions and all(scrapes[0][k] == 1 for k in revisions)  # one per live worker

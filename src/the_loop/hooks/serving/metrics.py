@@ -20,17 +20,22 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import os
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
+    Histogram,
     Info,
     disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.utils import floatToGoString
 
 from the_loop.hooks.engine.points import POINTS
@@ -63,6 +68,17 @@ class _Hot:
         self.sums = dict.fromkeys(keys, 0.0)
         self.rules: dict[tuple[str, str], int] = {}  # rule names come from the policy only
 
+    def call(self, key: str, outcome: str, seconds: float) -> None:
+        at = bisect.bisect_left(BUCKETS, seconds)  # the first bound >= seconds: its bucket
+        with self.lock:
+            self.calls[key, outcome] += 1
+            self.buckets[key][at] += 1
+            self.sums[key] += seconds
+
+    def matched(self, rule: str, mode: str) -> None:
+        with self.lock:
+            self.rules[rule, mode] = self.rules.get((rule, mode), 0) + 1
+
     def collect(self) -> Iterator[Metric]:
         with self.lock:
             calls = dict(self.calls)
@@ -90,13 +106,59 @@ class _Hot:
         yield matches
 
 
+class _Shared:
+    """The same series as prometheus-client's own counters and histogram, for a server whose
+    workers share one scrape (`PROMETHEUS_MULTIPROC_DIR` set: the library keeps each value
+    in a file of that folder, and a scrape adds up every worker's)."""
+
+    def __init__(self, prefix: str, registry: CollectorRegistry) -> None:
+        calls = Counter(f"{prefix}_calls", "calls answered, by point and outcome",
+                        ("point", "outcome"), registry=registry)
+        seconds = Histogram(f"{prefix}_call_seconds", "time to answer a call, by point",
+                            ("point",), buckets=BUCKETS, registry=registry)
+        self.rules = Counter(f"{prefix}_rule_matches", "rules that matched, by rule and mode",
+                             ("rule", "mode"), registry=registry)
+        keys = (*POINTS, OTHER)
+        self.calls = {(k, o): calls.labels(k, o) for k in keys for o in OUTCOMES}
+        self.seconds = {k: seconds.labels(k) for k in keys}
+        self.children: dict[tuple[str, str], Any] = {}
+
+    def call(self, key: str, outcome: str, seconds: float) -> None:
+        self.calls[key, outcome].inc()
+        self.seconds[key].observe(seconds)
+
+    def matched(self, rule: str, mode: str) -> None:
+        child = self.children.get((rule, mode))
+        if child is None:
+            child = self.children[rule, mode] = self.rules.labels(rule, mode)
+        child.inc()
+
+
+def shared_by_workers() -> bool:
+    """Whether prometheus-client keeps its values in files workers share (the variable it
+    reads, checked as it checks it)."""
+    return bool({"PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"} & os.environ.keys())
+
+
 class Metrics:
     """The counters and histograms above, in a registry of their own."""
 
     def __init__(self, prefix: str = "the_loop_served") -> None:
         self.registry = registry = CollectorRegistry(auto_describe=True)
-        self._hot = _Hot(prefix)
-        registry.register(self._hot)
+        self.shared = shared_by_workers()
+        hot: _Hot | _Shared
+        if self.shared:
+            hot = _Shared(prefix, registry)
+            self._revision: Info | Gauge = Gauge(
+                f"{prefix}_revision_info", "the policy revision serving", ("revision",),
+                registry=registry, multiprocess_mode="liveall")
+        else:
+            hot = _Hot(prefix)
+            registry.register(hot)
+            self._revision = Info(f"{prefix}_revision", "the policy revision serving",
+                                  registry=registry)
+        self._hot = hot
+        self._serving = ""
         self.refusals = Counter(f"{prefix}_refusals", "refusals, by the rule that refused",
                                 ("rule",), registry=registry)
         self.failures = Counter(f"{prefix}_hook_failures", "hook failures, by hook",
@@ -106,28 +168,33 @@ class Metrics:
         self.reloads_failed = Counter(f"{prefix}_reloads_failed",
                                       "policy reloads refused (the last good one kept)",
                                       registry=registry)
-        self.revision = Info(f"{prefix}_revision", "the policy revision serving",
-                             registry=registry)
         self.log_failed = Counter(f"{prefix}_decision_log_writes_failed",
                                   "decision records that could not be written",
                                   registry=registry)
 
     def call(self, point: str, outcome: str, seconds: float) -> None:
         """Count one call; a point outside the catalog counts as `(other)`."""
-        key = point if point in POINTS else OTHER
-        hot = self._hot
-        at = bisect.bisect_left(BUCKETS, seconds)  # the first bound >= seconds: its bucket
-        with hot.lock:
-            hot.calls[key, outcome] += 1
-            hot.buckets[key][at] += 1
-            hot.sums[key] += seconds
+        self._hot.call(point if point in POINTS else OTHER, outcome, seconds)
 
     def matched(self, rule: str, mode: str) -> None:
         """Count one match of `rule` (a served rule's name) in `mode` (enforce, audit)."""
-        hot = self._hot
-        with hot.lock:
-            hot.rules[rule, mode] = hot.rules.get((rule, mode), 0) + 1
+        self._hot.matched(rule, mode)
+
+    def serving(self, revision: str) -> None:
+        """Say which revision serves (value 1; a worker's earlier one goes to 0)."""
+        revision = revision or "(none)"
+        if isinstance(self._revision, Info):
+            self._revision.info({"revision": revision})
+        else:
+            if self._serving and self._serving != revision:
+                self._revision.labels(self._serving).set(0)
+            self._revision.labels(revision).set(1)
+        self._serving = revision
 
     def text(self) -> bytes:
-        """The exposition in the Prometheus text format."""
-        return generate_latest(self.registry)
+        """The exposition in the Prometheus text format (every worker's, when shared)."""
+        if not self.shared:
+            return generate_latest(self.registry)
+        scrape = CollectorRegistry()
+        MultiProcessCollector(scrape)  # type: ignore[no-untyped-call]
+        return generate_latest(scrape)

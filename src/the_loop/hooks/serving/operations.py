@@ -110,7 +110,7 @@ class Operations:
     def serving(self, revision: str) -> None:
         """Say which revision serves (the info metric, /health, each record)."""
         self.revision = revision
-        self.metrics.revision.info({"revision": revision or "(none)"})
+        self.metrics.serving(revision)
 
     def record(self, call: CallRecord) -> None:
         """The core's `on_call`: count the call, queue its record, tell the next listener."""
