@@ -579,3 +579,36 @@ def test_a_prune_with_nothing_old_reads_none_of_the_logs_rows(tmp_path: Path) ->
         store.close()
     assert steps[0] < 10, f"the prunes took {steps[0] * 100} steps: they read the table"
     assert len(_refs(log)) == 19_990
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_large_records_waiting_for_a_stalled_store_are_bounded_in_bytes(
+        tmp_path: Path) -> None:
+    """A caller sends 300 calls of 900 KB each while the log cannot be written (another
+    process holds SQLite's write lock): the records waiting are bounded in bytes, not only
+    in number (10,000 of them would be 9 GB), so the server's memory stays bounded; the
+    records past the bound are lost and counted, and those kept are written once it can."""
+    served = serve(tmp_path, "--decision-log", "log.db", "--quiet")
+    blocker = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+    try:
+        post(served.url, spawn([], number=1), AUTH)
+        _until(served.url, lambda log: log["written"] == 1)
+        before = _rss_kb(served.proc.pid)
+        blocker.execute("BEGIN IMMEDIATE")  # the writer's INSERT now waits (30 s at most)
+        big = spawn([], prompt="x" * 900_000, number=2)
+        for _ in range(300):
+            assert post(served.url, big, AUTH)[0] == 200
+        grown = _rss_kb(served.proc.pid) - before
+        blocker.execute("ROLLBACK")
+        log = _until(served.url, lambda log: log["written"] + log["failed"] == 301)
+    finally:
+        blocker.close()
+        served.stop()
+    assert grown < 200_000, f"the server grew by {grown} kB while its log was stalled"
+    assert 100 <= log["failed"] <= 280
+    assert log["error"] == ""  # writing again: the records kept went in
+    assert len(list(read_points(tmp_path / "log.db"))) == log["written"]

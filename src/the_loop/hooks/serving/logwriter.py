@@ -30,10 +30,14 @@ from the_loop.hooks.serving.logstore import (
 )
 
 MAX_QUEUED = 10_000  # records waiting for the writer; past this a record is lost (counted)
+#: Characters of record text waiting or being written, at most: a body may be 1 MiB, so
+#: 10,000 records alone would let one caller hold gigabytes while the store is stalled.
+MAX_QUEUED_TEXT = 64 << 20
 BATCH = 500  # records per transaction at most
 #: Seconds between the writer's looks at what is queued: records arriving meanwhile share
 #: one transaction (a commit per call would cost more than the call). The caller never
-#: waits: a put is a deque append, with no lock or wake-up (a queue's cost a third of it).
+#: waits: a put is a deque append under a lock held for an addition, with no wake-up (a
+#: queue's cost a third of it).
 LINGER = 0.05
 PRUNE_EVERY = 3600.0  # seconds between two prunes of records past their keep time
 RETRY_PAUSE = 1.0  # seconds the writer rests after a failed batch (a database coming back)
@@ -58,16 +62,25 @@ class LogWriter:
         self.error = ""
         self._rows: collections.deque[Row] = collections.deque()
         self._taken = 0  # rows the thread took and has not yet written or lost
+        self._held = 0  # characters of the records queued or being written
+        self._held_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="decision-log", daemon=True)
         self._thread.start()
 
     def put(self, row: Row) -> None:
         """Queue one call's record; never blocks (a full queue loses it, counted)."""
-        if len(self._rows) >= MAX_QUEUED:
-            self.lost(1, f"more than {MAX_QUEUED} records waiting (the store is too slow)")
-            return
-        self._rows.append(row)
+        size = len(row[3])
+        with self._held_lock:
+            count_full = len(self._rows) >= MAX_QUEUED
+            full = count_full or self._held + size > MAX_QUEUED_TEXT
+            if not full:
+                self._held += size
+                self._rows.append(row)
+        if full:
+            what = (f"more than {MAX_QUEUED} records" if count_full else
+                    f"more than {MAX_QUEUED_TEXT >> 20} Mi characters of records")
+            self.lost(1, f"{what} waiting (the store is too slow)")
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything queued so far is written or lost; False on timeout."""
@@ -90,9 +103,13 @@ class LogWriter:
             stopping = self._stop.wait(LINGER)  # a close wakes it at once
             while rows:
                 self._taken = n = min(len(rows), BATCH)  # before the pops: flush sees them
+                batch = [rows.popleft() for _ in range(n)]
                 try:
-                    self._write([rows.popleft() for _ in range(n)])
+                    self._write(batch)
                 finally:
+                    size = sum(len(row[3]) for row in batch)
+                    with self._held_lock:
+                        self._held -= size
                     self._taken = 0
             if stopping:
                 return
