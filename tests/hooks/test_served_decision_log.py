@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serving_helpers import Served, get, post
+import pytest
+from serving_helpers import Served, get, gunicorn, post
 from the_loop.hooks.policy.files import revision
 from the_loop.runtime.decisionlog import read_points
 
@@ -612,3 +613,20 @@ def test_large_records_waiting_for_a_stalled_store_are_bounded_in_bytes(
     assert 100 <= log["failed"] <= 280
     assert log["error"] == ""  # writing again: the records kept went in
     assert len(list(read_points(tmp_path / "log.db"))) == log["written"]
+
+
+@pytest.mark.parametrize("worker_class", ["sync", "gthread"])
+def test_a_gunicorn_worker_that_stops_writes_the_records_it_queued_first(
+        tmp_path: Path, worker_class: str) -> None:
+    """The WSGI app has no shutdown call: a worker stopped by gunicorn (a SIGTERM, a
+    --max-requests restart) must still write what its log queued in the last 50 ms."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "rules.yaml").write_text(RULES, encoding="utf-8")
+    log = tmp_path / "log.db"
+    env = {"THE_LOOP_HOOK_POLICY": str(tmp_path / "rules"),
+           "THE_LOOP_HOOK_DECISION_LOG": str(log)}
+    with gunicorn(env, tmp_path, worker_class=worker_class, workers=1) as url:
+        for number in range(1, 21):
+            assert post(url, spawn([], number=number))[0] == 200
+    assert [p.work_item for p in read_points(log)] == [
+        f"github:acme/app#{n}" for n in range(1, 21)]

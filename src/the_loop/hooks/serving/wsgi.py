@@ -29,6 +29,7 @@ stderr (gunicorn's error log) the first time it is seen at a point.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -132,6 +133,8 @@ def core_from_env(environ: Mapping[str, str] | None = None) -> Core:
                                f"{env.get(f'{ENV_PREFIX}WATCH', '')[:40]!r}") from None
     except LoopError as exc:
         raise HooksConfigError(str(exc)) from None
+    if ops.writer is not None:  # a WSGI server says nothing when a worker stops (nor an
+        atexit.register(ops.close)  # ASGI one without lifespan): what is queued is written
     core = Core(executor, token_env, on_call=on_call, warn_open=True, ops=ops)
     if watch > 0 and isinstance(executor, PolicyExecutor | ChainExecutor):
         def build() -> AnyExecutor:
