@@ -73,7 +73,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def gunicorn(env: dict[str, str], cwd: Path, *, worker_class: str = "sync",
-             workers: int = 2, host: str = "127.0.0.1") -> Iterator[str]:
+             workers: int = 2, host: str = "127.0.0.1", preload: bool = False) -> Iterator[str]:
     """gunicorn serving `the_loop.hooks.serving.wsgi:app_from_env()` with `env` (the ASGI app's
     under `uvicorn_worker.UvicornWorker`), bound to `host`; yields its loopback URL.
 
@@ -84,6 +84,8 @@ def gunicorn(env: dict[str, str], cwd: Path, *, worker_class: str = "sync",
             "-b", f"{host}:{port}", "--graceful-timeout", "2"]
     if worker_class == "gthread":
         args += ["--threads", "4"]
+    if preload:  # the app is built once in the master, then the workers are forked
+        args.append("--preload")
     with log.open("wb") as err:
         proc = subprocess.Popen(
             [*args, f"the_loop.hooks.serving.{'asgi' if 'Uvicorn' in worker_class else 'wsgi'}"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from serving_helpers import Served, get, gunicorn, post
 from the_loop.hooks.policy.files import revision
 from the_loop.runtime.decisionlog import read_points
@@ -630,3 +631,22 @@ def test_a_gunicorn_worker_that_stops_writes_the_records_it_queued_first(
             assert post(url, spawn([], number=number))[0] == 200
     assert [p.work_item for p in read_points(log)] == [
         f"github:acme/app#{n}" for n in range(1, 21)]
+
+
+def test_gunicorn_preload_workers_write_their_decision_log(tmp_path: Path) -> None:
+    """With --preload the app (and its log's writer thread) is built in gunicorn's master
+    and the workers are forked from it; a thread does not survive a fork, so each worker
+    needs a writer of its own, on a connection of its own, or nothing it answers is
+    recorded (and /health says all is well)."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "rules.yaml").write_text(RULES, encoding="utf-8")
+    log = tmp_path / "log.db"
+    env = {"THE_LOOP_HOOK_POLICY": str(tmp_path / "rules"),
+           "THE_LOOP_HOOK_DECISION_LOG": str(log)}
+    with gunicorn(env, tmp_path, workers=2, preload=True) as url:
+        for number in range(1, 21):
+            assert post(url, spawn([], number=number))[0] == 200
+        written = _until(url, lambda log: log["written"] > 0)["written"]
+    assert written <= 20  # this worker's own count, not the master's
+    assert sorted(p.work_item for p in read_points(log)) == sorted(
+        f"github:acme/app#{n}" for n in range(1, 21))

@@ -110,6 +110,12 @@ class Store(Protocol):
     def write(self, rows: Sequence[Row]) -> None: ...
     def prune(self, before: float) -> int: ...
     def close(self) -> None: ...
+    def forget(self) -> None: ...
+
+
+#: Connections a forked process got from its parent (gunicorn --preload): kept, never used
+#: or closed there (closing a PostgreSQL one would end the parent's session too).
+_INHERITED: list[Any] = []
 
 
 class SQLiteStore:
@@ -159,6 +165,12 @@ class SQLiteStore:
         how many went."""
         conn = self._connect()
         return int(conn.execute(_PRUNE.format("?"), (before, PRUNE_SLICE)).rowcount)
+
+    def forget(self) -> None:
+        """In a forked child: leave the parent's connection alone; the next write opens one."""
+        if self._conn is not None:
+            _INHERITED.append(self._conn)
+            self._conn = None
 
     def close(self) -> None:
         if self._conn is not None:
@@ -215,6 +227,12 @@ class PostgresStore:
         except BaseException:
             self.close()
             raise
+
+    def forget(self) -> None:
+        """In a forked child: leave the parent's connection alone; the next write opens one."""
+        if self._conn is not None:
+            _INHERITED.append(self._conn)
+            self._conn = None
 
     def close(self) -> None:
         if self._conn is not None:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 from the_loop.errors import one_line
@@ -60,6 +62,11 @@ class LogWriter:
         self.failed = 0
         self.written = 0
         self.error = ""
+        self._start()
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _restart(ref))
+
+    def _start(self) -> None:
         self._rows: collections.deque[Row] = collections.deque()
         self._taken = 0  # rows the thread took and has not yet written or lost
         self._held = 0  # characters of the records queued or being written
@@ -67,6 +74,16 @@ class LogWriter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="decision-log", daemon=True)
         self._thread.start()
+
+    def _forked(self) -> None:
+        """In a forked child (gunicorn --preload builds the app in its master, then forks
+        the workers): no thread survives a fork, so the child gets a writer of its own, on
+        a connection of its own; what the parent queued is the parent's to write."""
+        self.store.forget()
+        self.written = self.failed = self.pruned = 0
+        self.error = ""
+        self._prune_at = 0.0
+        self._start()
 
     def put(self, row: Row) -> None:
         """Queue one call's record; never blocks (a full queue loses it, counted)."""
@@ -155,6 +172,12 @@ class LogWriter:
             _say(f"the-loop: decision log {self.target}: cannot write ({self.error}); calls "
                  "are still answered, lost records are counted "
                  "(the_loop_served_decision_log_writes_failed_total)")
+
+
+def _restart(ref: weakref.ref[LogWriter]) -> None:
+    writer = ref()
+    if writer is not None and not writer._stop.is_set():  # a closed log stays closed
+        writer._forked()
 
 
 def _say(line: str) -> None:
