@@ -235,3 +235,24 @@ def test_data_files_past_the_total_bound_are_refused_before_reading(
     assert _errors(folder, capsys) == [
         f"{folder / 'data'}: the data files hold 134 bytes; at most 100 in all (data is "
         "compiled into every rule that reads it); keep large lists out of the policy"]
+
+
+def test_explain_shows_the_policy_data_a_false_condition_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 25 gap: --explain named the data a condition read without its value."""
+    folder = tmp_path / "pol"
+    (folder / "data").mkdir(parents=True)
+    (folder / "rules.yaml").write_text(
+        "rules:\n  - name: maintainers-only\n    on: session_spawn\n"
+        "    when: \"contains(data.maintainers, actor)\"\n"
+        "    set: {proceed: false, reason: maintainer}\n", encoding="utf-8")
+    (folder / "data" / "people.yaml").write_text("maintainers: [ann, bob]\n", encoding="utf-8")
+    assert main(["policy", "eval", str(folder), "--point", "session_spawn", "--facts",
+                 "actor=carol", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert ('contains(data.maintainers, actor) is false (actor = "carol"; '
+            'data.maintainers = ["ann", "bob"])') in out
+    assert main(["policy", "eval", str(folder), "--point", "session_spawn", "--facts",
+                 "actor=carol", "--explain", "--json"]) == 0
+    [rule] = json.loads(capsys.readouterr().out)["explain"]
+    assert rule["false"][0]["fields"] == {"actor": "carol", "data.maintainers": ["ann", "bob"]}

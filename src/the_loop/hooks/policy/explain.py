@@ -2,9 +2,9 @@
 
 For every rule at the point, in evaluation order: matched (with what it sets, or for an audit
 rule what it would have set), not matched (the parts of `when` that were false, re-printed,
-with the values of the fields they read), or failed (the run-time error). Evaluation is the
-reference interpreter on the context's JSON view: the same answers the executor gives, at a
-cost only an explaining person pays.
+with the values of the fields and the policy data they read), or failed (the run-time
+error). Evaluation is the reference interpreter on the context's JSON view: the same
+answers the executor gives, at a cost only an explaining person pays.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from the_loop.hooks.engine.chain import Chain, Outcome
 from the_loop.hooks.engine.points import Context, context_to_json
+from the_loop.hooks.policy.data import MARK
 from the_loop.hooks.policy.expressions import COMPILER
 from the_loop.hooks.policy.exprtext import show
 from the_loop.hooks.policy.point_rules import RuntimeFailure, point_rules
@@ -146,7 +147,23 @@ def false_parts(node: Mapping[str, Any], data: Any) -> list[FalsePart]:
         for name in path:
             value = value.get(name) if isinstance(value, dict) else None
         fields[".".join(path)] = value
+    fields.update(data_reads(node))
     return [FalsePart(show(node), _eval(node, data), fields)]
+
+
+def data_reads(node: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy data a condition reads, by name (`data.maintainers`) with its value: the
+    load replaced each read with the literal it reads (`data.PolicyData.rewrite`)."""
+    found: dict[str, Any] = {}
+    stack: list[Any] = [node]
+    while stack:
+        part = stack.pop()
+        if not isinstance(part, Mapping):
+            continue
+        if part.get("type") == "literal" and isinstance(part.get(MARK), list):
+            found[show(part)] = part.get("value")
+        stack.extend(part.get("children", ()))
+    return dict(sorted(found.items()))
 
 
 def _eval(node: Mapping[str, Any], data: Any) -> Any:
