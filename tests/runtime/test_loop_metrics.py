@@ -1,11 +1,14 @@
-"""`the-loop serve` exposes the points its process fired, as a hook server does its calls."""
+"""`the-loop serve` exposes the points its process fired, as a hook server does its calls, and
+renews its heartbeat under the host id it is given."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,13 +29,16 @@ def _get(url: str, token: str | None) -> tuple[int, str]:
             return err.code, err.read().decode()
 
 
-def test_serve_metrics_count_the_points_it_fired_behind_the_token(ld: LoopDir) -> None:
+@contextlib.contextmanager
+def approved_through_serve(ld: LoopDir, *args: str) -> Iterator[str]:
+    """An item at a gate, `serve ARGS` started and the gate approved through its API;
+    yields serve's URL (serve stops after the block)."""
     ld.write_config("serve: {tokenEnv: LOOP_TOKEN}\n")
     gate = ld.add("At the gate")
     ld.start(gate)
     ld.poll()
     ld.complete(gate)
-    proc = ld.popen("serve", "--port", "0", env={"LOOP_TOKEN": TOKEN})
+    proc = ld.popen("serve", "--port", "0", *args, env={"LOOP_TOKEN": TOKEN})
     try:
         url = readline(proc).split(" on ", 1)[1].strip()
         req = urllib.request.Request(
@@ -41,11 +47,16 @@ def test_serve_metrics_count_the_points_it_fired_behind_the_token(ld: LoopDir) -
             headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as resp:
             assert json.loads(resp.read())["done"] == "approved"
-        assert _get(url + "/metrics", None)[0] == 401
-        status, text = _get(url + "/metrics", TOKEN)
+        yield url
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
+
+
+def test_serve_metrics_count_the_points_it_fired_behind_the_token(ld: LoopDir) -> None:
+    with approved_through_serve(ld) as url:
+        assert _get(url + "/metrics", None)[0] == 401
+        status, text = _get(url + "/metrics", TOKEN)
     assert status == 200
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for f in text_string_to_metric_families(text) for s in f.samples}
@@ -56,23 +67,6 @@ def test_serve_metrics_count_the_points_it_fired_behind_the_token(ld: LoopDir) -
 
 
 def test_serve_host_id_names_the_host_its_heartbeat_renews(ld: LoopDir) -> None:
-    ld.write_config("serve: {tokenEnv: LOOP_TOKEN}\n")
-    gate = ld.add("At the gate")
-    ld.start(gate)
-    ld.poll()
-    ld.complete(gate)
-    proc = ld.popen("serve", "--port", "0", "--host-id", "host-s",
-                    env={"LOOP_TOKEN": TOKEN})
-    try:
-        url = readline(proc).split(" on ", 1)[1].strip()
-        req = urllib.request.Request(
-            url + "/items/1/input", method="POST",
-            data=json.dumps({"text": "/approve", "actor": "alice"}).encode(),
-            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            assert json.loads(resp.read())["done"] == "approved"
+    with approved_through_serve(ld, "--host-id", "host-s"):
         hosts = {r["id"]: r["owner"] for r in ld.query("SELECT id, owner FROM hosts")}
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
     assert str(hosts.get("host-s", "")).startswith("host-s"), hosts  # its heartbeat's host
