@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serving_helpers import Served, get
+from serving_helpers import Served, get, gunicorn
 from the_loop.hooks.policy.files import revision
 
 CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session_spawn",
@@ -170,3 +170,36 @@ def _metrics(url: str) -> str:
 
     with urllib.request.urlopen(url + "metrics", timeout=10) as resp:
         return str(resp.read().decode())
+
+
+def _revision_answering(url: str) -> str:
+    host, port = url.split("/")[2].rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)  # a new connection: any
+    try:                                                              # worker may take it
+        conn.request("POST", "/", body=CALL, headers={"Content-Type": "application/json",
+                                                      "Connection": "close"})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.getheader("X-Policy-Revision") or ""
+    finally:
+        conn.close()
+
+
+def test_gunicorn_preload_workers_each_watch_and_reload_their_policy(tmp_path: Path) -> None:
+    """With --preload the app (and its watch thread) is built in gunicorn's master and the
+    workers are forked from it; no thread survives a fork, so a worker must start a watch
+    of its own, or a change is never served (while /health still names the old revision)."""
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    first = write(folder, rules("one"))
+    env = {"THE_LOOP_HOOK_POLICY": str(folder), "THE_LOOP_HOOK_WATCH": "0.1",
+           "THE_LOOP_HOOK_DECISION_LOG": "off"}
+    with gunicorn(env, tmp_path, workers=2, preload=True) as url:
+        assert _revision_answering(url) == first
+        second = write(folder, rules("two"))
+        deadline = time.monotonic() + 15
+        seen: list[str] = []
+        while seen[-8:] != [second] * 8:  # eight answers in a row, from either worker
+            assert time.monotonic() < deadline, f"still answering {seen[-8:]}"
+            seen.append(_revision_answering(url))
+            time.sleep(0.05)

@@ -13,6 +13,8 @@ polled; no dependency); each WSGI/ASGI worker does the same with THE_LOOP_HOOK_W
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
 import time
@@ -96,9 +98,8 @@ class Reloader:
             if self.ops is not None:
                 self.ops.reload_failure = None
                 self.ops.metrics.reloads.inc()
-            print(f"the-loop: reloaded ({why}): revision {new} serves"
-                  f"{' (unchanged)' if new == old else f' (was {old})'}",
-                  file=sys.stderr, flush=True)
+            _say(f"the-loop: reloaded ({why}): revision {new} serves"
+                 f"{' (unchanged)' if new == old else f' (was {old})'}")
             return True
 
     def _failed(self, why: str, exc: LoopError) -> None:
@@ -111,11 +112,13 @@ class Reloader:
             self.ops.metrics.reloads_failed.inc()
             self.ops.reload_failure = {"failed": revision, "serving": self.serving,
                                        "at": round(time.time(), 3), "errors": errors}
-        print(f"the-loop: reload ({why}) refused: revision {revision} does not load; "
-              f"revision {self.serving} keeps serving:\n{exc}", file=sys.stderr, flush=True)
+        _say(f"the-loop: reload ({why}) refused: revision {revision} does not load; "
+             f"revision {self.serving} keeps serving:\n{exc}")
 
     def watch_in_thread(self, every: float = WATCH_EVERY) -> threading.Thread:
-        """Poll the files every `every` seconds in a daemon thread; reload when they change."""
+        """Poll the files every `every` seconds in a daemon thread; reload when they change.
+        A process forked afterwards (gunicorn --preload builds the app in its master, then
+        forks the workers) starts a watch of its own: no thread survives a fork."""
         def watch() -> None:
             while True:
                 time.sleep(every)
@@ -123,9 +126,22 @@ class Reloader:
                     if self.changed():
                         self.reload("a file changed")
                 except Exception as exc:  # the watch must outlive a bad moment on disk
-                    print(f"the-loop: watch: {type(exc).__name__}: {exc}", file=sys.stderr,
-                          flush=True)
+                    _say(f"the-loop: watch: {type(exc).__name__}: {exc}")
 
-        thread = threading.Thread(target=watch, name="policy-watch", daemon=True)
-        thread.start()
-        return thread
+        def start() -> threading.Thread:
+            thread = threading.Thread(target=watch, name="policy-watch", daemon=True)
+            thread.start()
+            return thread
+
+        def forked() -> None:
+            self._lock = threading.Lock()  # the parent's watch may have held it at the fork
+            start()
+
+        os.register_at_fork(after_in_child=forked)
+        return start()
+
+
+def _say(line: str) -> None:
+    """One line on stderr if it can still be written: a closed pipe must not end a watch."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
