@@ -203,3 +203,42 @@ def test_gunicorn_preload_workers_each_watch_and_reload_their_policy(tmp_path: P
             assert time.monotonic() < deadline, f"still answering {seen[-8:]}"
             seen.append(_revision_answering(url))
             time.sleep(0.05)
+
+
+def test_a_reload_after_stderr_closed_keeps_the_server_serving_the_new_revision(
+        tmp_path: Path) -> None:
+    """stderr a closed pipe (a `| head` that exited, a restarted journal): the line saying
+    a reload happened cannot be written, and that must not stop the server."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    write(folder, rules("one"))
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "the_loop", "hooks", "serve", "--policy", "rules", "--port",
+         "0", "--decision-log", "off", "--quiet"], stdout=subprocess.PIPE, stderr=write_end,
+        text=True, cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    os.close(write_end)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        said = b""
+        while b"SIGHUP reloads\n" not in said:  # the start's lines, the last one whole
+            chunk = os.read(read_end, 4096)
+            assert chunk, said
+            said += chunk
+        os.close(read_end)  # from here on every write to stderr fails (EPIPE)
+        second = write(folder, rules("two"))
+        proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while (answered := _revision_answering(url)) != second:
+            assert time.monotonic() < deadline, answered
+            time.sleep(0.05)
+        time.sleep(0.3)  # past the reload's line
+        assert proc.poll() is None and _revision_answering(url) == second
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
