@@ -1,13 +1,15 @@
 """HTTP/1.1 for the remote executor: connections, and answers read under one deadline.
 
-Every socket operation gets only the time left before the call's deadline (`left`), so a
-server that trickles its answer cannot stretch a call. httptools (llhttp, the parser
-uvicorn uses) frames the bytes read — status line, headers, Content-Length, chunks —
-so duplicate lengths, bad chunk sizes and the like are judged by kept code; a body with
-neither length nor chunks ends with the connection. Bodies are refused past
-`MAX_RESPONSE` without reading further. Failures are `HookError`s with a message for a
-person; a connection closed by the server is `Closed` (with the count of answer bytes read,
-which decides whether the executor may resend), a deadline is `TimeoutError`.
+Every socket operation gets only the time left before the call's deadline (`left`): a
+plain socket is non-blocking and waits in `poll` for that long, a TLS socket in its own
+timeout. So a server that trickles its answer, or never reads, cannot stretch a call.
+httptools (llhttp, the parser uvicorn uses) frames the bytes read — status line, headers,
+Content-Length, chunks — so duplicate lengths, bad chunk sizes and the like are judged by
+kept code; a body with neither length nor chunks ends with the connection. Bodies are
+refused past `MAX_RESPONSE` without reading further. Failures are `HookError`s with a
+message for a person; a connection closed by the server is `Closed` (with the count of
+answer bytes read, which decides whether the executor may resend), a deadline is
+`TimeoutError`.
 """
 
 from __future__ import annotations
