@@ -97,3 +97,13 @@ def test_read_json_takes_a_utf8_bom_as_the_stdlib_does() -> None:
 def test_read_json_nesting_is_read_or_refused_as_the_stdlib_does(depth: int) -> None:
     body = b"[" * depth + b"]" * depth
     assert outcome(fast, body) == outcome(stdlib, body)
+
+
+@pytest.mark.parametrize("body", [
+    "\ufeff{}",  # a BOM in text (a remote hook's answer is read as text)
+    b"\xef\xbb\xbf\xef\xbb\xbf{}",  # a second BOM behind the one bytes may start with
+    "\ufeff",
+])
+def test_read_json_refuses_a_bom_in_text_in_the_stdlib_words(body: bytes | str) -> None:
+    assert outcome(fast, body) == outcome(stdlib, body)
+    assert "Unexpected UTF-8 BOM" in outcome(fast, body)[1]

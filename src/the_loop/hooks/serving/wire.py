@@ -85,7 +85,12 @@ def read_json(body: bytes | str, *, decoder: json.JSONDecoder | None = None,
         except UnicodeDecodeError as exc:
             raise NotUnicode(f"is not UTF-8 (byte 0x{body[exc.start]:02x} at offset "
                              f"{exc.start}); send UTF-8 text") from None
-    doc = decoder.decode(text) if decoder is not None else json.loads(text, **options)
+    if decoder is None:
+        doc = json.loads(text, **options)
+    elif text.startswith("\ufeff"):  # what json.loads says before it decodes; decode() does not
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    else:
+        doc = decoder.decode(text)
     if _SURROGATE_ESCAPE.search(text):  # rare: only then is the document walked again
         try:
             json.dumps(doc, ensure_ascii=False).encode("utf-8")
