@@ -650,3 +650,32 @@ def test_gunicorn_preload_workers_write_their_decision_log(tmp_path: Path) -> No
     assert written <= 20  # this worker's own count, not the master's
     assert sorted(p.work_item for p in read_points(log)) == sorted(
         f"github:acme/app#{n}" for n in range(1, 21))
+
+
+def test_a_postgresql_log_whose_database_is_not_utf8_refuses_the_start(
+        tmp_path: Path, _pg_admin_dsn: str) -> None:
+    """A LATIN1 database cannot hold an emoji a caller puts in a prompt: one such record
+    would cost its whole batch, so such a log is refused at start, naming the fix."""
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+
+    from conftest import _with_dbname
+
+    name = f"the_loop_t_latin1_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_pg_admin_dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {} ENCODING 'LATIN1' TEMPLATE template0 "
+                              "LC_COLLATE 'C' LC_CTYPE 'C'").format(sql.Identifier(name)))
+    served = None
+    try:
+        served = serve(tmp_path, "--decision-log", _with_dbname(_pg_admin_dsn, name))
+    except AssertionError as exc:
+        assert "LATIN1" in str(exc) and "UTF8" in str(exc) and "Traceback" not in str(exc)
+    else:
+        served.stop()
+        raise AssertionError("the server started on a log that loses any record holding "
+                             "a character LATIN1 has not")
+    finally:
+        with psycopg.connect(_pg_admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))

@@ -193,6 +193,7 @@ class PostgresStore:
             psycopg = _psycopg()
             conn = psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT)
             try:
+                _require_utf8(conn, self.url)
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(7411)")  # one creator at a time
                     for statement in PG_TABLE:
@@ -240,6 +241,18 @@ class PostgresStore:
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+def _require_utf8(conn: Any, url: str) -> None:
+    """`LoopError` for a database whose text is not UTF-8: a record holds any text a caller
+    sent, and one character the encoding has not (an emoji in a LATIN1 database) would
+    cost the whole batch it is written with."""
+    encoding = conn.info.parameter_status("server_encoding") or ""
+    if encoding.upper() not in ("UTF8", "UTF-8"):
+        raise LoopError(f"decision log {shown(url)}: the database's encoding is {encoding}, "
+                        "which cannot hold every text a call carries (a record with a "
+                        "character it has not would be lost with its whole batch); use a "
+                        "database created with ENCODING 'UTF8'")
 
 
 def _psycopg() -> Any:
