@@ -48,6 +48,13 @@ _PLAIN_FIELDS: dict[str, dict[str, type]] = {
             and name not in ALIASES.get(point, {})}
     for point, fs in _FIELDS.items()
 }
+#: Per point: the list-of-strings and work-item fields read by their own name (no alias).
+_LIST_FIELDS = {point: frozenset(name for name, f in fs.items() if f.type == "list[str]"
+                                 and name not in ALIASES.get(point, {}))
+                for point, fs in _FIELDS.items()}
+_RECORD_FIELDS = {point: frozenset(name for name, f in fs.items() if f.type == "WorkItem"
+                                   and name not in ALIASES.get(point, {}))
+                  for point, fs in _FIELDS.items()}
 
 
 def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
@@ -59,12 +66,20 @@ def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
         raise ValueError(f"the context must be a JSON object, got {_json_type(params)}")
     fields = _FIELDS[point]
     aliases = ALIASES.get(point, {})
-    simple = _PLAIN_FIELDS[point]
+    simple, lists, records = _PLAIN_FIELDS[point], _LIST_FIELDS[point], _RECORD_FIELDS[point]
     ignored: list[str] = []
     kwargs: dict[str, Any] = {}
     for raw_key, value in params.items():
         if simple.get(raw_key) is type(value):  # our name, the right scalar type
             kwargs[raw_key] = value
+            continue
+        if raw_key in lists and type(value) is list and all(type(v) is str for v in value):
+            kwargs[raw_key] = list(value)  # our name, a list of strings
+            continue
+        if raw_key in records:  # our name, a work-item record: mapped and checked there
+            item = _record(value, ignored, prefix=raw_key)
+            kwargs[raw_key] = item if isinstance(item, WorkItem) else check_value(
+                fields[raw_key], item, where=f"{point}.{raw_key}")  # names the wrong type
             continue
         key = str(raw_key)
         name = aliases.get(key, key)
@@ -79,7 +94,7 @@ def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
             kwargs[name] = value
             continue
         if fs.type == "WorkItem":
-            value = _record(value, ignored, prefix=f"{key}.")
+            value = _record(value, ignored, prefix=key)
             if isinstance(value, WorkItem):
                 kwargs[name] = value
                 continue
@@ -96,7 +111,8 @@ def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
 
 def _record(value: Any, ignored: list[str], *, prefix: str) -> Any:
     """A work-item record in our names, built when every type is right; else the mapped
-    object, for `check_value` to name the wrong type. Unknown keys are recorded."""
+    object, for `check_value` to name the wrong type. Unknown keys are recorded, as
+    `<prefix>.<key>`."""
     if not isinstance(value, dict):
         return value  # the type check names it
     for key, item in value.items():  # the common case: our names, right types, a kind
@@ -112,7 +128,7 @@ def _record(value: Any, ignored: list[str], *, prefix: str) -> Any:
         name = RECORD_ALIASES.get(key, key)
         if name not in _RECORD_TYPES or (name != key and name in value):
             if name == key or value[name] != item:  # our own client sends both, the same
-                ignored.append(prefix + key)
+                ignored.append(f"{prefix}.{key}")
             continue
         if name in EMPTY_MEANS_DEFAULT and item == "":
             continue
