@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+import orjson
+
 from the_loop import __version__
 from the_loop.errors import describe_exception
 from the_loop.events import redact
@@ -343,7 +345,12 @@ def _cut(answer: dict[str, Any], limit: int = _MAX_MESSAGE) -> dict[str, Any]:
 
 
 def _dumps(doc: Any) -> bytes:
-    return _ENCODER.encode(doc).encode("ascii")
+    """An answer's bytes: orjson's UTF-8, or the stdlib's for what orjson does not write
+    (an integer past 64 bits; a float that is not finite, which no answer may carry)."""
+    try:
+        return orjson.dumps(doc)
+    except TypeError:
+        return _ENCODER.encode(doc).encode("ascii")
 
 
 def _json_type(value: Any) -> str:
