@@ -679,3 +679,36 @@ def test_a_postgresql_log_whose_database_is_not_utf8_refuses_the_start(
     finally:
         with psycopg.connect(_pg_admin_dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))
+
+
+def test_records_a_stalled_store_did_not_take_by_the_stop_are_counted_and_said(
+        tmp_path: Path, capsys: Any) -> None:
+    """A server stopping while its store is stalled (another process holds SQLite's write
+    lock) waits a bounded time; the records still waiting then are lost, so they are
+    counted and said on stderr, not dropped in silence with the process."""
+    from the_loop.hooks.serving import logstore, logwriter
+
+    log = tmp_path / "log.db"
+    store = logstore.SQLiteStore(log)
+    store.prepare()
+    writer = logwriter.LogWriter(store, str(log))
+    blocker = sqlite3.connect(log, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # the writer's INSERT waits for it
+    try:
+        for n in range(5):
+            writer.put((time.time(), "session_spawn", f"first#{n}", '{"v":2}'))
+        deadline = time.monotonic() + 10
+        while writer._taken != 5:  # until the writer took them (and waits on the lock)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        for n in range(3):
+            writer.put((time.time(), "session_spawn", f"then#{n}", '{"v":2}'))
+        writer.close(timeout=0.3)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    err = capsys.readouterr().err
+    assert "3 record(s) not written at stop" in err and "a batch of 5" in err
+    assert writer.failed == 3
+    writer._thread.join(10)  # the batch it held goes in once the lock is let go
+    assert sorted(_refs(log)) == [f"first#{n}" for n in range(5)]

@@ -109,10 +109,28 @@ class LogWriter:
         return True
 
     def close(self, timeout: float = 5.0) -> None:
-        """Write what is queued (for at most `timeout` seconds), then stop the thread."""
+        """Write what is queued (for at most `timeout` seconds), then stop the thread. If
+        the store has not taken it all by then, what still waits is lost, counted and said;
+        the store is left open under a batch still being written (closing a connection in
+        use by another thread crashed the process: a segmentation fault in SQLite)."""
         self._stop.set()
         self._thread.join(timeout)
-        self.store.close()
+        if not self._thread.is_alive():
+            self.store.close()
+            return
+        left = size = 0
+        with contextlib.suppress(IndexError):  # the thread may pop the next batch meanwhile
+            while True:
+                size += len(self._rows.popleft()[3])
+                left += 1
+        with self._held_lock:
+            self._held -= size
+        if left:
+            self.failed += left
+            self.on_failed(left)
+        busy = f"; a batch of {self._taken} was still being written" if self._taken else ""
+        _say(f"the-loop: decision log {self.target}: {left} record(s) not written at stop "
+             f"(the store did not take them within {timeout:g} s){busy}")
 
     def _run(self) -> None:
         rows = self._rows
