@@ -138,7 +138,10 @@ class LogWriter:
             stopping = self._stop.wait(LINGER)  # a close wakes it at once
             while rows:
                 self._taken = n = min(len(rows), BATCH)  # before the pops: flush sees them
-                batch = [rows.popleft() for _ in range(n)]
+                batch: list[Row] = []
+                with contextlib.suppress(IndexError):  # a close() past its wait takes the rest
+                    for _ in range(n):
+                        batch.append(rows.popleft())
                 try:
                     self._write(batch)
                 finally:
