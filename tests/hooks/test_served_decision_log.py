@@ -357,14 +357,16 @@ def test_a_declared_chain_records_every_hooks_step_and_masks_its_token_envs(
     assert frozen.refused_by == "house" and frozen.steps[0]["rules"] == ["frozen"]
 
 
-def _old_rows(target: str | Path, days_ago: list[float]) -> None:
-    """Rows written as a server writes them, `days_ago` each (before the server starts)."""
+def _old_rows(target: str | Path, days_ago: list[float], *, prefix: str = "old",
+              record: str = '{"v":2,"served":true}') -> None:
+    """Rows written as a server writes them, `days_ago` each (before the server starts);
+    with `record` '{"v":2}', as a loop writes its own."""
     from the_loop.hooks.serving.logstore import open_store
 
     store = open_store(str(target))
     store.prepare()
     now = time.time()
-    store.write([(now - d * 86_400, "session_spawn", f"old#{i}", '{"v":2}')
+    store.write([(now - d * 86_400, "session_spawn", f"{prefix}#{i}", record)
                  for i, d in enumerate(days_ago)])
     store.close()
 
@@ -712,3 +714,22 @@ def test_records_a_stalled_store_did_not_take_by_the_stop_are_counted_and_said(
     assert writer.failed == 3
     writer._thread.join(10)  # the batch it held goes in once the lock is let go
     assert sorted(_refs(log)) == [f"first#{n}" for n in range(5)]
+
+
+def test_a_served_prune_keeps_the_records_a_loop_wrote_in_the_same_log(
+        tmp_path: Path, database: str) -> None:
+    """A loop's shared database holds its own decision records in the table a hook server
+    writes (docs/runtime.md: kept until the operator deletes them), and one reader serves
+    both, so an operator points the server there too: its prune deletes served records
+    only, never the loop's (in SQLite: a server pointed at a loop.db)."""
+    target = database or str(tmp_path / "loop.db")
+    _old_rows(target, [40, 35], prefix="loop", record='{"v":2,"context":{"text":'
+              '"\\"served\\":true"}}')  # a loop's records, one quoting the mark
+    _old_rows(target, [40, 35, 1])
+    served = serve(tmp_path, "--decision-log", target, "--decision-log-keep-days", "30")
+    try:
+        post(served.url, spawn([], number=7), AUTH)
+        _until(served.url, lambda log: log["pruned"] == 2 and log["written"] == 1)
+    finally:
+        served.stop()
+    assert _refs(target) == ["loop#0", "loop#1", "old#2", "github:acme/app#7"]

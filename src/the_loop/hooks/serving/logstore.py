@@ -101,9 +101,16 @@ def shown(target: str) -> str:
 PRUNE_SLICE = 5000
 #: Oldest first by `at`, so the `at` index finds them: ordered by id, SQLite walked the
 #: table in id order to find rows past the cutoff, and the hourly prune of a log with none
-#: (or fewer than a slice) read every row of it on the writer's thread.
+#: (or fewer than a slice) read every row of it on the writer's thread. Served records
+#: only (`SERVED`): a loop's shared database keeps its own in the same table until the
+#: operator deletes them (docs/runtime.md), and one reader serving both invites pointing
+#: a hook server there.
 _PRUNE = ("DELETE FROM decision_log WHERE id IN (SELECT id FROM decision_log WHERE at < {0} "
-          "ORDER BY at LIMIT {0})")
+          "AND record LIKE {0} ORDER BY at LIMIT {0})")
+#: What only a served record's text holds (`"served":true` as its encoders write it; a
+#: string quoting it is written `\"served\":true`, which this does not match).
+SERVED = '%"served":true%'
+
 
 
 class Store(Protocol):
@@ -164,7 +171,7 @@ class SQLiteStore:
         """Delete up to `PRUNE_SLICE` of the oldest rows recorded before `before`; returns
         how many went."""
         conn = self._connect()
-        return int(conn.execute(_PRUNE.format("?"), (before, PRUNE_SLICE)).rowcount)
+        return int(conn.execute(_PRUNE.format("?"), (before, SERVED, PRUNE_SLICE)).rowcount)
 
     def forget(self) -> None:
         """In a forked child: leave the parent's connection alone; the next write opens one."""
@@ -224,7 +231,8 @@ class PostgresStore:
         try:
             conn = self._connect()
             with conn.transaction():
-                return int(conn.execute(_PRUNE.format("%s"), (before, PRUNE_SLICE)).rowcount)
+                return int(conn.execute(_PRUNE.format("%s"), (before, SERVED, PRUNE_SLICE)
+                                        ).rowcount)
         except BaseException:
             self.close()
             raise
