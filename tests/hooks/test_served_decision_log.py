@@ -733,3 +733,25 @@ def test_a_served_prune_keeps_the_records_a_loop_wrote_in_the_same_log(
     finally:
         served.stop()
     assert _refs(target) == ["loop#0", "loop#1", "old#2", "github:acme/app#7"]
+
+
+def test_a_masked_work_item_field_is_kept_in_no_work_item_record_of_the_call(
+        tmp_path: Path) -> None:
+    """`--mask '*.work_item.url'`: at session_spawn the same item (or its pull request) is
+    also the `endpoint` record, with the same url; the value must not survive there."""
+    url = "https://tracker.example/secret-project/issues/12"
+    served = serve(tmp_path, "--decision-log", "log.db", "--mask", "*.work_item.url")
+    try:
+        call = spawn([], number=12)
+        call["params"]["work_item"]["url"] = url
+        call["params"]["endpoint"] = {"ref": "github:acme/app#12", "number": 12, "url": url}
+        assert post(served.url, call, AUTH)[0] == 200
+    finally:
+        served.stop()
+    raw = (tmp_path / "log.db").read_bytes() + b"".join(
+        p.read_bytes() for p in tmp_path.glob("log.db-*"))
+    assert url.encode() not in raw
+    (point,) = read_points(tmp_path / "log.db")
+    assert point.context["work_item"]["url"] == point.context["endpoint"]["url"] == "[masked]"
+    assert {"session_spawn.work_item.url", "session_spawn.endpoint.url"} <= set(point.masked)
+    assert point.context["endpoint"]["ref"] == "github:acme/app#12"  # only the path named

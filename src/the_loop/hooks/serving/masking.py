@@ -5,7 +5,8 @@ decisions answered, and listed in the record's `masked` (so `policy replay` can 
 values it could not see):
 
 - a path the operator names (`--mask input_received.text`, a policy folder's `mask:`):
-  the value becomes `[masked]` (`hooks.policy.maskpaths`);
+  the value becomes `[masked]` (`hooks.policy.maskpaths`); a work-item field is masked in
+  every work-item record of the context (`work_item`, and a session's `endpoint`);
 - a text decision a hook replaced wholesale (its new value does not contain the old one,
   as when a rule redacts an input): the original, in the context and in earlier steps,
   becomes `[masked]` — the log keeps no more than the agent was let see;
@@ -74,10 +75,25 @@ class Masker:
         secrets are `redact`'s, once the record is encoded)."""
         masked: list[str] = []
         for _path, parts in self._at.get(point, ()):
-            if self._mask_path(rec, parts):
+            if parts[0] == "work_item":
+                masked += [f"{point}.{name}.{parts[1]}"
+                           for name in self._mask_records(rec, parts[1])]
+            elif self._mask_path(rec, parts):
                 masked.append(f"{point}.{'.'.join(parts)}")
         masked += self._replaced(point, rec)
         return masked
+
+    @staticmethod
+    def _mask_records(rec: dict[str, Any], key: str) -> list[str]:
+        """Mask `key` in every work-item record of the context: `work_item`, and the
+        `endpoint` of a session's points, which is the same item (or its pull request) and
+        carries the same url; returns the records that held a value."""
+        hit = []
+        for name, item in rec["context"].items():
+            if isinstance(item, dict) and item.get(key):  # work-item records are the dicts
+                item[key] = MASKED
+                hit.append(name)
+        return hit
 
     def redact(self, point: str, rec: dict[str, Any], text: str) -> list[str]:
         """Replace every secret `text` (the encoded `rec`) holds, in `rec` (read back from
@@ -99,12 +115,6 @@ class Masker:
     @staticmethod
     def _mask_path(rec: dict[str, Any], parts: tuple[str, ...]) -> bool:
         context = rec["context"]
-        if parts[0] == "work_item":
-            item = context.get("work_item")
-            if isinstance(item, dict) and item.get(parts[1]):
-                item[parts[1]] = MASKED
-                return True
-            return False
         name = parts[0]
         hit = bool(context.get(name))
         context[name] = mask_value(context.get(name))
