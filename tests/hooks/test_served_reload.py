@@ -242,3 +242,37 @@ def test_a_reload_after_stderr_closed_keeps_the_server_serving_the_new_revision(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=10)
+
+
+def test_a_policy_file_caught_half_written_by_the_watch_is_never_served(
+        tmp_path: Path) -> None:
+    """An editor that writes a file in place leaves it half written for a moment; a watch
+    that looks then sees a policy with its first rule only, which loads: calls would get
+    half of a revision. The watch loads a change only once two looks agree."""
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    write(folder, rules("t0"))
+    served = Served(["hooks", "serve", "--policy", "rules", "--port", "0", "--quiet",
+                     "--watch", "0.1", "--decision-log", "off"], tmp_path)
+    callers = Callers(served.url, n=2)
+    try:
+        for n in range(1, 11):
+            whole = rules(f"t{n}")
+            half = whole[:whole.index("  - name: suffix")]  # the prefix rule alone: it loads
+            with (folder / "rules.yaml").open("w", encoding="utf-8") as out:
+                out.write(half)
+                out.flush()
+                time.sleep(0.04)  # the moment an editor's write takes, stretched
+                out.write(whole[len(half):])
+            time.sleep(0.3)
+        final = revision(folder)
+        deadline = time.monotonic() + 10
+        while _revision_answering(served.url) != final:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        callers.finish()
+        served.stop()
+    assert callers.failures == []
+    halves = {p for _, p in callers.answers if not p.endswith("]") or p.count("[") != 2}
+    assert halves == set(), f"answers from a half-written policy: {sorted(halves)[:3]}"

@@ -68,17 +68,25 @@ class Reloader:
         self.on_swap = on_swap
         self._lock = threading.Lock()
         self._seen = signature(roots())
+        self._settling: tuple[tuple[str, int, int], ...] | None = None
 
     @property
     def serving(self) -> str:
         return str(getattr(self.cores[0].executor, "revision", ""))
 
     def changed(self) -> bool:
-        """Whether a watched file changed since the last look (or the last reload)."""
+        """Whether a watched file changed since the last reload, and the change has settled:
+        a look that finds a change waits for the next look to find the same files (a file
+        an editor is writing in place, caught half written, may load: its first rules
+        alone would serve until the next look)."""
         now = signature(self.roots())
         if now == self._seen:
+            self._settling = None
             return False
-        self._seen = now
+        if now != self._settling:  # new since the last look: look again before loading
+            self._settling = now
+            return False
+        self._seen, self._settling = now, None
         return True
 
     def reload(self, why: str = "SIGHUP") -> bool:
