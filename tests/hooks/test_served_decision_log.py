@@ -418,11 +418,12 @@ def test_keep_days_zero_keeps_every_record_and_a_bad_value_is_refused_by_name(
     assert _refs(log) == ["old#0", "old#1", "github:acme/app#7"]
     (tmp_path / "rules").mkdir(exist_ok=True)
     (tmp_path / "rules" / "rules.yaml").write_text(RULES, encoding="utf-8")
-    result = run_cli("hooks", "serve", "--policy", str(tmp_path / "rules"), "--port", "0",
-                     "--decision-log-keep-days", "-3", cwd=tmp_path)
-    assert result.returncode != 0
-    assert "--decision-log-keep-days: expected a number of days" in result.stderr
-    assert "Traceback" not in result.stderr
+    for bad in ("-3", "30_0", "1e2", "nan", "0.01"):
+        result = run_cli("hooks", "serve", "--policy", str(tmp_path / "rules"), "--port", "0",
+                         "--decision-log-keep-days", bad, cwd=tmp_path)
+        assert result.returncode != 0, bad
+        assert "--decision-log-keep-days: expected a number of days" in result.stderr, bad
+        assert "Traceback" not in result.stderr
 
 
 def test_a_log_weeks_past_its_keep_time_is_pruned_in_slices_between_batches(

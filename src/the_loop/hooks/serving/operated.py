@@ -7,6 +7,7 @@ told nothing; `OFF` turns the log off.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -51,12 +52,13 @@ def policy_masks(executor: AnyExecutor) -> list[str]:
     return []
 
 
+_DAYS = re.compile(r"[0-9]+(\.[0-9]+)?")
+
+
 def parse_keep_days(text: str, option: str) -> float:
     """A keep time in days (0: forever); `LoopError` naming `option` for anything else."""
-    try:
-        days = float(text)
-    except ValueError:
-        days = -1.0
+    # Digits and one point only: float() would also take "30_0" (300), "1e2" or " 7 ".
+    days = float(text) if _DAYS.fullmatch(text) else -1.0
     if not (days == 0 or 0.05 <= days <= 36_500):
         raise LoopError(f"{option}: expected a number of days from 0.05 to 36500 (0 keeps "
                         f"every record), got {text[:40]!r}")
