@@ -434,7 +434,9 @@ def test_a_server_that_never_reads_the_request_is_bounded_by_the_deadline(remote
         elapsed = time.monotonic() - started
     assert out.prompt == "x" * (32 << 20)
     assert "within 0.5 s" in failed_error(log)
-    assert elapsed < 0.5 + 1.5
+    # Bounded, not hung (a send with no deadline waits here for good); the slack is for
+    # building and encoding the 32 MB body on a loaded machine, which is not the deadline's.
+    assert elapsed < 0.5 + 8
 
 
 @pytest.mark.parametrize("answer", [

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.config import Config, find_config, read_config
-from the_loop.errors import LoopError
+from the_loop.errors import LoopError, UsageError
 
 #: The longest wait a duration flag takes (a day): past it a poller is not polling.
 MAX_SECONDS = 86_400.0
@@ -96,3 +96,22 @@ def print_json(data: Any) -> None:
 
 def add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
+
+
+#: The options that name a hook class on the command line (`hooks serve`, `hooks run`).
+CLI_NAMES = {"path": "--path", "module": "--module", "executor": "--executor", "with": "--with"}
+
+
+def with_arg(text: str) -> dict[str, Any]:
+    """--with JSON: a class's constructor keyword arguments (`hooks serve`, `hooks run`)."""
+    try:
+        with_ = json.loads(text or "{}")
+    except ValueError as exc:
+        raise UsageError(f"--with: not JSON ({exc}); pass an object like '{{\"team\": \"a\"}}'")
+    if not isinstance(with_, dict) or not all(
+        isinstance(k, str) and k.isidentifier() for k in with_
+    ):
+        raise UsageError(
+            f"--with: expected a JSON object of constructor keyword arguments, got {text!r}"
+        )
+    return with_

@@ -8,7 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from the_loop.cli._common import add_json, completes_points, config_of, print_json, require_path
+from the_loop.cli._common import (
+    CLI_NAMES,
+    add_json,
+    completes_points,
+    config_of,
+    print_json,
+    require_path,
+    with_arg,
+)
 from the_loop.cli.dryrun import (
     add_input_args,
     dry_context,
@@ -16,7 +24,7 @@ from the_loop.cli.dryrun import (
     explained_of,
     print_outcome,
 )
-from the_loop.cli.serve_hooks import CLI_NAMES, register_serve, with_arg
+from the_loop.cli.serve_hooks import register_serve
 from the_loop.errors import HooksConfigError, UsageError
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.declaration import parse_hooks
@@ -30,7 +38,6 @@ from the_loop.hooks.engine.points import (
     unknown_point_message,
 )
 from the_loop.hooks.executors.registry import default_points
-from the_loop.hooks.serving.hosted import policy_executor
 
 
 def register(sub: Any) -> None:
@@ -130,6 +137,8 @@ def one_hook_chain(args: argparse.Namespace) -> Chain | None:
         require_path(args, value, f"{option} ", or_else="or leave it out to run the declared "
                                                         "chain")
         if args.policy:
+            from the_loop.hooks.serving.hosted import policy_executor
+
             executor: Any = policy_executor(args.policy)
         else:
             executor = load_executor(path=args.path, module=None, names=CLI_NAMES,

@@ -44,7 +44,7 @@ from the_loop.errors import InputTooLong, LoopError
 from the_loop.hooks.serving.metrics import CONTENT_TYPE as METRICS_TYPE
 from the_loop.hooks.serving.wire import NotUnicode, read_json
 from the_loop.runtime.identity import AGENT_PREFIX
-from the_loop.runtime.pointmetrics import METRICS
+from the_loop.runtime.pointmetrics import metrics
 from the_loop.runtime.poller import classify, deliver, reply
 from the_loop.runtime.service import Loop
 from the_loop.runtime.stepkinds import StepKind
@@ -58,6 +58,7 @@ class ControlServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, loop: Loop, host: str, port: int, token_env: str) -> None:
+        metrics()  # this process counts its points from now on (GET /metrics)
         self.loop = loop
         self.config: Config = loop.config
         self.token_env = token_env
@@ -173,7 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
                                       "carries its own"})
             return
         if path == "/metrics":
-            self._send_text(200, METRICS.text(), METRICS_TYPE)
+            self._send_text(200, metrics().text(), METRICS_TYPE)
             return
         with self.server.borrow() as loop:
             try:

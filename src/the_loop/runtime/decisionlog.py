@@ -32,9 +32,9 @@ from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.hooks.executors import registry
 from the_loop.hooks.serving.logstore import TABLE as TABLE
 from the_loop.hooks.serving.logstore import PostgresStore, item_key, read_pg
-from the_loop.hooks.serving.operations import context_json as context_json
-from the_loop.hooks.serving.operations import encode_record
-from the_loop.runtime.pointmetrics import METRICS
+from the_loop.hooks.serving.records import context_json as context_json
+from the_loop.hooks.serving.records import encode_record
+from the_loop.runtime.pointmetrics import kept
 
 __all__ = ["TABLE", "DecisionLog", "Recorded", "count_points", "read_points"]
 
@@ -188,7 +188,9 @@ class DecisionLog:
             self._failed(ctx, exc)
 
     def _failed(self, ctx: Context, exc: BaseException) -> None:
-        METRICS.log_failed.inc()
+        counted = kept()
+        if counted is not None:
+            counted.log_failed.inc()
         self.log.emit("decisions.failed", point=ctx.POINT, work_item=ctx.work_item.ref,
                       error=f"{type(exc).__name__}: {exc}")
 

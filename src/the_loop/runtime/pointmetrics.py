@@ -4,29 +4,49 @@ The same metrics a hook server keeps (`hooks.serving.metrics`), named `the_loop_
 one registry per process (a `serve` process and a `poll` process each count their own
 points; R3.7: the declaration is read once per process, so the reload counters stay 0).
 `observe` is called by `Loop.fire` with each point's outcome; labels are points, rule names
-and hook names only.
+and hook names only. The metrics exist once `metrics()` is first asked for — by `serve`'s
+control plane when it starts — so a `poll` process, which nothing scrapes, counts nothing
+and never imports prometheus-client (a tenth of its start-up).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from the_loop.hooks.engine.chain import Chain, Outcome
-from the_loop.hooks.serving.metrics import Metrics
-from the_loop.hooks.serving.operations import refusing_rule
 
-METRICS = Metrics(prefix="the_loop_points")
+if TYPE_CHECKING:
+    from the_loop.hooks.serving.metrics import Metrics
+
+_made: list[Metrics] = []  # this process's metrics, once asked for
+
+
+def metrics() -> Metrics:
+    """This process's point metrics, made at the first ask (see the module doc)."""
+    if not _made:
+        from the_loop.hooks.serving.metrics import Metrics
+
+        _made.append(Metrics(prefix="the_loop_points"))
+    return _made[0]
+
+
+def kept() -> Metrics | None:
+    """The metrics if this process keeps them (a control plane asked), else None."""
+    return _made[0] if _made else None
 
 
 def observe(outcome: Outcome, chain: Chain, seconds: float) -> None:
     """Count one fired point (never raises: metrics cost a point nothing but time)."""
-    with contextlib.suppress(Exception):  # a counter must never fail a point
-        _observe(outcome, chain, seconds)
+    m = kept()
+    if m is not None:
+        with contextlib.suppress(Exception):  # a counter must never fail a point
+            _observe(m, outcome, chain, seconds)
 
 
-def _observe(outcome: Outcome, chain: Chain, seconds: float) -> None:
-    m = METRICS
+def _observe(m: Metrics, outcome: Outcome, chain: Chain, seconds: float) -> None:
+    from the_loop.hooks.serving.operations import refusing_rule
+
     failed = False
     for step in outcome.steps:
         for rule in step.detail.get("rules", ()):

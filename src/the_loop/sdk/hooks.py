@@ -1,4 +1,11 @@
-"""The public SDK for hook authors: re-exports only (the names existing hook modules import)."""
+"""The public SDK for hook authors: re-exports only (the names existing hook modules import).
+
+`HookServer` and `handle_request` are imported when first asked for: a hook module the loop
+loads at every start (`poll`) then costs no server stack (an event loop, an HTTP parser,
+metrics) it never uses.
+"""
+
+import typing as _typing
 
 from the_loop.hooks.engine.compat import DecisionTypeError
 from the_loop.hooks.engine.executor import LifecycleHooks
@@ -14,8 +21,10 @@ from the_loop.hooks.engine.points import (
     WorkItemComplete,
     WorkItemStart,
 )
-from the_loop.hooks.serving.jsonrpc import handle_request
-from the_loop.hooks.serving.server import HookServer
+
+if _typing.TYPE_CHECKING:
+    from the_loop.hooks.serving.jsonrpc import handle_request
+    from the_loop.hooks.serving.server import HookServer
 
 __all__ = [
     "POINTS",
@@ -33,3 +42,19 @@ __all__ = [
     "WorkItemStart",
     "handle_request",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name == "HookServer":
+        from the_loop.hooks.serving.server import HookServer
+
+        return HookServer
+    if name == "handle_request":
+        from the_loop.hooks.serving.jsonrpc import handle_request
+
+        return handle_request
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

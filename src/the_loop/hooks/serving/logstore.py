@@ -96,6 +96,8 @@ def shown(target: str) -> str:
     return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
 
 
+#: Days a served record is kept by default: the loop's own decisionLog.keepDays default.
+KEEP_DAYS = 30.0
 #: Rows one prune deletes at most: a log pruned for the first time after weeks is cut in
 #: slices between two batches, so the writer never stops writing for long.
 PRUNE_SLICE = 5000

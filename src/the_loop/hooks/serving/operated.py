@@ -20,14 +20,13 @@ from the_loop.hooks.policy.maskpaths import check
 from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.hosted import ChainExecutor
 from the_loop.hooks.serving.jsonrpc import AnyExecutor
+from the_loop.hooks.serving.logstore import KEEP_DAYS as KEEP_DAYS
 from the_loop.hooks.serving.logstore import shown
 from the_loop.hooks.serving.masking import Masker
 from the_loop.hooks.serving.operations import Operations
 from the_loop.hooks.serving.reload import Reloader
 
 OFF = "off"
-#: Days a served record is kept by default: the loop's own decisionLog.keepDays default.
-KEEP_DAYS = 30.0
 DEFAULT_NAME = "served-decisions.db"
 SecretsIn = Callable[[str], list[str]]
 

@@ -15,14 +15,11 @@ the metrics only: it decided nothing.
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from the_loop.hooks.engine.points import Context, WorkItem
+from the_loop.hooks.engine.points import WorkItem
 from the_loop.hooks.executors import registry
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.serving.jsonrpc import CallRecord, OnCall
@@ -30,37 +27,10 @@ from the_loop.hooks.serving.logstore import Row, is_url, item_key, open_store, s
 from the_loop.hooks.serving.logwriter import LogWriter
 from the_loop.hooks.serving.masking import Masker
 from the_loop.hooks.serving.metrics import Metrics
+from the_loop.hooks.serving.records import VERSION as VERSION
+from the_loop.hooks.serving.records import context_json as context_json
+from the_loop.hooks.serving.records import encode_record as encode_record
 from the_loop.hooks.serving.wire import read_json
-
-#: The record layout (`runtime.decisionlog.VERSION`: the loop's log reads the same rows).
-VERSION = 2
-
-
-def _work_item(value: Any) -> Any:
-    if isinstance(value, WorkItem):
-        return value.to_json()
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-#: Encodes a record whose context is a context's own `__dict__` (work items by `to_json`).
-_ENCODE_LIVE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"),
-                                default=_work_item).encode
-
-
-def encode_record(rec: dict[str, Any]) -> str:
-    """`rec` as compact JSON text, as `_ENCODE_LIVE` writes it: by orjson (15× faster on a
-    served record), or by the stdlib for what orjson does not write (an integer past 64
-    bits, nesting past its depth bound)."""
-    try:
-        return orjson.dumps(rec, default=_work_item).decode()
-    except TypeError:
-        return _ENCODE_LIVE(rec)
-
-
-def context_json(ctx: Context) -> dict[str, Any]:
-    """Every field of `ctx` as JSON values (work-item records as objects), a fresh copy."""
-    return {k: v.to_json() if isinstance(v, WorkItem) else list(v) if isinstance(v, list)
-            else v for k, v in ctx.__dict__.items()}
 
 
 def _outcome(call: CallRecord) -> str:
