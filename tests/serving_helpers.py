@@ -49,6 +49,33 @@ class Served:
 
 
 @contextlib.contextmanager
+def served_with_stderr_closed(args: list[str], cwd: Path
+                              ) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`the-loop hooks serve ARGS` whose stderr is a pipe closed once its start lines are
+    read (a `| head` that exited, a restarted journal): every later write to it fails with
+    EPIPE. Yields the process and its URL; SIGTERM stops it after the block."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "the_loop", "hooks", "serve", *args], stdout=subprocess.PIPE,
+        stderr=write_end, text=True, cwd=cwd,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    os.close(write_end)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        said = b""
+        while b"SIGHUP reloads\n" not in said:  # the start's lines, the last one whole
+            chunk = os.read(read_end, 4096)
+            assert chunk, said
+            said += chunk
+        os.close(read_end)
+        yield proc, url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+
+
+@contextlib.contextmanager
 def handler_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
     """A stdlib HTTP server on a loopback port, in a thread, for the block; yields the port."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -507,29 +507,14 @@ def test_a_log_writer_whose_stderr_broke_writes_again_after_a_database_blip(
     """stderr gone (a closed pipe: `| head` exited, journald restarted), then the database
     drops the connection: the batch is lost and counted, and the next calls are written —
     the report nobody can read must not stop the writer for good."""
-    import signal
-    import subprocess
-    import sys
-
     import psycopg
+
+    from serving_helpers import served_with_stderr_closed
 
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "rules.yaml").write_text(RULES, encoding="utf-8")
-    read_end, write_end = os.pipe()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "the_loop", "hooks", "serve", "--policy", "rules", "--port",
-         "0", "--decision-log", pg_dsn], stdout=subprocess.PIPE, stderr=write_end, text=True,
-        cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    os.close(write_end)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        said = b""
-        while b"SIGHUP reloads\n" not in said:  # the start's lines, the last one whole
-            chunk = os.read(read_end, 4096)
-            assert chunk, said
-            said += chunk
-        os.close(read_end)  # from here on every write to stderr fails (EPIPE)
+    with served_with_stderr_closed(["--policy", "rules", "--port", "0", "--decision-log",
+                                    pg_dsn], tmp_path) as (_proc, url):
         assert post(url, spawn([], number=1))[0] == 200
         _until(url, lambda log: log["written"] == 1)
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
@@ -540,9 +525,6 @@ def test_a_log_writer_whose_stderr_broke_writes_again_after_a_database_blip(
         for number in range(3, 6):
             assert post(url, spawn([], number=number))[0] == 200
         log = _until(url, lambda log: log["written"] == 4)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=10)
     assert log["error"] == "" and log["failed"] == 1
     assert [p.work_item for p in read_points(pg_dsn)] == [
         f"github:acme/app#{n}" for n in (1, 3, 4, 5)]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serving_helpers import Served, get, gunicorn
+from serving_helpers import Served, get, gunicorn, served_with_stderr_closed
 from the_loop.hooks.policy.files import revision
 
 CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session_spawn",
@@ -209,28 +209,11 @@ def test_a_reload_after_stderr_closed_keeps_the_server_serving_the_new_revision(
         tmp_path: Path) -> None:
     """stderr a closed pipe (a `| head` that exited, a restarted journal): the line saying
     a reload happened cannot be written, and that must not stop the server."""
-    import os
-    import subprocess
-    import sys
-
     folder = tmp_path / "rules"
     folder.mkdir()
     write(folder, rules("one"))
-    read_end, write_end = os.pipe()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "the_loop", "hooks", "serve", "--policy", "rules", "--port",
-         "0", "--decision-log", "off", "--quiet"], stdout=subprocess.PIPE, stderr=write_end,
-        text=True, cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    os.close(write_end)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        said = b""
-        while b"SIGHUP reloads\n" not in said:  # the start's lines, the last one whole
-            chunk = os.read(read_end, 4096)
-            assert chunk, said
-            said += chunk
-        os.close(read_end)  # from here on every write to stderr fails (EPIPE)
+    with served_with_stderr_closed(["--policy", "rules", "--port", "0", "--decision-log",
+                                    "off", "--quiet"], tmp_path) as (proc, url):
         second = write(folder, rules("two"))
         proc.send_signal(signal.SIGHUP)
         deadline = time.monotonic() + 10
@@ -239,9 +222,6 @@ def test_a_reload_after_stderr_closed_keeps_the_server_serving_the_new_revision(
             time.sleep(0.05)
         time.sleep(0.3)  # past the reload's line
         assert proc.poll() is None and _revision_answering(url) == second
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=10)
 
 
 def test_a_policy_file_caught_half_written_by_the_watch_is_never_served(
