@@ -85,12 +85,8 @@ class _Hot:
             buckets = {point: list(counts) for point, counts in self.buckets.items()}
             sums = dict(self.sums)
             rules = dict(self.rules)
-        family = CounterMetricFamily(f"{self.prefix}_calls",
-                                     "calls answered, by point and outcome",
-                                     labels=("point", "outcome"))
-        for (point, outcome), n in calls.items():
-            family.add_metric((point, outcome), n)
-        yield family
+        yield _counter(f"{self.prefix}_calls", "calls answered, by point and outcome",
+                       ("point", "outcome"), calls)
         histogram = HistogramMetricFamily(f"{self.prefix}_call_seconds",
                                           "time to answer a call, by point", labels=("point",))
         for point, counts in buckets.items():
@@ -98,12 +94,16 @@ class _Hot:
             histogram.add_metric((point,), list(zip(_BOUNDS, running, strict=True)),
                                  sums[point])
         yield histogram
-        matches = CounterMetricFamily(f"{self.prefix}_rule_matches",
-                                      "rules that matched, by rule and mode",
-                                      labels=("rule", "mode"))
-        for (rule, mode), n in rules.items():
-            matches.add_metric((rule, mode), n)
-        yield matches
+        yield _counter(f"{self.prefix}_rule_matches", "rules that matched, by rule and mode",
+                       ("rule", "mode"), rules)
+
+
+def _counter(name: str, doc: str, labels: tuple[str, str],
+             counts: dict[tuple[str, str], int]) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for values, n in counts.items():
+        family.add_metric(values, n)
+    return family
 
 
 class _Shared:
