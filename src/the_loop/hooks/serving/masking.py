@@ -59,16 +59,14 @@ class Masker:
         steps = rec["steps"]
         if len(steps) != 1:
             return bool(self._replaced(point, rec, dry=True))
-        changed = steps[0].get("changed")  # one step (a served executor): said directly
+        # One step (a served executor, every served call): `_replaced`'s rule asked of it
+        # directly, without the walk over steps that a chain's record needs.
+        changed = steps[0].get("changed")
         if not changed:
             return False
         context = rec["context"]
-        for name in TEXT_DECISIONS.intersection(changed):
-            new, before = changed[name], context.get(name)
-            if (isinstance(new, str) and isinstance(before, str) and before
-                    and before not in new and before != MASKED):
-                return True
-        return False
+        return any(_replaces(context.get(name), changed[name])
+                   for name in TEXT_DECISIONS.intersection(changed))
 
     def apply(self, point: str, rec: dict[str, Any]) -> list[str]:
         """Mask `rec`'s paths and replaced texts in place; returns what was masked (the
@@ -143,8 +141,7 @@ class Masker:
             for step in steps:
                 changed = step["changed"]
                 new = changed.get(name)
-                if isinstance(new, str) and isinstance(before, str) and before and (
-                        before not in new) and before != MASKED:
+                if _replaces(before, new):
                     if dry:
                         return [name]
                     context[name] = mask_value(context[name])
@@ -158,3 +155,10 @@ class Masker:
                     earlier.append(changed)
                     before = new
         return masked
+
+
+def _replaces(before: Any, new: Any) -> bool:
+    """Whether text decision `new` replaced `before` wholesale (does not contain it): the
+    original then must not be kept."""
+    return (isinstance(new, str) and isinstance(before, str) and bool(before)
+            and before not in new and before != MASKED)
