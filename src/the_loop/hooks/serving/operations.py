@@ -136,10 +136,10 @@ class Operations:
         ctx = call.context
         assert ctx is not None
         point = ctx.POINT
-        given = call.detail.get("steps")  # a chain's steps, copied: masking edits them
-        steps = [self._step(call)] if given is None else read_json(encode_record(given))
+        given = call.detail.get("steps")  # a chain's steps: the call's own, until masked
         rec: dict[str, Any] = {
-            "v": VERSION, "context": ctx.__dict__, "steps": steps,
+            "v": VERSION, "context": ctx.__dict__,
+            "steps": [self._step(call)] if given is None else given,
             "decisions": dict(call.changes),
             "refused_by": call.detail.get("refused_by", _name(call.executor)
                                           if call.refused else ""),
@@ -149,8 +149,10 @@ class Operations:
         }
         masker = self.masker
         masked: list[str] = []
-        if masker.touches(point, rec):  # masking edits a copy, never the call's context
+        if masker.touches(point, rec):  # masking edits copies, never the call's own
             rec["context"] = context_json(ctx)
+            if given is not None:
+                rec["steps"] = read_json(encode_record(given))
             masked = masker.apply(point, rec)
             if masked:
                 rec["masked"] = masked
