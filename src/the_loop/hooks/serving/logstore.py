@@ -16,7 +16,7 @@ import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from the_loop.errors import LoopError
 
@@ -114,20 +114,36 @@ _PRUNE = ("DELETE FROM decision_log WHERE id IN (SELECT id FROM decision_log WHE
 SERVED = '%"served":true%'
 
 
-
-class Store(Protocol):
-    def write(self, rows: Sequence[Row]) -> None: ...
-    def prune(self, before: float) -> int: ...
-    def close(self) -> None: ...
-    def forget(self) -> None: ...
-
-
 #: Connections a forked process got from its parent (gunicorn --preload): kept, never used
 #: or closed there (closing a PostgreSQL one would end the parent's session too).
 _INHERITED: list[Any] = []
 
 
-class SQLiteStore:
+class Store:
+    """A decision-log store: one connection (`_conn`), opened on first use and kept."""
+
+    _conn: Any = None
+
+    def prepare(self) -> None:
+        raise NotImplementedError
+
+    def write(self, rows: Sequence[Row]) -> None:
+        raise NotImplementedError
+
+    def prune(self, before: float) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def forget(self) -> None:
+        """In a forked child: leave the parent's connection alone; the next write opens one."""
+        if self._conn is not None:
+            _INHERITED.append(self._conn)
+            self._conn = None
+
+
+class SQLiteStore(Store):
     """A SQLite file (WAL, synchronous=NORMAL, as the loop's log): created 0600 if missing."""
 
     def __init__(self, path: Path) -> None:
@@ -175,19 +191,13 @@ class SQLiteStore:
         conn = self._connect()
         return int(conn.execute(_PRUNE.format("?"), (before, SERVED, PRUNE_SLICE)).rowcount)
 
-    def forget(self) -> None:
-        """In a forked child: leave the parent's connection alone; the next write opens one."""
-        if self._conn is not None:
-            _INHERITED.append(self._conn)
-            self._conn = None
-
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
 
 
-class PostgresStore:
+class PostgresStore(Store):
     """A PostgreSQL database (psycopg 3): one connection, reopened after a failure."""
 
     def __init__(self, url: str) -> None:
@@ -239,12 +249,6 @@ class PostgresStore:
             self.close()
             raise
 
-    def forget(self) -> None:
-        """In a forked child: leave the parent's connection alone; the next write opens one."""
-        if self._conn is not None:
-            _INHERITED.append(self._conn)
-            self._conn = None
-
     def close(self) -> None:
         if self._conn is not None:
             try:
@@ -274,7 +278,7 @@ def _psycopg() -> Any:
     return psycopg
 
 
-def open_store(target: str) -> SQLiteStore | PostgresStore:
+def open_store(target: str) -> Store:
     """The store `target` names (not yet connected; call `prepare`)."""
     if is_url(target):
         return PostgresStore(target)

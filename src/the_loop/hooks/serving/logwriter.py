@@ -23,13 +23,7 @@ import weakref
 from collections.abc import Callable
 
 from the_loop.errors import one_line
-from the_loop.hooks.serving.logstore import (
-    PRUNE_SLICE,
-    PostgresStore,
-    Row,
-    SQLiteStore,
-    shown,
-)
+from the_loop.hooks.serving.logstore import PRUNE_SLICE, Row, Store, shown
 
 MAX_QUEUED = 10_000  # records waiting for the writer; past this a record is lost (counted)
 #: Characters of record text waiting or being written, at most: a body may be 1 MiB, so
@@ -48,7 +42,7 @@ RETRY_PAUSE = 1.0  # seconds the writer rests after a failed batch (a database c
 class LogWriter:
     """Writes encoded records to `store` from one daemon thread (see the module doc)."""
 
-    def __init__(self, store: SQLiteStore | PostgresStore, target: str,
+    def __init__(self, store: Store, target: str,
                  on_failed: Callable[[int], None] = lambda n: None, *,
                  keep_days: float = 0.0) -> None:
         """`keep_days`: records older than this are deleted (at start, then hourly, in
