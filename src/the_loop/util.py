@@ -1,5 +1,5 @@
-"""Small helpers several layers borrow: a did-you-mean hint, who may carry a token where, and
-a long value cut for a person to read.
+"""Small helpers several layers borrow: a did-you-mean hint, who may carry a token where, a
+long value cut for a person to read, and a line on stderr that may fail.
 
 Kept free of imports from the rest of the package, so the engine, the runtime, the config
 reader and the CLI can all use them without importing each other.
@@ -7,10 +7,12 @@ reader and the CLI can all use them without importing each other.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import ipaddress
 import json
 import os
+import sys
 from urllib.parse import urlsplit
 
 
@@ -117,3 +119,11 @@ def url_problem(url: str, *, token: bool, hook: bool) -> str | None:
     why = " and a bearer token must never cross a network in clear" if token else ""
     return (f"plain http:// is only allowed to a loopback host (127.0.0.0/8, ::1, localhost){why}; "
             f"use https://{parts.netloc}{parts.path}")
+
+
+def say(line: str) -> None:
+    """One line on stderr, if stderr can still be written: a closed pipe (a `| head` that
+    exited, a restarted journal) must not end the thread that says it (a decision log's
+    writer, a policy watch), which would then never do its work again."""
+    with contextlib.suppress(OSError, ValueError):  # EPIPE, a full disk, a closed file
+        print(line, file=sys.stderr, flush=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import sys
 import threading
 import time
 import weakref
@@ -24,6 +23,7 @@ from collections.abc import Callable
 
 from the_loop.errors import one_line
 from the_loop.hooks.serving.logstore import PRUNE_SLICE, Row, Store, shown
+from the_loop.util import say
 
 MAX_QUEUED = 10_000  # records waiting for the writer; past this a record is lost (counted)
 #: Characters of record text waiting or being written, at most: a body may be 1 MiB, so
@@ -123,7 +123,7 @@ class LogWriter:
             self.failed += left
             self.on_failed(left)
         busy = f"; a batch of {self._taken} was still being written" if self._taken else ""
-        _say(f"the-loop: decision log {self.target}: {left} record(s) not written at stop "
+        say(f"the-loop: decision log {self.target}: {left} record(s) not written at stop "
              f"(the store did not take them within {timeout:g} s){busy}")
 
     def _run(self) -> None:
@@ -160,7 +160,7 @@ class LogWriter:
         try:
             gone = self.store.prune(time.time() - self.keep_seconds)
         except Exception as exc:  # the next prune tries again; writing goes on
-            _say(f"the-loop: decision log {self.target}: cannot delete old records "
+            say(f"the-loop: decision log {self.target}: cannot delete old records "
                  f"({one_line(f'{type(exc).__name__}: {exc}', 300)}); trying again in "
                  f"{PRUNE_EVERY:g} s")
             gone = 0
@@ -179,7 +179,7 @@ class LogWriter:
             return
         self.written += len(rows)
         if self.error:
-            _say(f"the-loop: decision log {self.target}: writing again ({self.failed} "
+            say(f"the-loop: decision log {self.target}: writing again ({self.failed} "
                  "record(s) lost so far)")
             self.error = ""
 
@@ -190,7 +190,7 @@ class LogWriter:
         self.error = one_line(why, 300)
         self.on_failed(n)
         if first:
-            _say(f"the-loop: decision log {self.target}: cannot write ({self.error}); calls "
+            say(f"the-loop: decision log {self.target}: cannot write ({self.error}); calls "
                  "are still answered, lost records are counted "
                  "(the_loop_served_decision_log_writes_failed_total)")
 
@@ -199,11 +199,3 @@ def _restart(ref: weakref.ref[LogWriter]) -> None:
     writer = ref()
     if writer is not None and not writer._stop.is_set():  # a closed log stays closed
         writer._forked()
-
-
-def _say(line: str) -> None:
-    """One line on stderr, if stderr can still be written: a closed pipe (a `| head` that
-    exited, a restarted journal) must not end the writer's thread, which would then never
-    write again."""
-    with contextlib.suppress(OSError, ValueError):  # EPIPE, a full disk, a closed file
-        print(line, file=sys.stderr, flush=True)

@@ -13,9 +13,7 @@ polled; no dependency); each WSGI/ASGI worker does the same with THE_LOOP_HOOK_W
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -25,6 +23,7 @@ from the_loop.errors import LoopError
 from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.jsonrpc import AnyExecutor
 from the_loop.hooks.serving.operations import Operations
+from the_loop.util import say
 
 #: How often `--watch` looks at the files (seconds), unless told otherwise.
 WATCH_EVERY = 1.0
@@ -106,7 +105,7 @@ class Reloader:
             if self.ops is not None:
                 self.ops.reload_failure = None
                 self.ops.metrics.reloads.inc()
-            _say(f"the-loop: reloaded ({why}): revision {new} serves"
+            say(f"the-loop: reloaded ({why}): revision {new} serves"
                  f"{' (unchanged)' if new == old else f' (was {old})'}")
             return True
 
@@ -120,7 +119,7 @@ class Reloader:
             self.ops.metrics.reloads_failed.inc()
             self.ops.reload_failure = {"failed": revision, "serving": self.serving,
                                        "at": round(time.time(), 3), "errors": errors}
-        _say(f"the-loop: reload ({why}) refused: revision {revision} does not load; "
+        say(f"the-loop: reload ({why}) refused: revision {revision} does not load; "
              f"revision {self.serving} keeps serving:\n{exc}")
 
     def watch_in_thread(self, every: float = WATCH_EVERY) -> threading.Thread:
@@ -134,7 +133,7 @@ class Reloader:
                     if self.changed():
                         self.reload("a file changed")
                 except Exception as exc:  # the watch must outlive a bad moment on disk
-                    _say(f"the-loop: watch: {type(exc).__name__}: {exc}")
+                    say(f"the-loop: watch: {type(exc).__name__}: {exc}")
 
         def start() -> threading.Thread:
             thread = threading.Thread(target=watch, name="policy-watch", daemon=True)
@@ -147,9 +146,3 @@ class Reloader:
 
         os.register_at_fork(after_in_child=forked)
         return start()
-
-
-def _say(line: str) -> None:
-    """One line on stderr if it can still be written: a closed pipe must not end a watch."""
-    with contextlib.suppress(OSError, ValueError):
-        print(line, file=sys.stderr, flush=True)
