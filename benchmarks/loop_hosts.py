@@ -56,6 +56,17 @@ def cli(config: Path, *args: str) -> str:
     return out.getvalue()
 
 
+def stop_pollers(procs: list[subprocess.Popen[str]], fatal: tuple[str, ...] = ("Traceback",)
+                 ) -> None:
+    """SIGTERM every poller, wait for each, and fail the run if one printed any of `fatal`."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        if any(mark in err for mark in fatal):
+            raise RuntimeError(f"a poller failed:\n{err}")
+
+
 class Database:
     """A fresh database on the server `admin` names, dropped on exit."""
 
@@ -139,12 +150,7 @@ def run(admin: str, hosts: int, items: int, *, sleep: float,
             finally:
                 stop.set()
                 agent.join()
-                for proc in procs:
-                    proc.send_signal(signal.SIGTERM)
-                for proc in procs:
-                    _, err = proc.communicate(timeout=60)
-                    if "Traceback" in err:
-                        raise RuntimeError(f"a poller failed:\n{err}")
+                stop_pollers(procs)
             return elapsed, duplicates(db, items)
     finally:
         db.drop()

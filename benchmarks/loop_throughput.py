@@ -19,12 +19,9 @@ databases (default $THE_LOOP_BENCH_PG_DSN, else postgresql:///postgres).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import platform
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -33,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from the_loop.cli import main as cli_main
+from loop_hosts import cli, report, stop_pollers
 
 GRAPH = """\
 start: write
@@ -58,15 +55,6 @@ def folder(root: Path) -> Path:
         f"harness: completer\nharnesses:\n  - name: completer\n    command: {command}\n"
         "graph: graph.yaml\n", encoding="utf-8")
     return config
-
-
-def cli(config: Path, *args: str) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = cli_main(["--config", str(config), *args])
-    if code:
-        raise RuntimeError(f"the-loop {' '.join(args)} exited {code}")
-    return out.getvalue()
 
 
 def states(db: Path) -> dict[str, str]:
@@ -115,12 +103,7 @@ def run(items: int, pollers: int) -> tuple[float, int]:
         finally:
             stop.set()
             thread.join()
-            for proc in procs:
-                proc.send_signal(signal.SIGTERM)
-            for proc in procs:
-                _, err = proc.communicate(timeout=60)
-                if "Traceback" in err or "IntegrityError" in err:
-                    raise RuntimeError(f"a poller failed:\n{err}")
+            stop_pollers(procs, fatal=("Traceback", "IntegrityError"))
         conn = sqlite3.connect(str(db))
         sessions = int(conn.execute("SELECT COUNT(*) FROM sessions").fetchone()[0])
         starts = int(conn.execute("SELECT COUNT(*) FROM steps WHERE kind='start' AND "
@@ -166,9 +149,6 @@ def main() -> int:
 
 
 def hosts_report(args: argparse.Namespace, items: int, repeat: int) -> int:
-    sys.path.insert(0, str(Path(__file__).parent))
-    from loop_hosts import report
-
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} "
           f"{platform.release()}, Python {platform.python_version()}, load {load:.1f} at start")
