@@ -27,9 +27,7 @@ from the_loop.hooks.serving.logstore import Row, is_url, item_key, open_store, s
 from the_loop.hooks.serving.logwriter import LogWriter
 from the_loop.hooks.serving.masking import Masker
 from the_loop.hooks.serving.metrics import Metrics
-from the_loop.hooks.serving.records import VERSION as VERSION
-from the_loop.hooks.serving.records import context_json as context_json
-from the_loop.hooks.serving.records import encode_record as encode_record
+from the_loop.hooks.serving.records import VERSION, context_json, encode_record
 from the_loop.hooks.serving.wire import read_json
 
 
@@ -207,4 +205,4 @@ class Operations:
             self.writer.close()
 
 
-__all__ = ["Operations", "context_json"]
+__all__ = ["Operations", "refusing_rule"]

@@ -44,3 +44,4 @@ def context_json(ctx: Context) -> dict[str, Any]:
             else v for k, v in ctx.__dict__.items()}
 
 
+__all__ = ["VERSION", "context_json", "encode_record"]
