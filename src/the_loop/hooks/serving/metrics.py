@@ -19,6 +19,8 @@ point outside the catalog counts under the point `(other)`, so a caller cannot a
 from __future__ import annotations
 
 import bisect
+import contextlib
+import glob
 import itertools
 import os
 import threading
@@ -134,10 +136,32 @@ class _Shared:
         child.inc()
 
 
+#: Where prometheus-client's multiprocess mode keeps each worker's values (either name).
+_FOLDER_VARIABLES = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
+
+
+class _Workers:
+    """Every worker's values in the shared folder, added up (prometheus-client's own merge),
+    leaving out a file a worker has created but not yet sized: the library makes it empty,
+    then sizes it, and its reader fails on an empty one (a scrape while a worker starts was
+    a 500)."""
+
+    def collect(self) -> Iterator[Metric]:
+        folder = next((os.environ[v] for v in _FOLDER_VARIABLES if os.environ.get(v)), "")
+        files = []
+        for name in glob.glob(os.path.join(folder, "*.db")):
+            with contextlib.suppress(FileNotFoundError):  # a dead worker's, removed meanwhile
+                if os.path.getsize(name):
+                    files.append(name)
+        merged: Iterator[Metric] = MultiProcessCollector.merge(  # type: ignore[no-untyped-call]
+            files, accumulate=True)
+        return merged
+
+
 def shared_by_workers() -> bool:
     """Whether prometheus-client keeps its values in files workers share (the variable it
     reads, checked as it checks it)."""
-    return bool({"PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"} & os.environ.keys())
+    return bool(set(_FOLDER_VARIABLES) & os.environ.keys())
 
 
 class Metrics:
@@ -196,5 +220,5 @@ class Metrics:
         if not self.shared:
             return generate_latest(self.registry)
         scrape = CollectorRegistry()
-        MultiProcessCollector(scrape)  # type: ignore[no-untyped-call]
+        scrape.register(_Workers())
         return generate_latest(scrape)
