@@ -11,6 +11,8 @@ Then the same executors called directly (no chain), the chain's own cost, the lo
 (reading and checking the YAML folder; importing the generated .py file for Python), and the
 compliance suite's benchmarks.json expressions (from benchmarks/jmespath_compiler.py).
 Prints markdown tables; ratios are against the hand-written Python measured in this run.
+The same rules in OPA's Go engine and in CEL (benchmarks/peers.py) are loaded and called in
+the same run, beside the compiled policy: a peer not installed is a row saying so.
 
     /work/venv/bin/python benchmarks/policy.py [--quick]
 """
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from jmespath_compiler import expression_rows, print_expression_table
+from peers import PEERS, facts_of, missing
 from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain, Link, copy_context
 from the_loop.hooks.engine.executor import LifecycleHooks
@@ -99,12 +102,6 @@ def import_path(path: Path) -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-#: OPA's engine adding and preparing the same 1,000 rules, in ms: measured on this machine
-#: through OPA's Python bindings when issue 22 was written (its text holds the figure). The
-#: bindings do not install here (no network), so the figure is held, not measured per run.
-OPA_LOAD_1000_MS = 236.0
 
 
 def best_load(fn: Callable[[], Any], times: int = 1 if QUICK else 3) -> tuple[Any, float]:
@@ -228,6 +225,25 @@ def _matcher_code(executor: Any) -> bytes:
     return bytes(plan.enforce.__code__.co_code)
 
 
+def peer_rows(n: int, compiled: Any, load_ours: float, prompt: str) -> list[str]:
+    """One row per peer: its load and call beside the compiled policy's, measured now."""
+    facts = facts_of(CTX)
+    work = copy_context(CTX)
+    rows: list[str] = []
+    for name, (peer, module, install) in PEERS.items():
+        if missing(module):
+            rows.append(f"| {n:,} | {name} | not installed: `{install}` | | | |")
+            continue
+        built, load = best_load(partial(peer, n, facts))
+        assert built.prefix + CTX.prompt == prompt, (name, built.prefix)
+        t = per_call({"ours": partial(compiled.handler("session_spawn"), work),
+                      "peer": partial(built.call, facts)})
+        built.close()
+        rows.append(f"| {n:,} | {name} | {ms(load)} | {load / load_ours:.2f}× | "
+                    f"{us(t['peer'])} | {t['peer'] / t['ours']:.1f}× |")
+    return rows
+
+
 def us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f}"
 
@@ -241,6 +257,7 @@ def main() -> int:
     chained: list[str] = []
     direct: list[str] = []
     loads: list[str] = []
+    peers: list[str] = []
     floor = 0.0
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
@@ -278,8 +295,8 @@ def main() -> int:
                 f"{d['compiled'] / d['python']:.2f}× | {us(d['reference'])} | "
                 f"{d['reference'] / d['python']:.1f}× |"
             )
-            opa = f"{load_c * 1e3 / OPA_LOAD_1000_MS:.2f}×" if n == 1000 else ""
-            loads.append(f"| {n:,} | {ms(load_py)} | {ms(load_c)} | {ms(load_r)} | {opa} |")
+            loads.append(f"| {n:,} | {ms(load_py)} | {ms(load_c)} | {ms(load_r)} |")
+            peers.extend(peer_rows(n, compiled, load_c, prompts["compiled"]))
         with_data = data_rows(base)
         with_coverage = coverage_rows(base)
     print("session_spawn through one Chain, 1 rule in 10 matching (best of 11, interleaved; "
@@ -297,12 +314,18 @@ def main() -> int:
     print("|---:|---:|---:|---:|---:|---:|")
     print("\n".join(direct))
     print("\nLoad (best of 3, ms of CPU): importing the generated Python module; reading, "
-          "checking and compiling the YAML folder; OPA's figure for 1,000 rules "
-          f"({OPA_LOAD_1000_MS:.0f} ms, held: see OPA_LOAD_1000_MS)\n")
-    print("| rules | Python import ms | policy compiled ms | policy reference ms "
-          "| compiled / OPA (1,000 rules) |")
-    print("|---:|---:|---:|---:|---:|")
+          "checking and compiling the YAML folder\n")
+    print("| rules | Python import ms | policy compiled ms | policy reference ms |")
+    print("|---:|---:|---:|---:|")
     print("\n".join(loads))
+    print("\nPeers, measured in this run on the same rules and facts (benchmarks/peers.py): "
+          "load = add and prepare every rule (best of 3, ms of this process's CPU, the Go "
+          "engine's threads included); call = one evaluation of every rule, the peer's "
+          "prefix asserted equal to ours (best of 11, interleaved, µs). ÷ ours: the peer's "
+          "figure over the compiled policy's (above 1: we are faster)\n")
+    print("| rules | peer | load ms | load ÷ ours | call µs | call ÷ ours |")
+    print("|---:|---|---:|---:|---:|---:|")
+    print("\n".join(peers))
     print("\nPolicy data: the same rules reading a maintainer list written in each rule (and "
           "in its prompt prefix) or read from data/people.yaml (`data.maintainers`, "
           "`{{ join(', ', data.maintainers) }}`); the executor called directly, µs per call\n")

@@ -13,63 +13,73 @@ from the_loop.errors import one_line
 LINE_LIMIT = 300
 
 
-def line_of(record: dict[str, Any]) -> str:
-    """The terminal line for an event, or '' for one a person watching does not need."""
-    def v(key: str) -> str:
-        """A field as the line shows it: one printable line, cut (a ref, a reason or a
-        hook's error may come from a caller, an agent or a hook)."""
-        value = record.get(key, "")
+#: The terminal line of each event a person watching a daemon needs, as a format string over
+#: the event's fields (each one printable line, cut: see `_Fields`); `{ref}` is its work item.
+#: An event not here, and not one of `_SPECIAL`, prints nothing.
+LINES: dict[str, str] = {
+    "loop.armed": "{ref}: armed by {actor}",
+    "loop.started": "{ref}: started",
+    "loop.start_refused": "{ref}: start REFUSED by hook `{hook}`: {reason}",
+    "session.launched": "{ref}: session {session_id} launched{respawn}",
+    "session.refused": "{ref}: launch REFUSED by hook `{hook}`: {reason}",
+    "session.failed": "{ref}: session could not start: {error}",
+    "session.exited": "session {session_id} ended (exit {code})",
+    "input.delivered": "{ref}: input from {actor} ({kind}): {done}",
+    "input.refused": "{ref}: input from {actor} REFUSED by hook `{hook}`: {reason}",
+    "question.posted": "{ref}: the agent asked a question",
+    "gate.entered": "{ref}: waiting at gate {node}",
+    "phase.changed": "{ref}: {from_node} → {to_node} ({outcome})",
+    "phase.published": "{ref}: the channels were told of phase {to_phase}",
+    "item.completed": "{ref}: completed ({source})",
+    "step.failed": "{ref_or_dash}: step.failed {what}: {error}",
+    "poll.failed": "{ref_or_dash}: poll.failed {what}: {error}",
+    "hooks.failed": "{ref_or_dash}: hooks.failed {what}: {error}",
+    "hooks.audit": "{ref_or_dash}: audit at {point} (hook `{hook}`): {found}",
+}
+
+
+class _Fields(dict[str, str]):
+    """An event's fields as a line shows them: one printable line each, cut (a ref, a reason
+    or a hook's error may come from a caller, an agent or a hook); a missing field is ''."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        super().__init__()
+        self.record = record
+
+    def __missing__(self, key: str) -> str:
+        value = self.record.get(key, "")
         return one_line(value if isinstance(value, str) else str(value), LINE_LIMIT)
 
-    ref = v("work_item")
-    e = str(record.get("event"))
-    if e == "loop.armed":
-        return f"{ref}: armed by {v('actor')}"
-    if e == "loop.started":
-        return f"{ref}: started"
-    if e == "loop.start_refused":
-        return f"{ref}: start REFUSED by hook `{v('hook')}`: {v('reason')}"
-    if e == "session.launched":
-        again = " (respawn)" if record.get("respawn") else ""
-        return f"{ref}: session {v('session_id')} launched{again}"
-    if e == "session.refused":
-        return f"{ref}: launch REFUSED by hook `{v('hook')}`: {v('reason')}"
-    if e == "session.failed":
-        return f"{ref}: session could not start: {v('error')}"
-    if e == "session.exited":
-        return f"session {v('session_id')} ended (exit {v('code')})"
-    if e == "input.delivered":
-        return f"{ref}: input from {v('actor')} ({v('kind')}): {v('done')}"
-    if e == "input.refused":
-        return (f"{ref}: input from {v('actor')} REFUSED by hook `{v('hook')}`: "
-                f"{v('reason')}")
-    if e == "question.posted":
-        return f"{ref}: the agent asked a question"
-    if e == "gate.entered":
-        return f"{ref}: waiting at gate {v('node')}"
-    if e == "phase.changed":
-        return f"{ref}: {v('from_node')} → {v('to_node')} ({v('outcome')})"
-    if e == "phase.published":
-        return f"{ref}: the channels were told of phase {v('to_phase')}"
-    if e == "item.completed":
-        return f"{ref}: completed ({v('source')})"
-    if e == "hooks.audit":
-        would = record.get("would")
-        would = would if isinstance(would, dict) else {}
-        rules = record.get("rules")
-        found = "; ".join(
-            f"{one_line(str(rule), LINE_LIMIT)} would set "
-            f"{', '.join(sorted(map(str, would.get(rule) or {}))) or 'nothing'}"
-            for rule in (rules if isinstance(rules, list) else ()))
-        errors = record.get("errors")
-        if isinstance(errors, list) and errors:
-            found = "; ".join([*([found] if found else []),
-                               *(one_line(str(x), LINE_LIMIT) for x in errors)])
-        return f"{ref or '-'}: audit at {v('point')} (hook `{v('hook')}`): {found}"
-    if e in ("step.failed", "poll.failed", "hooks.failed"):
-        what = v("step") or v("hook") or "cycle"
-        return f"{ref or '-'}: {e} {what}: {v('error')}"
-    return ""
+
+def _audit_found(record: dict[str, Any]) -> str:
+    """What an audit rule would have set, per rule, then the errors it met."""
+    would = record.get("would")
+    would = would if isinstance(would, dict) else {}
+    rules = record.get("rules")
+    found = "; ".join(
+        f"{one_line(str(rule), LINE_LIMIT)} would set "
+        f"{', '.join(sorted(map(str, would.get(rule) or {}))) or 'nothing'}"
+        for rule in (rules if isinstance(rules, list) else ()))
+    errors = record.get("errors")
+    if isinstance(errors, list) and errors:
+        found = "; ".join([*([found] if found else []),
+                           *(one_line(str(x), LINE_LIMIT) for x in errors)])
+    return found
+
+
+def line_of(record: dict[str, Any]) -> str:
+    """The terminal line for an event, or '' for one a person watching does not need."""
+    template = LINES.get(str(record.get("event")))
+    if template is None:
+        return ""
+    fields = _Fields(record)
+    fields["ref"] = fields["work_item"]
+    fields["ref_or_dash"] = fields["ref"] or "-"
+    fields["respawn"] = " (respawn)" if record.get("respawn") else ""
+    fields["what"] = fields["step"] or fields["hook"] or "cycle"
+    if "{found}" in template:
+        fields["found"] = _audit_found(record)
+    return template.format_map(fields)
 
 
 def narrator(out: TextIO) -> Callable[[dict[str, Any]], None]:
