@@ -391,4 +391,10 @@ def test_i8_measure_the_policy_benchmark_runs_and_prints_its_tables() -> None:
     assert "| compliance | `b` |" in out and "| policy | `work_item.kind" in out
     assert "| rules | list as a literal µs | list from data/ µs | data / literal |" in out
     assert "| rules | compiled µs | compiled after a coverage run µs | after / before " in out
-    assert out.count("\n| 10 | ") == 5 and out.count("\n| 100 | ") == 5
+    # Each peer is measured in this run or is a row saying how to install it (issue 33.5).
+    assert "| rules | peer | load ms | load ÷ ours | call µs | call ÷ ours |" in out
+    for peer in ("OPA (Go engine)", "CEL (cel-rust)"):
+        rows = [line for line in out.splitlines() if line.startswith(f"| 10 | {peer} | ")]
+        assert len(rows) == 1, (peer, rows)
+        assert "not installed: `pip install" in rows[0] or rows[0].count("×") == 2, rows[0]
+    assert out.count("\n| 10 | ") == 7 and out.count("\n| 100 | ") == 7

@@ -34,7 +34,13 @@ from the_loop.hooks.engine.points import POINTS, Context, context_to_json
 from the_loop.hooks.policy import idle_rules
 from the_loop.hooks.policy.fast import FastPlan, Found, fast_plan
 from the_loop.hooks.policy.gcpause import collector_paused
-from the_loop.hooks.policy.point_rules import PointRule, RuntimeFailure, effects_of, point_rules
+from the_loop.hooks.policy.point_rules import (
+    Effects,
+    PointRule,
+    RuntimeFailure,
+    effects_of,
+    point_rules,
+)
 from the_loop.hooks.policy.rules import Policy, PolicyError, read_policy
 
 #: How many characters a policy may add to a decision string beyond what it held (a prefix
@@ -117,40 +123,21 @@ class PolicyExecutor:
         context itself when `fast`, else its JSON view.
         """
         enforce, audit, audit_errors = found
-        values: dict[str, Any] = {}
-        applied: list[str] = []
-        affixes: dict[str, tuple[list[Any], list[Any]]] = {}
-        refused = False
-        for step in enforce:
-            fx = step.effects
-            if fx is None:
-                try:
-                    fx = effects_of(step.render(root, fast))
-                except RuntimeFailure as exc:
-                    raise HookError(str(exc)) from None
-            applied.append(step.name)
-            for key, value in fx.sets:
-                values[key] = value
-            if not refused:
-                for key, value in fx.unless_refused:
-                    values[key] = value
-                if fx.refuses:
-                    refused = True
-                    values["reason"] = fx.reason or f"refused by policy rule {step.name!r}"
-            for target, side, value in fx.affixes:
-                pair = affixes.get(target)
-                if pair is None:
-                    pair = affixes[target] = ([], [])
-                pair[side].append(value)
+        values, applied = _enforced(enforce, ctx, root, fast)
         audited = self._audit(point, ctx, audit, audit_errors, root, fast) if (
             audit or audit_errors) else None
         if not applied:
             # Audit-only: an empty patch that names the matching audit rules in its detail.
             return None if not audited else Decisions(values={}, detail={"audit": audited})
-        for target, (pre, post) in affixes.items():
-            base = values.get(target, getattr(ctx, target, ""))
-            values[target] = "".join(pre) + base + "".join(post)
-        for key, value in values.items():  # what a point's policy may add is bounded
+        self._check_growth(ctx, values, applied)
+        detail: dict[str, Any] = {"rules": applied}
+        if audited:
+            detail["audit"] = audited
+        return Decisions(values=values, dropped=[], detail=detail)
+
+    def _check_growth(self, ctx: Context, values: dict[str, Any], applied: list[str]) -> None:
+        """What a point's policy may add to a text decision is bounded."""
+        for key, value in values.items():
             if type(value) is not str:
                 continue
             held = getattr(ctx, key, "")
@@ -162,10 +149,6 @@ class PolicyExecutor:
                     f"{MAX_DECISION_CHARS} more: quote less of the context in the rule's "
                     "template"
                 )
-        detail: dict[str, Any] = {"rules": applied}
-        if audited:
-            detail["audit"] = audited
-        return Decisions(values=values, dropped=[], detail=detail)
 
     def _audit(
         self, point: str, ctx: Context, audit: Iterable[PointRule], errors: list[str], root: Any,
@@ -239,3 +222,40 @@ def load_policy(
         if idle:
             raise PolicyError(idle, folder=str(folder))
     return PolicyExecutor(name, policy, points=points)
+
+
+def _effects_of(step: PointRule, root: Any, fast: bool) -> Effects:
+    """A matching rule's effects: fixed at load, or rendered from its templates now."""
+    if step.effects is not None:
+        return step.effects
+    try:
+        return effects_of(step.render(root, fast))
+    except RuntimeFailure as exc:
+        raise HookError(str(exc)) from None
+
+
+def _enforced(
+    enforce: Iterable[PointRule], ctx: Context, root: Any, fast: bool
+) -> tuple[dict[str, Any], list[str]]:
+    """The decisions the matching enforce rules set, and their names, in rule order: a later
+    rule's value wins, the first refusal sticks (with its reason), and prefixes and suffixes
+    compose around the decision's value in rule order."""
+    values: dict[str, Any] = {}
+    applied: list[str] = []
+    affixes: dict[str, tuple[list[Any], list[Any]]] = {}
+    refused = False
+    for step in enforce:
+        fx = _effects_of(step, root, fast)
+        applied.append(step.name)
+        values.update(fx.sets)
+        if not refused:
+            values.update(fx.unless_refused)
+            if fx.refuses:
+                refused = True
+                values["reason"] = fx.reason or f"refused by policy rule {step.name!r}"
+        for target, side, value in fx.affixes:
+            affixes.setdefault(target, ([], []))[side].append(value)
+    for target, (pre, post) in affixes.items():
+        base = values.get(target, getattr(ctx, target, ""))
+        values[target] = "".join(pre) + base + "".join(post)
+    return values, applied
