@@ -392,7 +392,7 @@ def test_i8_measure_the_policy_benchmark_runs_and_prints_its_tables() -> None:
     assert "| rules | list as a literal µs | list from data/ µs | data / literal |" in out
     assert "| rules | compiled µs | compiled after a coverage run µs | after / before " in out
     # Each peer is measured in this run or is a row saying how to install it (issue 33.5).
-    assert "| rules | peer | load ms | load ÷ ours | call µs | call ÷ ours |" in out
+    assert "| rules | peer | our load ms | peer load ms | load ÷ ours |" in out
     for peer in ("OPA (Go engine)", "CEL (cel-rust)"):
         rows = [line for line in out.splitlines() if line.startswith(f"| 10 | {peer} | ")]
         assert len(rows) == 1, (peer, rows)
