@@ -304,7 +304,6 @@ def test_r2_2_changed_fact_is_ignored_and_the_drop_recorded() -> None:
         ctx.harness = "root-shell"
         ctx.labels.append("trusted")
         ctx.work_item = WorkItem(ref="local:evil/x#1")
-        ctx.surprise = "unknown attribute"  # type: ignore[attr-defined]
         return ctx
 
     c, log = chain(rewrite_facts)
@@ -312,13 +311,39 @@ def test_r2_2_changed_fact_is_ignored_and_the_drop_recorded() -> None:
     out = o.context
     assert out.prompt == "kept"
     assert (out.loop, out.harness, out.labels, out.work_item) == ("acme", "demo", ["loop"], ITEM)
-    assert not hasattr(out, "surprise")
     dropped = log.of("hooks.dropped")
     assert len(dropped) == 1
     assert dropped[0]["hook"] == "h1" and dropped[0]["point"] == "session_spawn"
-    assert dropped[0]["dropped"] == ["harness", "labels", "loop", "surprise", "work_item"]
-    assert o.steps[0].dropped == ["harness", "labels", "loop", "surprise", "work_item"]
+    assert dropped[0]["dropped"] == ["harness", "labels", "loop", "work_item"]
+    assert o.steps[0].dropped == ["harness", "labels", "loop", "work_item"]
     assert [r["changed"] for r in log.of("hooks.decided")] == [["prompt"]]
+    assert not log.of("hooks.failed")
+
+
+def test_r6_1_a_misspelt_decision_is_that_hooks_failure_with_a_did_you_mean() -> None:
+    """Issue 30 item 2: `ctx.procede = False` is neither a fact nor a decision: the hook
+    fails (never "ignored"), so a required hook refuses instead of letting the launch go."""
+
+    def typo(ctx: SessionSpawn) -> SessionSpawn:
+        ctx.prompt = "not applied either"
+        ctx.procede = False  # type: ignore[attr-defined]
+        return ctx
+
+    c, log = chain(typo, required=("h1",))
+    o = c.invoke(spawn())
+    error = log.of("hooks.failed")[0]["error"]
+    assert error.startswith(
+        "set 'procede', which is neither a fact nor a decision of session_spawn (did you "
+        "mean 'proceed'?); its decisions are prompt, proceed, reason")
+    assert o.context.proceed is False and o.refused_by == "h1"
+    assert o.context.prompt == "Fix the bug."  # nothing from the failing hook is applied
+    assert o.context.reason.startswith("required hook 'h1' failed: set 'procede'")
+    assert not log.of("hooks.dropped")
+
+    c, log = chain(typo)  # not required: recorded, and the launch goes on untouched
+    out = c.run(spawn())
+    assert out.proceed is True and out.prompt == "Fix the bug."
+    assert log.of("hooks.failed")[0]["error"].startswith("set 'procede'")
 
 
 def test_abuse_2_facts_and_unknown_keys_in_a_patch_are_ignored() -> None:

@@ -6,6 +6,7 @@ Shared by the chain and the JSON-RPC server, so both sides judge an answer the s
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -139,9 +140,14 @@ def _type_error(name: str, want: type, value: object) -> str:
 def _read_context(
     shape: Shape, state: Context, answer: Context, changes: dict[str, Any], dropped: list[str]
 ) -> str:
-    """Collect changed decisions from a returned context; an error string on a bad type."""
+    """Collect changed decisions from a returned context; an error string on a bad type
+    or an attribute the point does not have (a misspelt decision must not pass unseen)."""
     ad = answer.__dict__
     sd = state.__dict__
+    if ad.keys() != sd.keys():
+        unknown = sorted(k for k in ad if k not in shape.names)
+        if unknown:
+            return _unknown_error(shape, unknown)
     for name, want in shape.decisions:
         value = ad.get(name)
         if type(value) is not want:
@@ -154,9 +160,21 @@ def _read_context(
         # generated __eq__ is not free).
         if value is not sd[name] and value != sd[name]:
             dropped.append(name)
-    if len(ad) != len(sd):
-        dropped.extend(k for k in ad if k not in shape.names)
     return ""
+
+
+def _unknown_error(shape: Shape, unknown: list[str]) -> str:
+    """Why setting attributes the point does not have fails the hook (R6.1): the first one,
+    the point's decisions, and the nearest name (`procede` → `proceed`)."""
+    first = quote(unknown[0])
+    near = difflib.get_close_matches(unknown[0], sorted(shape.names), n=1) if len(
+        unknown[0]) <= 100 else []
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    others = [quote(k) for k in unknown[1:6]] + ([f"{len(unknown) - 6} more"] if unknown[6:] else [])
+    more = f" (and {', '.join(others)})" if others else ""
+    return (f"set {first}{more}, which is neither a fact nor a decision of {shape.point}"
+            f"{hint}; its decisions are {', '.join(n for n, _ in shape.decisions)}; nothing "
+            "from this hook was applied")
 
 
 def _read_patch(

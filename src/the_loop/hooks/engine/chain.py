@@ -5,7 +5,8 @@ Rules, each tested by name in tests/hooks/test_chain.py:
   decisions; each executor sees the decisions of the ones before it.
 - Each executor that may edit its context gets a fresh copy (lists included), so an edit
   followed by a failure leaves nothing behind, and one a hook keeps stays as it left it.
-- Only decisions are read back; a changed fact or unknown attribute is dropped and recorded.
+- Only decisions are read back; a changed fact is dropped and recorded. An attribute that
+  is neither a fact nor a decision of the point (`ctx.procede`) fails that executor.
 - A decision of the wrong type fails that executor and changes nothing (never coerced).
 - An executor that raises anything at all — any `BaseException`: `SystemExit`,
   `GeneratorExit`, `asyncio.CancelledError`, a `KeyboardInterrupt` it raised itself, a custom

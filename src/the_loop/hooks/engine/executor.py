@@ -56,7 +56,8 @@ class LifecycleHooks:
 
     Each method receives that point's context and returns `None` (pass through) or a
     context of the same type whose decisions replace the current ones. Edit the context
-    you are given and return it, or return a copy; facts you change are ignored.
+    you are given and return it, or return a copy; facts you change are ignored, and an
+    attribute the point does not have (a misspelt decision) fails the hook.
     """
 
     def work_item_start(self, ctx: WorkItemStart) -> WorkItemStart | None:
