@@ -170,7 +170,9 @@ def _unknown_error(shape: Shape, unknown: list[str]) -> str:
     near = difflib.get_close_matches(unknown[0], sorted(shape.names), n=1) if len(
         unknown[0]) <= 100 else []
     hint = f" (did you mean {near[0]!r}?)" if near else ""
-    others = [quote(k) for k in unknown[1:6]] + ([f"{len(unknown) - 6} more"] if unknown[6:] else [])
+    others = [quote(k) for k in unknown[1:6]]
+    if unknown[6:]:
+        others.append(f"{len(unknown) - 6} more")
     more = f" (and {', '.join(others)})" if others else ""
     return (f"set {first}{more}, which is neither a fact nor a decision of {shape.point}"
             f"{hint}; its decisions are {', '.join(n for n, _ in shape.decisions)}; nothing "
