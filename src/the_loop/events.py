@@ -23,7 +23,8 @@ EVENT_TYPES: dict[str, str] = {
     "hooks.load_failed": "the declaration could not load; fields: error",
     "hooks.decided": "an executor changed decisions; fields: point, hook, changed, rules",
     "hooks.failed": "an executor failed and was skipped; fields: point, hook, error",
-    "hooks.refused": "a proceed: false was applied; fields: point, hook, reason",
+    "hooks.refused": "a proceed: false was applied; fields: point, hook, reason, reason_by "
+                     "(when another hook gave the reason)",
     "hooks.dropped": "an executor's answer carried facts or unknown keys that were ignored; "
                      "fields: point, hook, dropped",
     "hooks.ignored": "a decision the loop does not apply at this moment was changed and "

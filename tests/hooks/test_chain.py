@@ -685,6 +685,25 @@ def test_r6_1_a_failure_that_is_not_required_never_refuses() -> None:
     assert log.of("hooks.refused") == []
 
 
+def test_r2_6_a_refusal_with_another_hooks_reason_names_both_hooks() -> None:
+    """Issue 30 item 3: hook A gives only a reason, hook B only refuses: the reason is A's
+    (R2.3 applies it), and the record says whose refusal and whose reason it is."""
+    c, log = chain(
+        lambda ctx: dataclasses.replace(ctx, reason="just a note"),
+        lambda ctx: dataclasses.replace(ctx, proceed=False),
+    )
+    o = c.invoke(WorkItemStart(work_item=ITEM))
+    assert (o.context.proceed, o.context.reason) == (False, "just a note")
+    assert (o.refused_by, o.reason_by) == ("h2", "h1")
+    [refused] = log.of("hooks.refused")
+    assert (refused["hook"], refused["reason"], refused["reason_by"]) == (
+        "h2", "just a note", "h1")
+
+    c, log = chain(lambda ctx: dataclasses.replace(ctx, proceed=False, reason="mine"))
+    c.invoke(WorkItemStart(work_item=ITEM))
+    assert "reason_by" not in log.of("hooks.refused")[0]  # one hook: named once
+
+
 def test_r2_6_refusal_sticks_against_a_later_allow() -> None:
     c, log = chain(
         lambda ctx: dataclasses.replace(ctx, proceed=False, reason="first says no"),

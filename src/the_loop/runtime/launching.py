@@ -118,7 +118,8 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
                   reason=d.reason)
     if endpoint and endpoint != ref:
         loop.post_once(ref, step.key, f"A session of pull request {target} was refused by "
-                                      f"hook `{d.refused_by}` at `session_spawn`: {d.reason}. "
+                                      f"hook `{d.refused_by}` at `session_spawn`{d.whose_reason}: "
+                                      f"{d.reason}. "
                                       "Its input goes to this work item's session instead.")
         failpoint("after-refusal-comment")
         with loop.db.transaction() as conn:
@@ -129,7 +130,8 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
         return
     loop.set_work(ref, state="blocked")
     loop.post_once(ref, step.key, f"A session launch for this work item was refused by "
-                                  f"hook `{d.refused_by}` at `session_spawn`: {d.reason}")
+                                  f"hook `{d.refused_by}` at `session_spawn`{d.whose_reason}: "
+                                  f"{d.reason}")
     failpoint("after-refusal-comment")
     loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
 

@@ -117,6 +117,13 @@ class Decided:
     def changed_by(self) -> dict[str, str]:
         return dict(self.record["changed_by"])
 
+    @property
+    def whose_reason(self) -> str:
+        """` (the reason is hook `a`'s)` when a hook other than the refusing one gave the
+        reason (both are named, as `hooks.refused` names them), else ''."""
+        by = self.record["changed_by"].get("reason", "")
+        return f" (the reason is hook `{by}`'s)" if by and by != self.refused_by else ""
+
 
 class Loop:
     """One process's view of the loop. Daemons pass strict_hooks=True (fail closed)."""

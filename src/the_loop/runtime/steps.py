@@ -77,7 +77,8 @@ def start(loop: Loop, step: Step) -> None:
     if d.refused:
         loop.set_work(ref, state="refused")
         loop.post_once(ref, step.key, f"The start of this work item was refused by hook "
-                                      f"`{d.refused_by}` at `work_item_start`: {d.reason}")
+                                      f"`{d.refused_by}` at `work_item_start`{d.whose_reason}: "
+                                      f"{d.reason}")
         failpoint("after-refusal-comment")
         loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
         loop.log.emit("loop.start_refused", work_item=ref, hook=d.refused_by, reason=d.reason)
@@ -215,7 +216,8 @@ def take_input(loop: Loop, step: Step) -> None:
     failpoint("input")
     if d.refused:
         loop.post_once(ref, step.key, f"Input from @{actor} was dropped by hook "
-                                      f"`{d.refused_by}` at `input_received`: {d.reason}")
+                                      f"`{d.refused_by}` at `input_received`{d.whose_reason}: "
+                                      f"{d.reason}")
         loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
         loop.log.emit("input.refused", work_item=ref, hook=d.refused_by, reason=d.reason,
                       actor=actor)

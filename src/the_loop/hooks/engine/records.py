@@ -49,10 +49,14 @@ class Records:
                   work_item=ref)
 
     def refused(self, outcome: Outcome) -> None:
-        """`hooks.refused`: the hook whose refusal stuck and the reason that stands."""
+        """`hooks.refused`: the hook whose refusal stuck and the reason that stands, with
+        `reason_by` when another hook gave that reason."""
         ctx = outcome.context
-        self.emit("hooks.refused", point=outcome.point, hook=outcome.refused_by,
-                  reason=getattr(ctx, "reason", ""), work_item=ctx.work_item.ref)
+        fields: dict[str, Any] = {"point": outcome.point, "hook": outcome.refused_by,
+                                  "reason": getattr(ctx, "reason", "")}
+        if outcome.reason_by and outcome.reason_by != outcome.refused_by:
+            fields["reason_by"] = outcome.reason_by  # another hook gave the reason (item 3)
+        self.emit("hooks.refused", **fields, work_item=ctx.work_item.ref)
 
 
 __all__ = ["OWN_FIELDS", "Records"]
