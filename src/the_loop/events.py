@@ -66,6 +66,9 @@ EVENT_TYPES: dict[str, str] = {
     "gate.entered": "a human gate was entered; fields: work_item, node",
     "input.delivered": "a person's input was delivered or run; fields: work_item, kind",
     "input.refused": "a person's input was dropped; fields: work_item, hook, reason",
+    "input.refusal_overridden": "a hook refused a /stop or a /reject, which no hook may "
+                                "refuse: it went ahead; fields: work_item, control, hook, "
+                                "reason, actor",
     "phase.changed": "the graph advanced; fields: work_item, from_node, to_node",
     "phase.published": "a phase message went to the channels; fields: work_item, to_phase",
     "item.completed": "a work item closed; fields: work_item, source",

@@ -26,6 +26,7 @@ from the_loop.runtime.service import (
     ACTIVE,
     AGENT_PREFIX,
     LOOP_AUTHOR,
+    Decided,
     Loop,
     failpoint,
     render,
@@ -34,6 +35,14 @@ from the_loop.runtime.stepkinds import StepKind, salted
 from the_loop.runtime.store import Step
 
 CONTROLS = ("approve", "reject", "stop")
+#: Commands a hook cannot refuse at input_received (issue 30 item 1): a person can always
+#: stop an agent, and a rejection only keeps the work where it is. Their refusal (a hook's
+#: proceed: false, or a required hook's failure) is recorded and said, never obeyed.
+#: `/approve` is not here: it passes a gate, so a refusal drops it (fail-closed).
+UNREFUSABLE = {
+    "stop": "a /stop is never refused",
+    "reject": "a rejection always goes through",
+}
 RESUME_PROMPT = (
     "Resuming {ref} ({title}) at node {node}.\n\nInput from @{actor}:\n\n{text}\n\n"
     "Continue the {phase} work; finish with `the-loop graph complete`."
@@ -202,6 +211,8 @@ def take_input(loop: Loop, step: Step) -> None:
         return
     node = loop.graph.node(w["node"]) if w["node"] else loop.graph.node(loop.graph.start)
     control = classify(text)
+    if control == "stop" and w["session_id"]:
+        loop.end_session(str(w["session_id"]))  # before any hook: nothing delays a stop
     if control:
         kind = "command"
     elif w["state"] == "waiting":
@@ -214,7 +225,7 @@ def take_input(loop: Loop, step: Step) -> None:
         **loop.base(ref), kind=kind, actor=actor, source=source, control=control,
         node=node.name, phase=node.phase, text=text))
     failpoint("input")
-    if d.refused:
+    if d.refused and control not in UNREFUSABLE:
         loop.post_once(ref, step.key, f"Input from @{actor} was dropped by hook "
                                       f"`{d.refused_by}` at `input_received`{d.whose_reason}: "
                                       f"{d.reason}")
@@ -226,13 +237,23 @@ def take_input(loop: Loop, step: Step) -> None:
     # hook may drop it (proceed: false) but never turn a comment into an approval or an
     # approval into a rejection -- a decision cannot pass a gate or choose an edge.
     final = str(d["text"])
-    done = _act(loop, step, w, node, control, final, kind)
+    said = _overridden(loop, step, d, control) if d.refused else ""
+    done = _act(loop, step, w, node, control, final, kind, said)
     loop.log.emit("input.delivered", work_item=ref, kind=kind, actor=actor, done=done,
                   source=source)
 
 
+def _overridden(loop: Loop, step: Step, d: Decided, control: str) -> str:
+    """A refusal of a command no hook may refuse: recorded, and the sentence saying so."""
+    loop.log.emit("input.refusal_overridden", work_item=step.ref, control=control,
+                  hook=d.refused_by, reason=d.reason, actor=str(step.payload["actor"]))
+    return (f"Hook `{d.refused_by}` refused this /{control} at `input_received`"
+            f"{d.whose_reason} ({d.reason}); {UNREFUSABLE[control]}: the refusal is "
+            "recorded only.")
+
+
 def _act(loop: Loop, step: Step, w: dict[str, object], node: object, control: str,
-         final: str, kind: str) -> str:
+         final: str, kind: str, said: str = "") -> str:
     from the_loop.runtime.graph import Node
 
     assert isinstance(node, Node)
@@ -245,13 +266,15 @@ def _act(loop: Loop, step: Step, w: dict[str, object], node: object, control: st
             loop.end_session(sid)
         loop.set_work(ref, state="stopped")
         loop.post_once(ref, step.key, f"Stopped by @{actor}; re-arm with "
-                                      f"`the-loop start {ref}`.")
+                                      f"`the-loop start {ref}`." + (f"\n\n{said}" if said else ""))
         loop.store.finish(step, "stopped")
         loop.log.emit("loop.disarmed", work_item=ref, why=f"/stop by {actor}")
         return "stopped"
     if gate_outcome and is_agent(actor):
         return ignore(f"`/{control}` from {actor} ignored: an agent cannot answer a gate.")
     if gate_outcome and w["state"] == "gate" and loop.graph.next(node.name, gate_outcome):
+        if said:
+            loop.post_once(ref, step.key, said)
         loop.advance(ref, gate_outcome, actor=actor, note=feedback(final), step=step)
         return gate_outcome
     if gate_outcome and w["state"] == "gate":

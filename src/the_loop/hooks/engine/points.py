@@ -205,7 +205,8 @@ class InputReceived(Context):
     POINT: ClassVar[str] = "input_received"
     WHEN: ClassVar[str] = (
         "a person's input (answer, comment or review, control command) reaches the loop, "
-        "before it is delivered, read by a gate or run"
+        "before it is delivered, read by a gate or run (a /stop ends the session first: no "
+        "hook delays it)"
     )
 
     kind: str = fact("comment", "answer, comment, review or command")
