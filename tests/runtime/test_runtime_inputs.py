@@ -155,7 +155,8 @@ def test_issue11_rule1_a_broken_declaration_lets_no_one_shot_command_act_and_the
     """With a declaration that cannot load, `ask`, `reply` and `graph complete` only write
     what they ask for: no hook runs half-loaded, nothing is posted, delivered or launched;
     the poller refuses to start, so nothing moves until the declaration is fixed — and
-    `ask` and `reply` say so instead of promising that the loop acts (issue 20, item 15)."""
+    each says so instead of promising that the loop acts (issue 20, item 15), and records
+    hooks.load_failed (issue 30 item 5)."""
     ref = running(ld)
     launches, fired = len(ld.launches()), len(ld.points())
     good = ld.config.read_text()
@@ -170,9 +171,16 @@ def test_issue11_rule1_a_broken_declaration_lets_no_one_shot_command_act_and_the
     assert code == 0 and out.endswith("; no daemon can start to deliver it until the hooks "
                                       "declaration loads\n"), out
     assert err.startswith("the-loop: nothing will act on comment ") and why in err, err
-    assert ld.ok("graph", "complete", "--work-item", ref).strip() == \
-        f"write done; the loop moves {ref} on"
-    assert ld.events("hooks.load_failed") == [] and len(ld.points()) == fired
+    code, out, err = ld.run("graph", "complete", "--work-item", ref)
+    assert code == 0 and out == (f"write done; nothing moves {ref} on until the hooks "
+                                 "declaration loads (no daemon can start on it)\n"), out
+    assert err.startswith("the-loop: nothing will act on write's completion until the hooks "
+                          f"declaration is mended: {why}"), err
+    # R3.6, abuse case 6: each one-shot records the failed load (issue 30 item 5)
+    failed = ld.events("hooks.load_failed")
+    assert [r["source"] for r in failed] == ["ask", "reply", "graph"]
+    assert all("hooks[0] ('ghost') → path: no file at " in r["error"] for r in failed)
+    assert len(ld.points()) == fired
     assert not any(c.startswith("**Question") for c in ld.comments(ref))
     refused = ld.cli("poll", "--once", ok=False)
     assert refused.returncode == 1 and "refusing to start" in refused.stderr

@@ -2,9 +2,10 @@
 
 Only `poll` (a daemon, like `serve` in serve.py) acts on work items: it loads the hooks
 at start, refuses to start when they do not load, and runs each item's steps. The others
-are one-shot: they load no hook and fire no point, and only write what they ask for — an
-arming, a person's input, a question, a node change — for a daemon to take in. `reply` and
-`ask` check the declaration too, and say so when no daemon can start on it.
+are one-shot: they fire no point, and only write what they ask for — an arming, a person's
+input, a question, a node change — for a daemon to take in. `reply`, `ask` and `graph
+complete` check the declaration too: when it cannot load, they record hooks.load_failed and
+say that nothing moves until it is mended.
 """
 
 from __future__ import annotations
@@ -93,13 +94,15 @@ def one_shot(args: argparse.Namespace, source: str) -> Loop:
 
 def unmended(loop: Loop, what: str) -> bool:
     """Whether the hooks declaration fails to load, so no daemon can start to act on `what`
-    (said on stderr with the error). Loads it as a daemon would, firing nothing."""
+    (said on stderr with the error, and recorded as hooks.load_failed: R3.6, abuse case 6).
+    Loads it as a daemon would, firing nothing; a load that works records nothing."""
     from the_loop.events import EventLog
     from the_loop.hooks.declaring.loading import chain_from_config
 
     try:
         chain_from_config(loop.config, log=EventLog(keep=0))
     except HooksConfigError as exc:
+        loop.log.emit("hooks.load_failed", error=str(exc), config=str(loop.config.path or ""))
         print(f"the-loop: nothing will act on {what} until the hooks declaration is mended: "
               f"no daemon can start on it ({exc}); a daemon started before the edit keeps "
               "the hooks it loaded", file=sys.stderr)
@@ -271,6 +274,10 @@ def cmd_graph_complete(args: argparse.Namespace) -> int:
         sid = agent_session(loop.db, loop.settings.state_dir / "sessions")
         actor = acting_as(loop.db, loop.settings.state_dir, None, "agent")
         node = loop.graph_complete(ref, summary=args.summary, actor=actor, session_id=sid)
+        if unmended(loop, f"{node}'s completion"):
+            print(f"{node} done; nothing moves {ref} on until the hooks declaration loads (no "
+                  "daemon can start on it)")
+            return 0
     finally:
         loop.close()
     print(f"{node} done; the loop moves {ref} on")
