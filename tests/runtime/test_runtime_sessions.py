@@ -122,7 +122,8 @@ def test_r2_6_pull_request_session_refused_goes_to_the_ticket_session(ld: LoopDi
 def test_r2_6_a_refused_pull_request_session_is_said_once_on_the_ticket_after_a_crash(
         ld: LoopDir) -> None:
     """The redirected launch posts one marked comment on the ticket naming the hook and its
-    reason: a loop killed just after posting it redoes the step without posting it again."""
+    reason: a loop killed just after posting it redoes the step without posting it, or
+    recording `session.refused`, again."""
     ld.write("policies/prs.yaml", PR_POLICY)
     ld.write_config("hooks:\n  - {name: house, policy: policies}\n")
     ticket = ld.add("Add a login page")
@@ -143,6 +144,8 @@ def test_r2_6_a_refused_pull_request_session_is_said_once_on_the_ticket_after_a_
     launches = ld.launches()
     assert len(launches) == 2 and "Please rename the button." in launches[1]["prompt"]
     assert ld.work(ticket)["state"] == "running"
+    # recorded once, as it was said once (issue 30 item 8: the redo emitted it again)
+    assert [r["endpoint"] for r in ld.events("session.refused")] == [pr]
 
 
 def test_a_pull_request_session_launches_with_the_pr_as_endpoint(ld: LoopDir) -> None:

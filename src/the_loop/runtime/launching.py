@@ -114,13 +114,17 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
     """A refused launch: the item is blocked with one comment, or a pull request's own
     session is delivered into the ticket's session instead (said in one comment there)."""
     ref, endpoint = step.ref, step.payload["endpoint"]
-    loop.log.emit("session.refused", work_item=ref, endpoint=target, hook=d.refused_by,
-                  reason=d.reason)
+
+    def said(posted: bool) -> None:  # recorded with its one comment: a redo does neither again
+        if posted:
+            loop.log.emit("session.refused", work_item=ref, endpoint=target, hook=d.refused_by,
+                          reason=d.reason)
+
     if endpoint and endpoint != ref:
-        loop.post_once(ref, step.key, f"A session of pull request {target} was refused by "
-                                      f"hook `{d.refused_by}` at `session_spawn`{d.whose_reason}: "
-                                      f"{d.reason}. "
-                                      "Its input goes to this work item's session instead.")
+        said(loop.post_once(ref, step.key, (
+            f"A session of pull request {target} was refused by hook `{d.refused_by}` at "
+            f"`session_spawn`{d.whose_reason}: {d.reason}. Its input goes to this work "
+            "item's session instead.")))
         failpoint("after-refusal-comment")
         with loop.db.transaction() as conn:
             loop.store.add_step(conn, StepKind.LAUNCH.key("ticket", name=step.key), ref,
@@ -129,9 +133,9 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
             loop.store.finish(step, "redirected", conn=conn)
         return
     loop.set_work(ref, state="blocked")
-    loop.post_once(ref, step.key, f"A session launch for this work item was refused by "
-                                  f"hook `{d.refused_by}` at `session_spawn`{d.whose_reason}: "
-                                  f"{d.reason}")
+    said(loop.post_once(ref, step.key, f"A session launch for this work item was refused by "
+                                       f"hook `{d.refused_by}` at `session_spawn`"
+                                       f"{d.whose_reason}: {d.reason}"))
     failpoint("after-refusal-comment")
     loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
 
