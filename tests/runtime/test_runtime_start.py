@@ -220,6 +220,28 @@ def test_arm_label_arms_a_labelled_ticket_once(ld: LoopDir) -> None:
     assert len(ld.points("work_item_start")) == 2
 
 
+def test_r2_1_start_facts_say_how_and_by_whom_an_item_was_armed_as_documented(
+        ld: LoopDir) -> None:
+    """Issue 30 item 8: `source` takes exactly the values its description names (there is
+    no `api` arming), and a label-armed item's `actor` is empty, not the login-shaped
+    word "label" (the tracker does not say who added the label)."""
+    from the_loop.hooks.engine.points import SPECS
+
+    ld.write_config("armLabel: loop\nhooks:\n" + ld.add_recorder())
+    labelled = ld.add("With label", "--label", "loop")
+    started = ld.add("Started")
+    ld.start(started, actor="alice")
+    ld.poll()
+    seen = {s["work_item"]["ref"]: (s["source"], s["actor"])
+            for s in ld.seen("work_item_start")}
+    assert seen == {labelled: ("label", ""), started: ("command", "alice")}
+    [source] = [f for f in SPECS["work_item_start"].facts if f.name == "source"]
+    assert source.doc == "how it was armed: command or label"
+    [actor] = [f for f in SPECS["work_item_start"].facts if f.name == "actor"]
+    assert "empty when the armLabel armed it" in actor.doc
+    assert [r["actor"] for r in ld.events("loop.armed") if r["work_item"] == labelled] == [""]
+
+
 def test_start_twice_is_one_arming(ld: LoopDir) -> None:
     """A second `start` of an armed item says so and arms nothing new."""
     ref = ld.add()

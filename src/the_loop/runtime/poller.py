@@ -237,7 +237,9 @@ def poll_once(loop: Loop) -> Report:
     if loop.settings.arm_label:
         for item in open_items:
             if loop.settings.arm_label in item.labels and loop.work(item.ref) is None:
-                loop.arm(item.ref, actor="label", source="label")
+                # Who added the label is not known: no login stands in for them (a real
+                # login such as `label` would match rules about that person).
+                loop.arm(item.ref, actor="", source="label")
     pulls: dict[str, list[str]] = {}
     for item in open_items:
         if item.parent:

@@ -115,8 +115,9 @@ class WorkItemStart(Context):
         "once per arming, before the workspace is prepared or any session exists"
     )
 
-    actor: str = fact("", "who armed the work item (login)")
-    source: str = fact("", "how it was armed: command, label or api")
+    actor: str = fact("", "who armed the work item (login); empty when the armLabel armed it "
+                          "(the tracker does not record who added a label)")
+    source: str = fact("", "how it was armed: command or label")
     phase: str = fact("", "the phase the work item starts in")
     proceed: bool = decision(
         True, "whether the work item starts",
