@@ -220,6 +220,12 @@ def main(argv: list[str] | None = None) -> int:
                   number // 10, rounds)["invoke"]
     print(f"- traced (`Chain.invoke`, which the loop runs at each point, a step per executor), "
           f"10 returning None: {us(traced)}")
+    bounded = Chain([Link("h0", PassThrough(), frozenset({"session_spawn"}), timeout=30.0)],
+                    log=EventLog())
+    threaded = best({"thread": timer("chain.run(ctx)", chain=bounded)},
+                    max(number // 50, 20), rounds)["thread"]
+    print(f"- 1 local executor with timeoutSeconds (a worker thread per call): "
+          f"{us(threaded)} per point, against {us(rows[1][1])} in the loop's own thread")
     t_chain, t_handler = policy_point(number, rounds)
     print(f"- one policy executor of 10 rules (one matches): chain {us(t_chain)}, the "
           f"executor's own handler {us(t_handler)}; the chain's own cost "

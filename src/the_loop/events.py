@@ -27,6 +27,9 @@ EVENT_TYPES: dict[str, str] = {
                      "(when another hook gave the reason)",
     "hooks.dropped": "an executor's answer carried facts or unknown keys that were ignored; "
                      "fields: point, hook, dropped",
+    "hooks.slow": "a hook has been running for hooks/engine/slow.py's SLOW_SECONDS (5 s) "
+                  "and is still running; fields: point, hook, work_item, seconds, "
+                  "still_running",
     "hooks.ignored": "a decision the loop does not apply at this moment was changed and "
                      "ignored; fields: point, hook, fields, why",
     "hooks.audit": "audit-mode policy rules matched and would have decided; fields: point, "

@@ -81,7 +81,7 @@ MALFORMED = [
      "module and path"),
     ("- {name: typo, module: acme.x, requird: true}", "hooks[1] ('typo')", "requird",
      "unknown key (did you mean 'required'?). Allowed keys: name, on, required, enabled, "
-     "module, path, url, policy, executor, with, tokenEnv, headers, timeoutSeconds"),
+     "module, path, url, policy, executor, with, timeoutSeconds, tokenEnv, headers"),
     ("- {name: typo, url: 'https://h.example/', timeout: 5}", "hooks[1] ('typo')", "timeout",
      "unknown key (did you mean 'timeoutSeconds'?)"),
     ("- {name: ev, module: acme.x, on: [hooks.decided]}", "hooks[1] ('ev')", "on",
@@ -101,11 +101,11 @@ MALFORMED = [
      "['session_spawn'] is not a lifecycle point"),
     ("- {name: lo, path: lo.py, tokenEnv: TOKEN}", "hooks[1] ('lo')", "tokenEnv",
      "not allowed on a path entry (keys for a path entry besides name, on, required, "
-     "enabled: executor, with)"),
+     "enabled: executor, with, timeoutSeconds)"),
     ("- {name: lo, module: acme.x, headers: {X-Team: a}}", "hooks[1] ('lo')", "headers",
      "not allowed on a module entry"),
-    ("- {name: lo, module: acme.x, timeoutSeconds: 3}", "hooks[1] ('lo')", "timeoutSeconds",
-     "not allowed on a module entry"),
+    ("- {name: lo, module: acme.x, timeoutSeconds: 0}", "hooks[1] ('lo')", "timeoutSeconds",
+     "expected a number of seconds > 0 and ≤ 300, got 0 (int)"),
     ("- {name: re, url: 'https://h.example/', executor: Hooks}", "hooks[1] ('re')", "executor",
      "not allowed on a url entry (keys for a url entry besides name, on, required, enabled: "
      "tokenEnv, headers, timeoutSeconds)"),

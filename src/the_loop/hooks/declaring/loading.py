@@ -21,6 +21,7 @@ from the_loop.hooks.engine.chain import Chain, Link
 from the_loop.hooks.engine.executor import Executor, LifecycleHooks
 from the_loop.hooks.engine.points import POINTS
 from the_loop.hooks.executors.local import CLASS_NAME, MODULE_NAME
+from the_loop.hooks.executors.local import KIND as LOCAL
 from the_loop.hooks.executors.local import construct as construct_local
 from the_loop.hooks.executors.registry import BY_KEY, default_points
 
@@ -34,7 +35,10 @@ def build_chain(entries: list[HookEntry], *, log: EventLog | None = None) -> Cha
         executor = construct(entry)
         defaults = default_points(executor)
         points = defaults if entry.on is None else tuple(p for p in entry.on if p in defaults)
-        links.append(Link(entry.name, executor, frozenset(points), entry.required))
+        # A local entry's timeoutSeconds bounds it in the chain (a url: entry's own client
+        # keeps its deadline).
+        timeout = entry.options.get("timeoutSeconds") if BY_KEY[entry.kind] is LOCAL else None
+        links.append(Link(entry.name, executor, frozenset(points), entry.required, timeout))
     chain = Chain(links, log=log)
     for link in links:  # executors that record their own events (policy audit) share the log
         bind = getattr(link.executor, "bind_log", None)

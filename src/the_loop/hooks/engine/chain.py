@@ -43,11 +43,13 @@ from the_loop.hooks.engine.answers import (
     read_answer,
     read_back,
 )
+from the_loop.hooks.engine.deadline import Deadline
 from the_loop.hooks.engine.executor import Executor, HookError, LifecycleHooks
 from the_loop.hooks.engine.location import hook_raise_site, located
 from the_loop.hooks.engine.outcome import Outcome, Step
 from the_loop.hooks.engine.points import POINTS, Context, WorkItem
 from the_loop.hooks.engine.records import Records
+from the_loop.hooks.engine.slow import WATCH
 from the_loop.hooks.executors.registry import default_points, handler_for
 from the_loop.interrupt import reraise_if_real
 
@@ -63,6 +65,8 @@ class Link:
     executor: LifecycleHooks | Executor
     points: frozenset[str]
     required: bool = False
+    #: A local hook's `timeoutSeconds`: each call runs on a worker thread (`deadline.py`).
+    timeout: float | None = None
 
 
 #: (name, handler, required, reads_only) of one executor at one point.
@@ -85,7 +89,10 @@ class Chain:
     @staticmethod
     def _entry(link: Link, point: str) -> _Entry:
         reads_only = bool(getattr(link.executor, "reads_only", False))
-        return (link.name, handler_for(link.executor, point), link.required, reads_only)
+        handler = handler_for(link.executor, point)
+        if link.timeout is not None:
+            handler = Deadline(handler, link.name, link.timeout)
+        return (link.name, handler, link.required, reads_only)
 
     @classmethod
     def of(cls, *executors: LifecycleHooks | Executor, log: EventLog | None = None) -> Chain:
@@ -141,8 +148,8 @@ class Chain:
                     d[key] = d[key][:]
                 given = _new(cls)
                 given.__dict__ = d
-            try:
-                answer = fn(given)
+            try:  # traced, the call is watched: a slow one is recorded while it runs
+                answer = WATCH.call(fn, given, self.records, name) if trace else fn(given)
             except BaseException as exc:  # anything a hook raises is its own failure
                 answer, failure = None, self._failure(exc, fn)
             else:
@@ -164,7 +171,8 @@ class Chain:
         secrets = self.log.known_secrets()
         # A HookError's message is the hook's sentence; the chain's secrets go before it is cut.
         error = describe_exception(exc, plain=isinstance(exc, HookError), secrets=secrets)
-        return Reading(error=error, site=hook_raise_site(exc, fn))
+        return Reading(error=error, site=hook_raise_site(
+            exc, fn.fn if isinstance(fn, Deadline) else fn))
 
     def _settle(self, outcome: Outcome, shape: Shape, name: str, required: bool,
                 reading: Reading, started: float | None) -> None:

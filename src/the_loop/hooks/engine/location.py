@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.errors import describe_exception, one_line
+from the_loop.hooks.engine.deadline import _call
 from the_loop.interrupt import reraise_if_real
 from the_loop.util import shown_path
 
@@ -38,6 +39,8 @@ _LIBRARIES = tuple(sorted({
 #: The longest a location's path is shown (a hook may name its code's file anything); with
 #: the line number, a location stays within about `errors.MAX_ERROR` characters.
 MAX_PATH = 480
+#: The entry of a hook's worker thread (`timeoutSeconds`), where a raise site is followed on.
+_WORKER_ENTRY = _call.__code__
 #: A traceback is walked at most this deep (a RecursionError's is about 1,000 frames).
 MAX_FRAMES = 5000
 
@@ -71,8 +74,11 @@ def raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
                 frames.append((path, line))
         inner = tb.tb_next
         # An exception object raised a second time keeps its old traceback after the new
-        # frames; the old part is where a frame was not called by the one before it.
-        if inner is not None and inner.tb_frame.f_back not in (None, tb.tb_frame):
+        # frames; the old part is where a frame was not called by the one before it --
+        # except a hook's own worker thread (`deadline.py`), whose exception the chain's
+        # thread raises again: its frames are where the hook raised it.
+        if inner is not None and inner.tb_frame.f_back not in (None, tb.tb_frame) \
+                and inner.tb_frame.f_code is not _WORKER_ENTRY:
             break
         tb = inner
     home_file = code_file(fn)

@@ -16,7 +16,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from the_loop.configspec import IDENTIFIER_PATTERN, NON_EMPTY_PATTERN, Any_, DictOf, Field, Str, got
+from the_loop.configspec import (
+    IDENTIFIER_PATTERN,
+    NON_EMPTY_PATTERN,
+    Any_,
+    DictOf,
+    Field,
+    Number,
+    Str,
+    got,
+)
 from the_loop.errors import HooksConfigError, quote
 from the_loop.hooks.declaring.entry import HookEntry, entry_error
 from the_loop.hooks.engine.executor import LifecycleHooks
@@ -165,7 +174,14 @@ def _method(executor: Any, point: str) -> Any:
     return getattr(executor, point)
 
 
-_CLASS_KEYS = {"executor": Field(CLASS_NAME, default=""), "with": Field(_WITH, default=dict)}
+#: The most a local hook's `timeoutSeconds` may be (as for a url: entry).
+MAX_TIMEOUT = 300.0
+_TIMEOUT = Number(above=0, maximum=MAX_TIMEOUT,
+                  expected=f"a number of seconds > 0 and ≤ {MAX_TIMEOUT:g}",
+                  description="each call runs on a worker thread and counts as this hook's "
+                              "failure after this long (default: none, in the loop's thread)")
+_CLASS_KEYS = {"executor": Field(CLASS_NAME, default=""), "with": Field(_WITH, default=dict),
+               "timeoutSeconds": Field(_TIMEOUT)}
 
 KIND = Kind(
     name="local",
