@@ -28,8 +28,10 @@ class Records:
         try:
             self.log.emit(event, **fields)
         except OSError as exc:
-            print(f"the-loop: could not record {event} in {self.log.path}: {exc}",
-                  file=sys.stderr)
+            self._unrecorded(event, exc)
+
+    def _unrecorded(self, event: str, exc: OSError) -> None:
+        print(f"the-loop: could not record {event} in {self.log.path}: {exc}", file=sys.stderr)
 
     def decided(self, point: str, hook: str, changes: dict[str, Any],
                 detail: dict[str, Any], ref: str) -> None:
@@ -37,8 +39,11 @@ class Records:
         chain owns (an `event` in it made `emit` raise; a `source` forged the record)."""
         if not OWN_FIELDS.isdisjoint(detail):
             detail = {k: v for k, v in detail.items() if k not in OWN_FIELDS}
-        self.emit("hooks.decided", **detail, point=point, hook=hook, changed=sorted(changes),
-                  work_item=ref)
+        try:  # (not through `emit`: one call less on the path every change takes)
+            self.log.emit("hooks.decided", **detail, point=point, hook=hook,
+                          changed=sorted(changes), work_item=ref)
+        except OSError as exc:
+            self._unrecorded("hooks.decided", exc)
 
     def failed(self, point: str, hook: str, error: str, ref: str, required: bool) -> None:
         self.emit("hooks.failed", point=point, hook=hook, error=error, work_item=ref,
