@@ -66,10 +66,11 @@ class Reading:
     site: str = ""
 
 
-def read_back(state: Context, answer: Any) -> Reading:
-    """The reading of an answer given against `state` (None: nothing changed)."""
+def read_back(state: Context, answer: Any) -> Reading | None:
+    """The reading of an answer given against `state`; None for a None answer (nothing to
+    read: the executor passed)."""
     if answer is None:
-        return Reading()
+        return None
     changes, dropped, error = read_answer(state, answer)
     if error or not isinstance(answer, Decisions):
         return Reading(changes, dropped, {}, error)

@@ -175,12 +175,18 @@ class Chain:
             exc, fn.fn if isinstance(fn, Deadline) else fn))
 
     def _settle(self, outcome: Outcome, shape: Shape, name: str, required: bool,
-                reading: Reading, started: float | None) -> None:
-        """One executor's reading into the outcome, with its events (and, traced, its step).
+                reading: Reading | None, started: float | None) -> None:
+        """One executor's reading into the outcome, with its events (and, traced, its step);
+        None: it passed (only traced runs get here with that).
 
         The event and the trace name the file and line of a failure; a refusal's reason,
         which reaches the tracker and remote callers, names the hook and what it raised only.
         """
+        if reading is None:
+            if started is not None:
+                ms = (time.perf_counter() - started) * 1000.0
+                outcome.steps.append(Step(name, "unchanged", {}, [], "", ms, {}))
+            return
         state = outcome.context
         ref = state.work_item.ref
         shown = located(reading.error, reading.site) if reading.error else ""
