@@ -12,7 +12,7 @@ from the_loop.events import EVENT_TYPES
 from the_loop.runtime.narrate import LINE_LIMIT, LINES, line_of
 
 #: Placeholders line_of fills itself rather than reading a field of that name.
-DERIVED = {"ref", "ref_or_dash", "respawn", "what", "found"}
+DERIVED = {"ref", "ref_or_dash", "respawn", "what", "found", "armed_by"}
 
 
 @pytest.mark.parametrize("event", sorted(LINES))
@@ -39,3 +39,10 @@ def test_an_event_not_in_the_table_prints_nothing_and_a_hostile_field_stays_one_
 def test_a_step_failure_without_an_item_names_the_cycle() -> None:
     assert line_of({"event": "poll.failed", "error": "database is locked"}) == (
         "-: poll.failed cycle: database is locked")
+
+
+def test_an_arming_names_the_login_or_else_how_it_was_armed() -> None:
+    assert line_of({"event": "loop.armed", "work_item": "acme/app#7", "actor": "ann",
+                    "source": "command"}) == "acme/app#7: armed by ann"
+    assert line_of({"event": "loop.armed", "work_item": "acme/app#7", "actor": "",
+                    "source": "label"}) == "acme/app#7: armed by its label"

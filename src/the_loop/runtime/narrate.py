@@ -17,7 +17,7 @@ LINE_LIMIT = 300
 #: the event's fields (each one printable line, cut: see `_Fields`); `{ref}` is its work item.
 #: An event not here, and not one of `_SPECIAL`, prints nothing.
 LINES: dict[str, str] = {
-    "loop.armed": "{ref}: armed by {actor}",
+    "loop.armed": "{ref}: armed by {armed_by}",
     "loop.started": "{ref}: started",
     "loop.start_refused": "{ref}: start REFUSED by hook `{hook}`: {reason}",
     "session.launched": "{ref}: session {session_id} launched{respawn}",
@@ -77,6 +77,8 @@ def line_of(record: dict[str, Any]) -> str:
     fields["ref_or_dash"] = fields["ref"] or "-"
     fields["respawn"] = " (respawn)" if record.get("respawn") else ""
     fields["what"] = fields["step"] or fields["hook"] or "cycle"
+    # a label arming has no login (the tracker records none): say how it was armed instead
+    fields["armed_by"] = fields["actor"] or f"its {fields['source'] or 'label'}"
     if "{found}" in template:
         fields["found"] = _audit_found(record)
     return template.format_map(fields)
