@@ -573,3 +573,27 @@ def test_a_mask_list_in_a_rule_file_is_checked_and_shown(tmp_path: Path, run_cli
     assert done.returncode == 1
     assert "mask: mask path 'input_received.txt': no text field 'txt' at input_received; " \
            "did you mean 'text'?" in done.stderr
+
+
+def test_i31_1_check_reads_a_rule_file_whose_name_is_not_utf8(
+        tmp_path: Path, run_cli: Any) -> None:
+    """A file name is bytes on POSIX: `b'r\\xff.yaml'` is a rule file like any other. The
+    check crashed hashing it ("UnicodeEncodeError ... This is a bug"); it loads, and the
+    name is shown escaped."""
+    import os
+
+    where = folder(tmp_path)
+    before = revision(where)
+    odd = os.fsdecode(bytes(where) + b"/r\xff.yaml")
+    Path(odd).write_text(RULES.replace("trusted-prs-only", "odd-one")
+                         .replace("preamble", "odd-two").replace("quiet", "odd-three"),
+                         encoding="utf-8")
+    done = run_cli("policy", "check", "policies")
+    assert done.returncode == 0, done.stderr
+    assert "6 rule(s) in 2 file(s)" in done.stdout and "bug" not in done.stderr
+    assert "odd-one" in done.stdout and "r\\udcff.yaml" in done.stdout
+    assert revision(where) != before  # the odd file is part of the revision
+    as_json = run_cli("policy", "check", "policies", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    [data] = json.loads(as_json.stdout)["folders"]
+    assert data["files"] == ["rules.yaml", "r\\udcff.yaml"]

@@ -181,7 +181,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]]:
     from the_loop.hooks.policy import PolicyError
-    from the_loop.hooks.policy.files import revision
     from the_loop.hooks.policy.lints import lint
     from the_loop.jmes import compile_stats
 
@@ -197,15 +196,15 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
     fallback = stats.get("fallback", 0)
     by_point = {p: policy.rules_at(p) for p in POINTS}
     warnings = lint(policy)
-    rev = revision(folder)
+    rev = policy.revision
     if args.json:
         return 0, {
             "folder": str(folder), "ok": True, "revision": rev, "mask": policy.mask,
-            "files": [f.name for f in policy.files],
+            "files": [_name(f) for f in policy.files],
             "rules": len(policy.rules), "compile_stats": stats, "warnings": warnings,
-            "data": {name: Path(where).name for name, where in policy.data.origin.items()},
+            "data": {name: _name(where) for name, where in policy.data.origin.items()},
             "points": {
-                p: [{"name": r.name, "mode": r.mode, "file": Path(r.file).name,
+                p: [{"name": r.name, "mode": r.mode, "file": _name(r.file),
                      "description": r.description} for r in rules]
                 for p, rules in by_point.items() if rules
             },
@@ -216,13 +215,13 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
     if policy.mask:
         print(f"a hook server's decision log masks: {', '.join(policy.mask)}")
     width = max(len(r.name) for r in policy.rules)
-    files = max(len(Path(r.file).name) for r in policy.rules)  # descriptions line up
+    files = max(len(_name(r.file)) for r in policy.rules)  # descriptions line up
     for point, rules in by_point.items():
         if not rules:
             continue
         print(f"{point}:")
         for r in rules:
-            line = f"  {r.name:<{width}}  {r.mode:<7}  {Path(r.file).name:<{files}}"
+            line = f"  {r.name:<{width}}  {r.mode:<7}  {_name(r.file):<{files}}"
             if r.description:
                 line += f"  {r.description}"
             print(line.rstrip())
@@ -234,6 +233,12 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
     for warning in warnings:  # advice: the folder loads and the exit stays 0
         print(f"the-loop: warning: {warning}", file=sys.stderr)
     return 0, {}
+
+
+def _name(path: str | Path) -> str:
+    """A file's name as it can be printed: a name that is not UTF-8 (bytes on POSIX) shows
+    its odd bytes escaped (`r\\udcff.yaml`) instead of failing the print."""
+    return Path(path).name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def cmd_test(args: argparse.Namespace) -> int:

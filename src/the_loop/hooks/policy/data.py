@@ -16,14 +16,12 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from the_loop import yamlsafe
 from the_loop.errors import ExpressionError
 from the_loop.hooks.engine.points import closest
-from the_loop.hooks.policy.files import DATA_FOLDER, Unloadable, data_files, load_yaml
-from the_loop.hooks.policy.files import unsafe_entries as unsafe_entries
+from the_loop.hooks.policy.files import DATA_FOLDER, Snapshot, Unloadable, load_yaml
 from the_loop.jmes import root_paths
 
 __all__ = ["ROOT", "PolicyData", "check_value", "read_data", "reads_context", "reads_data"]
@@ -238,27 +236,24 @@ def check_value(value: Any, where: str) -> str | None:
     return f"{where}: {type(value).__name__} values are not data; write it as a string"
 
 
-def read_data(folder: Path) -> tuple[PolicyData, list[str]]:
-    """The data of policy folder `folder`, and one error per problem (all of them)."""
+def read_data(snap: Snapshot) -> tuple[PolicyData, list[str]]:
+    """The data of a policy folder's snapshot, and one error per problem (all of them);
+    the snapshot's refused entries are the caller's to report."""
     errors: list[str] = []
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
-    sub = folder / DATA_FOLDER
-    if not sub.is_dir() or sub.is_symlink():
+    if snap.data is None:
         return PolicyData(), errors
-    errors.extend(unsafe_entries(sub, within=folder))
-    files = data_files(folder) if not errors else []
-    total = sum(_size(path) for path in files)
+    total = sum(len(read.body) for read in snap.data)
     if total > MAX_DATA_BYTES:
-        errors.append(f"{sub}: the data files hold {total:,} bytes; at most "
-                      f"{MAX_DATA_BYTES:,} in all (data is compiled into every rule that reads "
-                      "it); keep large lists out of the policy")
-    if errors:
+        errors.append(f"{snap.folder / DATA_FOLDER}: the data files hold {total:,} bytes; at "
+                      f"most {MAX_DATA_BYTES:,} in all (data is compiled into every rule "
+                      "that reads it); keep large lists out of the policy")
         return PolicyData(), errors
-    for path in files:
-        where = str(path)
+    for read in snap.data:
+        where = str(read.path)
         try:
-            document = load_yaml(path)
+            document = load_yaml(read)
         except Unloadable as exc:
             errors.append(str(exc))
             continue
@@ -275,13 +270,6 @@ def read_data(folder: Path) -> tuple[PolicyData, list[str]]:
             values[name] = value
             origin[name] = where
     return PolicyData(values, origin), errors
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:  # gone since it was listed: reading it says so
-        return 0
 
 
 def _said(document: Any) -> str:

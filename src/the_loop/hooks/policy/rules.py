@@ -39,7 +39,7 @@ from the_loop.hooks.engine.points import (
 from the_loop.hooks.policy.checks import check_fields, describe_compile_error
 from the_loop.hooks.policy.data import PolicyData, read_data
 from the_loop.hooks.policy.expressions import compile_policy_expression
-from the_loop.hooks.policy.files import Unloadable, load_yaml, rule_files, unsafe_entries
+from the_loop.hooks.policy.files import Read, Unloadable, load_yaml, snapshot
 from the_loop.hooks.policy.gcpause import collector_paused
 from the_loop.hooks.policy.maskpaths import check as check_mask
 from the_loop.hooks.policy.typecheck import type_messages
@@ -105,6 +105,8 @@ class Policy:
     data: PolicyData = field(default_factory=PolicyData)
     #: Paths a hook server's decision log masks (`mask:` in a rule file; `maskpaths`).
     mask: list[str] = field(default_factory=list)
+    #: The revision of the files these rules were compiled from (`files.snapshot`).
+    revision: str = ""
 
     def rules_at(self, point: str) -> list[Rule]:
         return [r for r in self.rules if point in r.points]
@@ -142,28 +144,32 @@ def read_policy(
         ])
     if not folder.is_dir():
         raise PolicyError([f"{folder}: not a folder; name the folder that holds the rule files"])
-    unsafe = unsafe_entries(folder)
-    if unsafe:
-        raise PolicyError(unsafe, folder=str(folder))
-    files = rule_files(folder)
-    if not files:
+    try:
+        snap = snapshot(folder)  # resolved, listed and read once: what is compiled is this
+    except OSError as exc:
+        raise PolicyError([f"{folder}: cannot be read ({exc.strerror or exc}); name a "
+                           "folder of rule files"]) from None
+    if snap.errors:
+        raise PolicyError(snap.errors, folder=str(folder))
+    if not snap.rules:
         raise PolicyError([
             f"{folder}: no rule files (*.yaml or *.yml) in this folder; add one with a "
             "`rules:` list (see docs/policy-guide.md)"
         ])
-    values, problems = read_data(folder)
+    values, problems = read_data(snap)
     if problems:
         raise PolicyError(problems, folder=str(folder))
     if data:
         values = values.with_values(data)
     checker = _Checker(reference, lazy, values)
-    for path in files:
-        checker.read_file(path)
+    for read in snap.rules:
+        checker.read_file(read)
     if not checker.errors and not checker.rules:
         checker.errors.append(f"{folder}: the rule files hold no rules")
     if checker.errors:
         raise PolicyError(checker.errors, folder=str(folder))
-    return Policy(folder, files, checker.rules, reference, values, checker.mask)
+    return Policy(folder, [r.path for r in snap.rules], checker.rules, reference, values,
+                  checker.mask, snap.revision)
 
 
 def _some_decision(values: dict[str, Any], _ctx: object) -> dict[str, Any]:
@@ -217,10 +223,10 @@ class _Checker:
             else:
                 self.mask.append(path)
 
-    def read_file(self, path: Path) -> None:
-        where = str(path)
+    def read_file(self, read: Read) -> None:
+        where = str(read.path)
         try:
-            data = load_yaml(path)
+            data = load_yaml(read)
         except Unloadable as exc:
             self.errors.append(str(exc))
             return

@@ -115,7 +115,7 @@ def policy_executor(
     if not path.is_dir():
         raise LoopError(f"{folder}: no policy folder there (expected a folder of rule files)")
     executor = load_policy(name, path)
-    executor.revision = revision(path)
+    executor.revision = executor.policy.revision  # of the files compiled, read once
     if log is not None:
         executor.bind_log(log)
     return executor
