@@ -8,10 +8,8 @@ import argparse
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 from the_loop.cli._common import CLI_NAMES, config_of, require_path, with_arg
@@ -19,6 +17,7 @@ from the_loop.errors import LoopError, UsageError, one_line
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.declaration import ENV_RE
 from the_loop.hooks.declaring.loading import load_executor
+from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.serving.hosted import (
     ChainExecutor,
     declared_executor,
@@ -43,7 +42,8 @@ from the_loop.hooks.serving.operated import (
 from the_loop.hooks.serving.reload import Reloader
 from the_loop.hooks.serving.server import HookServer
 from the_loop.runtime.narrate import line_of
-from the_loop.util import is_loopback
+from the_loop.util import is_loopback, say
+from the_loop.wakeup import Wakeup
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -52,6 +52,7 @@ def serve(args: argparse.Namespace) -> int:
     _check_listen(args.host, args.port, token_env)
     log = served_log(args.events, token_env, declared=args.declared)
     executor = _executor(args, log)
+    _say_lints(executor)
     shown = executor.chain.log if isinstance(executor, ChainExecutor) else log
     redact = redactor(token_env)
     if shown is not None and not args.quiet:
@@ -73,8 +74,14 @@ def serve(args: argparse.Namespace) -> int:
         ops.close()
         raise LoopError(f"cannot listen on {args.host}:{args.port}: "
                         f"{exc.strerror or exc}") from None
-    reload_ = (reloader([server.core], ops, lambda: _executor(args, log), masks=args.mask,
-                        secrets_in=secrets_in) if args.policy or args.declared else None)
+    def rebuild() -> AnyExecutor:
+        built = _executor(args, log)
+        if _revision(built) != _revision(server.core.executor):  # a storm of SIGHUPs
+            _say_lints(built)                                   # repeats nothing
+        return built
+
+    reload_ = (reloader([server.core], ops, rebuild, masks=args.mask, secrets_in=secrets_in)
+               if args.policy or args.declared else None)
     points = served_points(executor)
 
     def announce() -> None:  # once SIGTERM is handled: a caller may stop it on reading this
@@ -139,6 +146,28 @@ def _executor(args: argparse.Namespace, log: EventLog | None) -> AnyExecutor:
                          with_=with_arg(args.with_json), names=CLI_NAMES)
 
 
+def _revision(executor: AnyExecutor) -> str:
+    return str(getattr(executor, "revision", ""))
+
+
+def _say_lints(executor: AnyExecutor) -> None:
+    """What `policy check` warns about the policies served (a reversed `regex_match`, a rule
+    that can never match…), on stderr, at start and for each new revision a reload loads
+    (issue 30, item 14)."""
+    from the_loop.hooks.policy.lints import lint
+
+    if isinstance(executor, PolicyExecutor):
+        found = lint(executor.policy)
+    elif isinstance(executor, ChainExecutor):
+        found = [f"policy entry {link.name!r}: {warning}" for link in executor.chain.links
+                 if isinstance(link.executor, PolicyExecutor)
+                 for warning in lint(link.executor.policy)]
+    else:
+        found = []
+    for warning in found:
+        say(f"the-loop: warning: {warning}")
+
+
 def _what(args: argparse.Namespace, executor: AnyExecutor) -> str:
     if args.policy:
         return f"the policy folder {args.policy}"
@@ -172,58 +201,39 @@ def _per_call_log(redact: Callable[[str], str]) -> OnCall:
 def _run(server: HookServer, reload_: Reloader | None, watch: float | None,
          announce: Callable[[], None]) -> None:
     """Serve until SIGTERM or Ctrl-C; reload on SIGHUP (and, with `watch`, on a change).
-    `announce` prints the URL once the signals are handled."""
-    previous: Any = None
-    previous_hup: Any = None
-    in_main = threading.current_thread() is threading.main_thread()
-    stop = threading.Event()
-    hup = threading.Event()
-    wake = threading.Event()
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        # Only set flags: the serving thread and this loop do the work.
-        stop.set()
-        wake.set()
-
-    def on_hup(signum: int, frame: FrameType | None) -> None:
-        hup.set()
-        wake.set()
-
-    if in_main:
-        previous = signal.signal(signal.SIGTERM, on_term)
-        if reload_ is not None:
-            previous_hup = signal.signal(signal.SIGHUP, on_hup)
-    try:
-        # Inside the try: a Ctrl-C the moment the first call is answered still stops cleanly.
-        announce()
-        server.serve_in_thread()
-        _wait(wake, stop, hup, reload_, watch)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.shutdown()
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
-            if reload_ is not None:
-                signal.signal(signal.SIGHUP, previous_hup)
+    `announce` prints the URL once the signals are handled. The handlers only set flags
+    (`wakeup.Wakeup`); this loop, in the main thread, stops and reloads."""
+    signals = (signal.SIGTERM, signal.SIGHUP) if reload_ is not None else (signal.SIGTERM,)
+    with Wakeup(signals, ignore_after=(signal.SIGHUP,)) as wakeup:
+        try:
+            # Inside the try: a Ctrl-C the moment the first call is answered still stops.
+            announce()
+            server.serve_in_thread()
+            _wait(wakeup, reload_, watch)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.shutdown()
 
 
-def _wait(wake: threading.Event, stop: threading.Event, hup: threading.Event,
-          reload_: Reloader | None, watch: float | None) -> None:
-    """Wake on SIGTERM, SIGHUP or the watch's tick until stopped."""
+def _wait(wakeup: Wakeup, reload_: Reloader | None, watch: float | None) -> None:
+    """Wake on SIGTERM, SIGHUP or the watch's tick until stopped. Nothing a reload or a
+    look raises ends the server: it is a refused reload, said on stderr (issue 31, item 1)."""
     tick = min(0.25, watch) if watch else 0.25
     next_look = time.monotonic() + (watch or 0)
     while True:
-        wake.wait(tick)
-        wake.clear()
-        if stop.is_set():
+        came = wakeup.wait(tick)
+        if signal.SIGTERM in came:
             return
-        if hup.is_set():
-            hup.clear()
-            if reload_ is not None:
-                reload_.reload("SIGHUP")
+        if reload_ is None:
             continue
-        if reload_ is not None and watch and time.monotonic() >= next_look:
-            next_look = time.monotonic() + watch
-            if reload_.changed():
-                reload_.reload("a file changed")
+        try:
+            if signal.SIGHUP in came:
+                reload_.reload("SIGHUP")
+            elif watch and time.monotonic() >= next_look:
+                next_look = time.monotonic() + watch
+                if reload_.changed():
+                    reload_.reload("a file changed")
+        except Exception as exc:  # Reloader refuses what it knows; this is the last guard
+            say(f"the-loop: reload refused: {type(exc).__name__}: {exc}; the last good "
+                "revision keeps serving")

@@ -29,6 +29,7 @@ from the_loop.runtime.service import (
 from the_loop.runtime.stepkinds import StepKind, UnknownStepKind, salted
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback, ingest
 from the_loop.runtime.store import Step
+from the_loop.wakeup import Wakeup
 
 __all__ = ["Report", "classify", "deliver", "feedback", "poll_once", "reply", "run_forever"]
 
@@ -300,18 +301,12 @@ def wait_sessions(loop: Loop, timeout: float = 60.0) -> None:
 def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None,
                 say: Any = None) -> str:
     """The poller daemon's loop; returns why it stopped. Nothing one cycle or one work
-    item does ends it: only SIGTERM or SIGINT to this process (which set a flag)."""
+    item does ends it: only SIGTERM or SIGINT to this process, or `stop` set by another
+    thread. The signal handlers only set a flag (`wakeup.Wakeup`: a handler that set a
+    `threading.Event` could deadlock on its lock, issue 31 item 2); the wait wakes at once."""
     stop = stop or threading.Event()
     why = "stopped"
-
-    def on_signal(signum: int, frame: object) -> None:
-        nonlocal why
-        why = signal.Signals(signum).name
-        stop.set()
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+    wakeup = Wakeup((signal.SIGTERM, signal.SIGINT)).start()
     while not stop.is_set():
         try:
             report = poll_once(loop)
@@ -326,6 +321,26 @@ def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None
                                  f"{exc}); polling goes on\n")
             except Exception:
                 pass
-        stop.wait(interval)
+        came = _pause(wakeup, stop, interval)
+        if came:
+            why = signal.Signals(min(came)).name
+            break
+    wakeup.close()
     loop.log.emit("poll.stopped", why=why)
     return why
+
+
+def _pause(wakeup: Wakeup, stop: threading.Event, interval: float) -> set[int]:
+    """Wait `interval` between cycles; the signals that came (empty: go on, or `stop`)."""
+    if not wakeup.active:
+        stop.wait(interval)
+        return set()
+    deadline = time.monotonic() + interval
+    while not stop.is_set():  # in slices, so a `stop` set by another thread is seen too
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        came = wakeup.wait(min(left, 0.5))
+        if came:
+            return came
+    return set()

@@ -11,9 +11,10 @@ point, one per call otherwise (a batch makes several).
 Rules (`wire` holds the codes and `Reply`):
 
 - `GET`/`HEAD` on a path ending in `/health` answers the health body, open to all and not
-  recorded; with `ops` (`operations.Operations`), `/ready` answers 200 or 503 for a load
-  balancer and `/metrics` the Prometheus metrics (behind the token unless public); any
-  other `GET` is 404, other methods 405.
+  recorded (a refused reload's errors only with the bearer token, a count without); with
+  `ops` (`operations.Operations`), `/ready` answers 200 or 503 for a load balancer and
+  `/metrics` the Prometheus metrics (behind the token unless public); any other `GET` is
+  404, other methods 405.
 - `POST` is a call: 401 without `Authorization: Bearer $token_env` when a token is set (the
   scheme in any case, the token compared in constant time), 400 for two Content-Length
   headers or a malformed one, 411 for none (or a chunked body where the server does not
@@ -194,7 +195,7 @@ class Core:
             warn_if_open(self.token_env)
         if method in ("GET", "HEAD"):
             if is_health(path):
-                return Reply(200, self._health())
+                return Reply(200, self._health(authorization))
             if self.ops is not None:
                 served = self._operations(route_of(path), authorization)
                 if served is not None:
@@ -220,11 +221,20 @@ class Core:
             return self.refuse(411, "send the body with a Content-Length header")
         return self._length(lengths[0])
 
-    def _health(self) -> bytes:
+    def _health(self, authorization: str | None) -> bytes:
+        """The health body; a refused reload's errors (they quote the refused files and
+        name absolute paths) only to a caller with the bearer token, a count to the rest
+        (issue 31, item 12)."""
         if self.ops is None:
             return self.health
         doc = json.loads(self.health)
         doc.update(self.ops.health())
+        failure = doc.get("reload")
+        if isinstance(failure, dict) and "errors" in failure:
+            failure = doc["reload"] = dict(failure)
+            failure["error_count"] = len(failure["errors"])
+            if not (self.token_env and self._authorized(authorization)):
+                del failure["errors"]
         return json.dumps(doc, separators=(",", ":")).encode()
 
     def _operations(self, route: str, authorization: str | None) -> Reply | None:

@@ -8,7 +8,6 @@ is; the declared chain is built as `poll` builds it, with its order, sticky refu
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ from the_loop.hooks.engine.executor import Decisions
 from the_loop.hooks.engine.points import POINTS, SPECS, Context
 from the_loop.hooks.executors import registry
 from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
-from the_loop.hooks.policy.files import revision
+from the_loop.hooks.serving.revisions import declared_revision
 
 
 class ChainExecutor:
@@ -92,14 +91,9 @@ def _kind(executor: object) -> str:
 
 
 def chain_revision(config: Config, chain: Chain) -> str:
-    """The revision of a declared chain: its config file and every policy folder it runs."""
-    digest = hashlib.sha256()
-    if config.path is not None:
-        digest.update(Path(config.path).read_bytes())
-    for link in chain.links:
-        if isinstance(link.executor, PolicyExecutor):
-            digest.update(f"{link.name}={revision(link.executor.policy.folder)};".encode())
-    return digest.hexdigest()
+    """The revision of a declared chain: its config file, every policy folder it runs and
+    every hook's source (`revisions.declared_revision`)."""
+    return declared_revision(config, chain)
 
 
 def policy_executor(

@@ -25,6 +25,7 @@ from the_loop.hooks.serving.logstore import shown
 from the_loop.hooks.serving.masking import Masker
 from the_loop.hooks.serving.operations import Operations
 from the_loop.hooks.serving.reload import Reloader
+from the_loop.hooks.serving.revisions import sources
 
 OFF = "off"
 DEFAULT_NAME = "served-decisions.db"
@@ -111,12 +112,12 @@ def reloader(cores: list[Core], ops: Operations, build: Callable[[], AnyExecutor
 
 
 def watched(executor: AnyExecutor) -> list[Path]:
-    """The files and folders a reload reads: a policy's folder; a chain's config file and
-    each of its policy folders."""
+    """The files and folders a reload reads: a policy's folder; a chain's config file, each
+    of its policy folders and each hook source file a reload runs again."""
     if isinstance(executor, PolicyExecutor):
         return [executor.policy.folder]
     if isinstance(executor, ChainExecutor):
         out = [executor.config_path] if executor.config_path is not None else []
         return out + [link.executor.policy.folder for link in executor.chain.links
-                      if isinstance(link.executor, PolicyExecutor)]
+                      if isinstance(link.executor, PolicyExecutor)] + sources(executor.chain)
     return []

@@ -5,21 +5,24 @@ or the declared chain loaded, exactly as at start); if it loads, every core swap
 between two calls (`Core.swap`: a call reads its executor once, so no answer comes from two
 revisions); if it does not, the last good one keeps serving, the failure is written to
 stderr with every error, counted (`the_loop_served_reloads_failed_total`) and shown by
-`/health` (`reload.failed`) until a later reload succeeds. `hooks serve` reloads on SIGHUP
-and, with `--watch`, when `changed()` sees a file of the policy change (mtimes and sizes,
-polled; no dependency); each WSGI/ASGI worker does the same with THE_LOOP_HOOK_WATCH
+`/health` (`reload.failed`; its errors only to a caller with the token) until a later reload
+succeeds. `hooks serve` reloads on SIGHUP and, with `--watch`, when `changed()` sees a file
+the loader reads change (`signature`: stamps of the rule and data files, polled; no
+dependency); each WSGI/ASGI worker does the same with THE_LOOP_HOOK_WATCH
 (`watch_in_thread`).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from the_loop.errors import LoopError
+from the_loop.hooks.policy.files import DATA_FOLDER
 from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.jsonrpc import AnyExecutor
 from the_loop.hooks.serving.operations import Operations
@@ -27,24 +30,54 @@ from the_loop.util import say
 
 #: How often `--watch` looks at the files (seconds), unless told otherwise.
 WATCH_EVERY = 1.0
-#: How many files a watched folder may hold before the watch refuses to walk it all.
-MAX_WATCHED = 10_000
+
+#: One file a look saw: its path, and its mtime, ctime, size and inode (-1s: unreadable).
+Seen = tuple[str, int, int, int, int]
+_GONE = (-1, -1, -1, -1)
 
 
-def signature(roots: Iterable[Path]) -> tuple[tuple[str, int, int], ...]:
-    """Every file under `roots` (a file, or a folder walked without its tests/), with its
-    mtime and size: any edit, addition or removal changes it."""
-    out: list[tuple[str, int, int]] = []
+def signature(roots: Iterable[Path]) -> tuple[Seen, ...]:
+    """What a reload would read under `roots`, as a look sees it: a file root as itself;
+    a policy folder as the folder it resolves to (a symlink flipped to another release
+    changes it), its rule files and its data/ files. Nothing else of the folder is looked
+    at (a `.git` of any size, `tests/`, an editor's dot-folders): a look costs two folder
+    listings per policy, whatever sits beside the rules (issue 31, item 9). Any edit,
+    addition, removal or in-place copy (`cp -p` keeps the mtime, never the ctime) changes
+    it; a look that cannot read something records that it could not."""
+    out: list[Seen] = []
     for root in roots:
-        paths = [root] if not root.is_dir() else [
-            p for p in root.rglob("*") if "tests" not in p.relative_to(root).parts[:1]]
-        for path in paths[:MAX_WATCHED]:
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            out.append((str(path), st.st_mtime_ns, st.st_size))
-    return tuple(sorted(out))
+        out.extend(_look(root))
+    return tuple(out)
+
+
+def _look(root: Path) -> list[Seen]:
+    try:
+        st = root.stat()
+    except OSError:
+        return [(str(root), *_GONE)]
+    if not stat.S_ISDIR(st.st_mode):
+        return [(str(root), *_stamp(st))]
+    real = Path(os.path.realpath(root))
+    out: list[Seen] = [(f"{root} -> {real}", *_GONE)]
+    for folder, keep in ((real, (DATA_FOLDER,)), (real / DATA_FOLDER, ())):
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.startswith(".") or not (name.endswith((".yaml", ".yml"))
+                                                    or name in keep):
+                        continue
+                    try:
+                        out.append((entry.path, *_stamp(entry.stat())))
+                    except OSError:
+                        out.append((entry.path, *_GONE))
+        except OSError:
+            out.append((str(folder), *_GONE))
+    return sorted(out)
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
 
 
 class Reloader:
@@ -66,8 +99,8 @@ class Reloader:
         self.ops = ops
         self.on_swap = on_swap
         self._lock = threading.Lock()
-        self._seen = signature(roots())
-        self._settling: tuple[tuple[str, int, int], ...] | None = None
+        self._seen = self._look()
+        self._settling: tuple[Seen, ...] | None = None
 
     @property
     def serving(self) -> str:
@@ -78,7 +111,7 @@ class Reloader:
         a look that finds a change waits for the next look to find the same files (a file
         an editor is writing in place, caught half written, may load: its first rules
         alone would serve until the next look)."""
-        now = signature(self.roots())
+        now = self._look()
         if now == self._seen:
             self._settling = None
             return False
@@ -88,14 +121,30 @@ class Reloader:
         self._seen, self._settling = now, None
         return True
 
+    def _look(self) -> tuple[Seen, ...]:
+        """The signature now; a look that fails (a folder swapped away under it) is one
+        that saw nothing settled, never an error out of the watch."""
+        try:
+            return signature(self.roots())
+        except Exception as exc:  # never let a bad moment on disk end the server
+            return ((f"(a look failed: {type(exc).__name__})", *_GONE),)
+
     def reload(self, why: str = "SIGHUP") -> bool:
-        """Load the files as they are now; swap on success. True when the new one serves."""
+        """Load the files as they are now; swap on success. True when the new one serves.
+
+        Whatever goes wrong while the files are looked at or loaded (a policy error, but
+        also a file that vanished mid-read, a name that is not UTF-8, an I/O error) is a
+        refused reload: reported, counted, and the last good revision keeps serving
+        (issue 31, item 1)."""
         with self._lock:
-            self._seen = signature(self.roots())
+            self._seen = self._look()
             try:
                 executor = self.build()
             except LoopError as exc:
                 self._failed(why, exc)
+                return False
+            except Exception as exc:  # anything else a load can raise is refused the same
+                self._failed(why, LoopError(f"{type(exc).__name__} while loading: {exc}"))
                 return False
             old = self.serving
             for core in self.cores:
@@ -112,7 +161,7 @@ class Reloader:
     def _failed(self, why: str, exc: LoopError) -> None:
         try:
             revision = self.revision_of_files()
-        except OSError:
+        except Exception:  # the revision is for the report; the report must still happen
             revision = "(unreadable)"
         errors = list(getattr(exc, "errors", [])) or str(exc).splitlines()
         if self.ops is not None:
