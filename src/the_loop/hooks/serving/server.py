@@ -8,7 +8,9 @@ stops being read, and what it already sent waits unanswered while its answers ba
 at most `MAX_PIPELINED` requests, plus those in one `SLICE` of a read, queue per
 connection), a head of at most
 `MAX_HEAD` bytes, a deadline for the whole request once its first byte arrived (a client
-trickling its bytes is hung up on), an idle deadline between requests, a cut-off for a
+trickling its bytes is hung up on), `head_timeout` for a new connection to send its first
+request (sockets opened and left silent cannot hold the cap for the idle deadline), an idle
+deadline between requests, `100 Continue` to a caller that expects it, a cut-off for a
 caller that leaves its answers unread for `request_timeout`, answers to a caller that
 half-closed after its requests, one 400 for a protocol upgrade, a listen backlog
 for a burst of callers (`BACKLOG`) and a cap on open connections (`max_connections`; a
@@ -41,8 +43,11 @@ from the_loop.hooks.serving.operations import Operations
 #: net.core.somaxconn): a burst of 1,000 callers connects without a dropped SYN.
 BACKLOG = 4096
 MAX_CONNECTIONS = 4096  # default cap on open connections
+#: Seconds a new connection has to complete its first request (then the idle deadline).
+HEAD_TIMEOUT = 5.0
 
-__all__ = ["BACKLOG", "MAX_CONNECTIONS", "MAX_HEAD", "MAX_PIPELINED", "SLICE", "HookServer"]
+__all__ = ["BACKLOG", "HEAD_TIMEOUT", "MAX_CONNECTIONS", "MAX_HEAD", "MAX_PIPELINED", "SLICE",
+           "HookServer"]
 
 class HookServer:
     """Hosts one executor over JSON-RPC 2.0 (httptools on uvloop).
@@ -56,7 +61,8 @@ class HookServer:
 
     def __init__(self, executor: AnyExecutor, host: str = "127.0.0.1", port: int = 0,
                  token_env: str = "", *, idle_timeout: float = 30.0,
-                 request_timeout: float = 10.0, on_call: OnCall | None = None,
+                 request_timeout: float = 10.0, head_timeout: float = HEAD_TIMEOUT,
+                 on_call: OnCall | None = None,
                  max_connections: int = MAX_CONNECTIONS, ops: Operations | None = None
                  ) -> None:
         self.executor = executor
@@ -66,6 +72,7 @@ class HookServer:
         self.health = self.core.health
         self.idle_timeout = idle_timeout
         self.request_timeout = request_timeout
+        self.head_timeout = head_timeout
         self.max_connections = max_connections
         self.conns: set[Connection] = set()
         self.duplicates = Duplicates(POOL_THREADS)
@@ -122,7 +129,8 @@ class HookServer:
             if not self._closed:
                 server = loop.run_until_complete(loop.create_server(
                     lambda: Connection(self), sock=self._sock, backlog=BACKLOG))
-                tick = max(0.05, min(self.idle_timeout, self.request_timeout) / 4)
+                tick = max(0.05, min(self.idle_timeout, self.request_timeout,
+                                     self.head_timeout) / 4)
                 sweeper = loop.call_later(tick, self._sweep, tick)
                 try:
                     loop.run_until_complete(self._stop)
