@@ -26,7 +26,8 @@ def register_serve(hooks_sub: Any) -> None:
         "serve", help="host a hook class, a policy folder or the declared chain over JSON-RPC",
         description="Answer one JSON-RPC 2.0 POST per point with a hook class, a policy "
                     "folder or the declared chain (docs/policy-service.md). Besides the calls: "
-                    "GET /health (open; the revision served and a refused reload's errors), "
+                    "GET /health (open; the revision served and a refused reload's error "
+                    "count, its errors with the token), "
                     "GET /ready (503 while the decision log cannot be written), GET /metrics "
                     "(Prometheus; the token guards it unless --metrics-public). Every "
                     "answered call is a record in --decision-log, which `the-loop policy "
