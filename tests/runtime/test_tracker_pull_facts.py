@@ -62,7 +62,7 @@ def test_items_add_records_the_author_and_a_pull_requests_branches_and_derives_f
 ])
 def test_items_add_refuses_pull_request_flags_it_cannot_record(
         ld: LoopDir, args: tuple[str, ...], said: str) -> None:
-    code, out, err = ld.run("items", "add", "T", *args)
+    code, _, err = ld.run("items", "add", "T", *args)
     assert code in (1, 2) and said in err and "Traceback" not in err, err
     assert ld.run("items", "add", "T", "--kind", "pull-request", "--fork")[0] == 2  # derived
 
