@@ -121,6 +121,16 @@ class PolicyExecutor:
 
         return handle
 
+    def undecided(self, point: str, unknown: list[str]) -> list[tuple[str, list[str]]]:
+        """(rule, the facts of `unknown` it reads) for each enforce rule at `point` that a
+        context lacking `unknown` does not decide."""
+        out: list[tuple[str, list[str]]] = []
+        for step in self._steps.get(point, ()):
+            lacking = [] if step.audit else unknown_reads(step.reads, unknown)
+            if lacking:
+                out.append((step.name, lacking))
+        return out
+
     def _decidable(self, point: str, steps: tuple[PointRule, ...], unknown: list[str]) -> None:
         """Raise `HookError` when an enforce rule at `point` reads a fact in `unknown`: the
         caller did not send it, and a rule is never decided on the default it reads as."""
