@@ -169,3 +169,24 @@ def test_policy_check_dialect_names_rules_a_caller_cannot_decide_and_values_it_n
     assert ("rule 'no-skipped-permissions' (rules.yaml) reads effort, harness_args at "
             "session_spawn, which this loop's runtime never sends") in ours.stderr
     assert _check(tmp_path, "any", RULES).returncode == 0  # no caller: every fact readable
+
+
+@pytest.mark.parametrize(("when", "said"), [
+    ("work_item.frok", "reads 'work_item.frok' at column 1, but the context at session_spawn "
+                       "has no field 'work_item.frok'; did you mean 'work_item.fork'?"),
+    ("work_item.fork == 'yes'", "so it is always false"),
+    ("endpoint.draft && work_item.author == 'eve'", ""),
+])
+def test_the_new_work_item_facts_are_typed_and_checked_at_load(
+        tmp_path: Path, when: str, said: str) -> None:
+    from the_loop.errors import PolicyError
+    from the_loop.hooks.executors.policy import load_policy
+
+    folder = _folder(tmp_path, f'rules:\n  - name: r\n    on: session_spawn\n    when: "{when}"\n'
+                                "    set: {proceed: false}\n")
+    if not said:
+        load_policy("p", folder)
+        return
+    with pytest.raises(PolicyError) as caught:
+        load_policy("p", folder)
+    assert said in str(caught.value)
