@@ -59,9 +59,16 @@ _SENT_AS: dict[str, dict[str, tuple[str, ...]]] = {
             for f in spec.facts if f.name != "unknown_facts"}
     for point, spec in SPECS.items()
 }
-_RECORD_SENT_AS: dict[str, tuple[str, ...]] = {
-    name: (name, *(k for k, v in RECORD_ALIASES.items() if v == name)) for name in WORK_ITEM_FIELDS
+#: Per point: (fact, the keys that send it, whether it is a work-item record), for `unsent`.
+_PLAN: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    point: tuple((name, keys, _FIELDS[point][name].type == "WorkItem")
+                 for name, keys in sent_as.items())
+    for point, sent_as in _SENT_AS.items()
 }
+#: The record fields `_record_unsent` tests by name (tracker, also sent as provider, and
+#: kind, also said by work_item_complete's own kind, are tested apart).
+_RECORD_PLAIN = tuple(f for f in WORK_ITEM_FIELDS if f not in ("tracker", "kind"))
+_TICKET_PLAIN = tuple(f for f in _RECORD_PLAIN if f not in PULL_REQUEST_FIELDS)
 _RECORD_TYPES: dict[str, type] = {name: _SIMPLE[WORK_ITEM_TYPES[name]]
                                   for name in WORK_ITEM_FIELDS}
 #: Per point: the scalar fields a value of the right type is taken for as it is (not one
@@ -139,28 +146,30 @@ def unsent(point: str, params: dict[str, Any], listed: Any = ()) -> list[str]:
     """The facts of `point` that `params` does not send (dotted inside a work-item record),
     with those the caller lists itself in `listed`, sorted."""
     out = set(listed)
-    for name, keys in _SENT_AS[point].items():
-        sent = next((params[k] for k in keys if k in params), _ABSENT)
-        if sent is _ABSENT:
+    for name, keys, record in _PLAN[point]:
+        for key in keys:
+            if key in params:
+                if record and type(params[key]) is dict:
+                    _record_unsent(name, params[key], point, params, out)
+                break
+        else:
             out.add(name)
-        elif _FIELDS[point][name].type == "WorkItem" and isinstance(sent, dict):
-            out.update(f"{name}.{f}" for f in _record_unsent(sent, point, params))
     return sorted(out)
 
 
-_ABSENT = object()
-
-
-def _record_unsent(record: dict[str, Any], point: str, params: dict[str, Any]) -> list[str]:
-    """The work-item fields `record` does not send. A ticket (`kind: issue`, said) has no
-    pull-request facts to send; work_item_complete's own `kind` says the kind too."""
-    missing = [f for f, keys in _RECORD_SENT_AS.items() if not any(k in record for k in keys)]
+def _record_unsent(name: str, record: dict[str, Any], point: str, params: dict[str, Any],
+                   out: set[str]) -> None:
+    """Add to `out` the fields `record` does not send, as `name.field`. A ticket (`kind:
+    issue`, said) has no pull-request facts to send; work_item_complete's own `kind` says
+    the kind too."""
     kind = record.get("kind") or (params.get("kind") if point == "work_item_complete" else "")
-    if "kind" in missing and kind:
-        missing.remove("kind")
-    if kind == "issue":
-        missing = [f for f in missing if f not in PULL_REQUEST_FIELDS]
-    return missing
+    for field in _RECORD_PLAIN if kind != "issue" else _TICKET_PLAIN:
+        if field not in record:
+            out.add(f"{name}.{field}")
+    if "tracker" not in record and "provider" not in record:
+        out.add(f"{name}.tracker")
+    if "kind" not in record and not kind:
+        out.add(f"{name}.kind")
 
 
 def _record(value: Any, ignored: list[str], *, prefix: str) -> Any:
