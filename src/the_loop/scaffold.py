@@ -172,6 +172,17 @@ cases:
       reason: "pull requests from forks need the ok-to-test label (eve/docs)"
     rules: [forks-need-ok-to-test]
 
+  - name: a review on a fork's pull request gets no session of its own
+    point: session_spawn
+    facts:
+      work_item: {repository: acme/docs}
+      endpoint: {repository: acme/docs, kind: pull-request, head_repository: eve/docs,
+                 fork: true}
+    expect:
+      proceed: false
+      reason: "pull requests from forks need the ok-to-test label (eve/docs)"
+    rules: [forks-need-ok-to-test]
+
   - name: a fork's pull request labelled ok-to-test gets its session
     point: session_spawn
     facts:

@@ -118,10 +118,10 @@ def cmd_points(args: argparse.Namespace) -> int:
             said = f.doc + (f" (one of: {', '.join(f.values)})" if f.values else "")
             if f.sent_by == "other-loop":
                 said += " [sent only by the open-source the-loop]"
-            print(f"    {f.name:<13} {f.type:<9} {said}")
+            print(f"    {f.name:<11} {f.type:<9} {said}")
             if f.type == "WorkItem":
                 inner = ", ".join(f"{f.name}.{k}" for k in WORK_ITEM_FIELDS)
-                print(f"    {'':<13} {'':<9} ({inner})")
+                print(f"    {'':<11} {'':<9} ({inner})")
         print("  decisions:")
         for d in s.decisions:
             print(f"    {d.name:<11} {d.type:<5} default {json.dumps(d.default):<6} {d.applied}")
