@@ -15,6 +15,7 @@ import difflib
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_DOCS, WORK_ITEM_FIELDS, WorkItem
 from the_loop.hooks.policy.functions import POLICY_FUNCTION_RECORDS
@@ -23,6 +24,14 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "docs" / "points.md"
 GUIDE = ROOT / "docs" / "policy-guide.md"
 FUNCTIONS_MARKER = "<!-- policy-functions"
+
+
+def _fact_doc(f: Any) -> str:
+    """A fact's meaning, with its closed set of values and who alone sends it."""
+    said = f.doc + (f" (one of: {', '.join(f.values)})" if f.values else "")
+    if f.sent_by == "other-loop":
+        said += "; sent only by the open-source the-loop ([any-loop.md](any-loop.md))"
+    return said
 
 
 def _cell(text: str) -> str:
@@ -59,7 +68,7 @@ def render() -> str:
             "| fact | type | meaning |",
             "|---|---|---|",
         ]
-        out += [f"| `{f.name}` | `{f.type}` | {_cell(f.doc)} |" for f in spec.facts]
+        out += [f"| `{f.name}` | `{f.type}` | {_cell(_fact_doc(f))} |" for f in spec.facts]
         out += [
             "",
             "| decision | type | default | meaning | how the loop applies it |",

@@ -64,6 +64,19 @@ rules:
     when: "work_item.repository == 'acme/app'"
     set:
       prompt_prefix: "Follow CONTRIBUTING.md of {{ work_item.repository }}.\\n\\n"
+
+  # A pull request from a fork is how a stranger's text reaches an agent's prompt. `fork` is
+  # the tracker's (head repository is not this one); `endpoint` is the item the session is
+  # for (a pull request's own session). A caller that does not send `fork` is not guessed:
+  # the rule fails that call (required: true above then refuses it).
+  - name: forks-need-ok-to-test
+    description: a pull request from a fork gets a session only with the ok-to-test label
+    on: session_spawn
+    when: "(work_item.fork || endpoint.fork) && !contains(labels, 'ok-to-test')"
+    set:
+      proceed: false
+      reason: "pull requests from forks need the ok-to-test label \\
+        ({{ endpoint.head_repository || work_item.head_repository }})"
 """
 
 NOTIFICATIONS = """\
@@ -147,6 +160,35 @@ cases:
       work_item: {repository: acme/docs}
       prompt: "Write the design."
     expect: {prompt: "Write the design."}
+    rules: []
+
+  - name: a fork's pull request without ok-to-test gets no session
+    point: session_spawn
+    facts:
+      work_item: {repository: acme/docs, kind: pull-request, head_repository: eve/docs,
+                  fork: true}
+    expect:
+      proceed: false
+      reason: "pull requests from forks need the ok-to-test label (eve/docs)"
+    rules: [forks-need-ok-to-test]
+
+  - name: a review on a fork's pull request gets no session of its own
+    point: session_spawn
+    facts:
+      work_item: {repository: acme/docs}
+      endpoint: {repository: acme/docs, kind: pull-request, head_repository: eve/docs,
+                 fork: true}
+    expect:
+      proceed: false
+      reason: "pull requests from forks need the ok-to-test label (eve/docs)"
+    rules: [forks-need-ok-to-test]
+
+  - name: a fork's pull request labelled ok-to-test gets its session
+    point: session_spawn
+    facts:
+      work_item: {repository: acme/docs, kind: pull-request, fork: true}
+      labels: [ok-to-test]
+    expect: {proceed: true}
     rules: []
 """
 

@@ -47,7 +47,7 @@ def test_init_edit_type_error_fix_explain_and_full_coverage(
     # The existing cases still pass and reach every rule; a case for the new label too.
     green = run_cli("policy", "test", "--min-coverage", "100")
     assert green.returncode == 0, green.stdout
-    assert "coverage: 100.0% of rules matched by a case (5 of 5)" in green.stdout
+    assert "coverage: 100.0% of rules matched by a case (6 of 6)" in green.stdout
     cases = tmp_path / ".the-loop" / "policies" / "tests" / "starts.yaml"
     cases.write_text(cases.read_text("utf-8") + """
   - name: a wip item is refused
@@ -57,4 +57,4 @@ def test_init_edit_type_error_fix_explain_and_full_coverage(
 """, "utf-8")
     final = run_cli("policy", "test", "--min-coverage", "100")
     assert final.returncode == 0, final.stdout
-    assert final.stdout.splitlines()[-1] == "13 passed, 0 failed"
+    assert final.stdout.splitlines()[-1] == "16 passed, 0 failed"

@@ -44,10 +44,10 @@ def test_right_after_init_the_author_commands_work_with_no_flags(
     folder = tmp_path / ".the-loop" / "policies"
     header, listing = check.stdout.splitlines()[:2]
     assert header == "== policy entry 'house-rules' (.the-loop/policies)"
-    assert listing.startswith(f"{folder}: 5 rule(s)")
+    assert listing.startswith(f"{folder}: 6 rule(s)")
     test = run_cli("policy", "test")
     assert test.returncode == 0, test.stdout
-    assert test.stdout.splitlines()[-1] == "12 passed, 0 failed"
+    assert test.stdout.splitlines()[-1] == "15 passed, 0 failed"
     # Its cases make every part of every condition true and false, so a newcomer who turns
     # on branch coverage starts from green, not from init's own gaps.
     branches = run_cli("policy", "test", "--coverage-of", "branches", "--min-coverage", "100")
@@ -85,7 +85,7 @@ def test_every_example_rule_has_a_case_that_matches_it_and_one_that_does_not(
     report = run_tests(tmp_path / ".the-loop" / "policies")
     assert report.ok and report.unexercised == []
     matched = [r.rules for r in report.results]
-    assert matched.count([]) == 7 and len(matched) == 12
+    assert matched.count([]) == 8 and len(matched) == 15
 
 
 def test_init_never_overwrites_a_file(tmp_path: Path, run_cli: Any) -> None:
@@ -124,7 +124,7 @@ def test_init_into_a_folder_with_a_space_prints_commands_that_paste_into_a_shell
                                      1)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert pasted.returncode == 0, pasted.stderr
-    assert "5 rule(s)" in pasted.stdout
+    assert "6 rule(s)" in pasted.stdout
 
 
 def test_init_with_config_says_to_name_the_folder_instead(tmp_path: Path, run_cli: Any) -> None:

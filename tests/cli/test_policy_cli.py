@@ -341,7 +341,7 @@ def test_i5_9_guide_table_of_readable_and_settable_fields_matches_the_catalog() 
 
     rows = _table_after("<!-- policy-settable")
     assert [_names(r[0])[0] for r in rows] == list(SPECS)
-    common = {"work_item", "loop", "labels"}
+    common = {"work_item", "loop", "labels", "unknown_facts"}
     for point_cell, reads, sets in rows:
         point = _names(point_cell)[0]
         assert _names(reads) == [f.name for f in SPECS[point].facts if f.name not in common]
@@ -482,10 +482,11 @@ def test_a_case_reports_every_problem_of_its_facts_at_once_each_with_did_you_mea
     errors = [line for line in done.stdout.splitlines() if line.startswith("ERROR")]
     assert errors == [
         f"{where} has no field 'lables' (did you mean 'labels'?); valid fields: work_item, "
-        "loop, labels, actor, harness, model, command, cwd, respawn, endpoint, node, phase, "
-        "prompt, proceed, reason",
+        "loop, labels, unknown_facts, actor, harness, model, command, cwd, respawn, endpoint, "
+        "node, phase, effort, harness_args, prompt, proceed, reason",
         f"{where}.work_item has no field 'numbr' (did you mean 'number'?); valid fields: ref, "
-        "tracker, host, owner, repo, repository, number, kind, url, id",
+        "tracker, host, owner, repo, repository, number, kind, url, id, author, base, head, "
+        "head_repository, fork, draft",
         f"{where}.work_item.kind must be str (got 5 that is int)",
         f"{where}.respawn must be bool (got 'yes' that is str)",
     ]

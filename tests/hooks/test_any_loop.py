@@ -305,8 +305,9 @@ def test_their_401_fails_the_hook_with_the_status(
 
 
 def test_the_shipped_policies_answer_their_requests(tmp_path: Path) -> None:
-    """The issue's done-when: their calls to `hooks serve --policy policies/` get our
-    refusals and prompts (the shipped rules that need labels never match: they send none)."""
+    """Their calls to `hooks serve --policy policies/` get our refusals; a point whose rules
+    read a fact they never send (labels) is answered with an error naming the rule, never
+    decided as if the item had no labels (issue 36)."""
     policies = Path(__file__).parents[2] / "policies"
     served = Served(["hooks", "serve", "--policy", str(policies), "--port", "0"], tmp_path)
     try:
@@ -315,9 +316,10 @@ def test_the_shipped_policies_answer_their_requests(tmp_path: Path) -> None:
         assert post(served.url, start)[1]["result"] == {
             "proceed": False,
             "reason": "acme/secret is not on this loop's allow list (acme/app, acme/docs)"}
-        spawn = post(served.url, upstream_request("session_spawn"))[1]["result"]
-        assert spawn["prompt"].startswith("Follow the house rules in CONTRIBUTING.md. You are "
-                                          "working on github:acme/app#7.")
+        spawn = post(served.url, upstream_request("session_spawn"))[1]["error"]
+        assert spawn["code"] == -32000 and (
+            "policy rule 'trusted-prs-only' (20-sessions.yaml) reads labels at session_spawn, "
+            "which the caller did not send") in spawn["message"]
         approve = upstream_request("input_received")
         approve["params"]["command"] = "approve"
         assert post(served.url, approve)[1]["result"] == {

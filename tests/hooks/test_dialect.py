@@ -90,11 +90,11 @@ class Echo(LifecycleHooks):
 def test_the_server_answers_and_reports_the_ignored_keys_to_its_host() -> None:
     calls: list[CallRecord] = []
     body = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "session_spawn", "params": {
-        "prompt": "p", "effort": "high", "work_item": {"provider": "github", "x": 1}}})
+        "prompt": "p", "tenant": "acme", "work_item": {"provider": "github", "x": 1}}})
     answer = json.loads(handle_request(Echo(), body.encode(), on_call=calls.append))
     assert answer == {"jsonrpc": "2.0", "result": {"prompt": "github:p"}, "id": 3}
     assert [(c.point, c.status, c.ignored) for c in calls] == [
-        ("session_spawn", "ok", ("effort", "work_item.x"))]
+        ("session_spawn", "ok", ("tenant", "work_item.x"))]
     bad = json.dumps({"jsonrpc": "2.0", "id": 4, "method": "session_spawn",
                       "params": {"respawn": 1}})
     handle_request(Echo(), bad.encode(), on_call=calls.append)

@@ -76,7 +76,7 @@ def test_serve_policy_hosts_a_folder_and_logs_one_line_per_call(
     write_rules(tmp_path / "rules")
     served = serve("--policy", "rules")
     assert post(served.url, CALL)[1]["result"] == {"prompt": "[rules] p"}
-    post(served.url, upstream_request("work_item_start"))
+    post(served.url, _with_unknown_keys(upstream_request("work_item_start")))
     code, err = served.stop()
     assert code == 0
     assert "serving the policy folder rules" in err and "points: session_spawn;" in err
@@ -84,7 +84,13 @@ def test_serve_policy_hosts_a_folder_and_logs_one_line_per_call(
     assert len(lines) == 1 and lines[0].startswith("the-loop: session_spawn ok ")
     assert lines[0].endswith(" ms")
     start = next(line for line in err.splitlines() if "work_item_start ok" in line)
-    assert start.endswith("(ignored: command, harness, instance)")
+    assert start.endswith("(ignored: region, tenant)")
+
+
+def _with_unknown_keys(request: dict[str, Any]) -> dict[str, Any]:
+    """The other loop's request with two keys no catalog has (theirs are all facts here)."""
+    request["params"].update(tenant="acme", region="east")
+    return request
 
 
 def test_serve_quiet_logs_no_calls_but_each_ignored_field_once(
@@ -93,11 +99,10 @@ def test_serve_quiet_logs_no_calls_but_each_ignored_field_once(
     write_rules(tmp_path / "rules")
     served = serve("--policy", "rules", "--quiet")
     for _ in range(3):
-        post(served.url, upstream_request("work_item_start"))
+        post(served.url, _with_unknown_keys(upstream_request("work_item_start")))
     _, err = served.stop()
     assert " ok " not in err
-    assert err.count("ignoring field(s) this catalog does not know: command, harness, "
-                     "instance") == 1
+    assert err.count("ignoring field(s) this catalog does not know: region, tenant") == 1
 
 
 def test_serve_policy_with_errors_refuses_to_start_listing_every_error(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain, Link
-from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_FIELDS, Context, WorkItem
+from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_TYPES, Context, WorkItem
 from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,9 @@ words = st.sampled_from(WORDS) | st.text(max_size=6)
 
 
 def work_items() -> st.SearchStrategy[WorkItem]:
-    fields = {name: words for name in WORK_ITEM_FIELDS if name != "number"}
+    fields: dict[str, st.SearchStrategy[Any]] = {
+        name: words for name, t in WORK_ITEM_TYPES.items() if t == "str"}
+    fields.update({name: st.booleans() for name, t in WORK_ITEM_TYPES.items() if t == "bool"})
     fields["number"] = st.integers(min_value=-3, max_value=40)
     return st.builds(WorkItem, **fields)
 

@@ -280,7 +280,7 @@ def test_i5_3_typo_in_a_field_is_refused_with_the_closest_name(tmp_path: Path) -
         "column 10, but the context at session_spawn has no field 'lables'; did you mean "
         "'labels'?"
     )
-    assert "Valid: work_item, loop, labels, actor" in error
+    assert "Valid: work_item, loop, labels, unknown_facts, actor" in error
 
 
 def test_i5_3_typo_in_a_work_item_field_suggests_the_work_item_field(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jmespath.parser import Parser
 
-from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_FIELDS, context_from_json
+from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_TYPES, context_from_json
 from the_loop.hooks.policy import PolicyError, read_policy
 from the_loop.hooks.policy.expressions import compile_expression
 from the_loop.hooks.policy.exprtext import show
@@ -101,9 +101,9 @@ def test_a_bare_true_false_or_null_is_a_field_and_gets_the_backquote_hint(
     assert load_error(tmp_path, f"actor == {word}") == (
         f"'actor == {word}' reads '{word}' at column 10, but the context at session_spawn has "
         f"no field '{word}'. A bare {word} is a field name in JMESPath; a JSON literal takes "
-        f"backquotes: `{word}`. Valid: work_item, loop, labels, actor, harness, model, command, "
-        "cwd, respawn, endpoint, node, phase, prompt, proceed, reason (see `the-loop hooks "
-        "points`)."
+        f"backquotes: `{word}`. Valid: work_item, loop, labels, unknown_facts, actor, harness, "
+        "model, command, cwd, respawn, endpoint, node, phase, effort, harness_args, prompt, "
+        "proceed, reason (see `the-loop hooks points`)."
     )
 
 
@@ -188,8 +188,8 @@ def _fields(point: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {"str": [], "int": [], "bool": [], "list": []}
     for f in SPECS[point].fields:
         if f.type == "WorkItem":
-            out["str"] += [f"{f.name}.{k}" for k in WORK_ITEM_FIELDS if k != "number"]
-            out["int"].append(f"{f.name}.number")
+            for k, t in WORK_ITEM_TYPES.items():
+                out[t].append(f"{f.name}.{k}")
         else:
             out[{"str": "str", "int": "int", "bool": "bool", "list[str]": "list"}[f.type]].append(
                 f.name)

@@ -133,7 +133,8 @@ def test_r1_2_e2e_arming_to_close_seven_points_in_order_each_before_what_it_deci
     assert {r["point"]: r["work_item"] for r in ld.seen()}["work_item_complete"] == {
         "ref": ref, "tracker": "local", "host": "", "owner": "acme", "repo": "app",
         "repository": "acme/app", "number": 1, "kind": "issue", "url": "local://acme/app/1",
-        "id": "1"}
+        "id": "1", "author": "", "base": "", "head": "", "head_repository": "", "fork": False,
+        "draft": False}
     assert all(r["loop"] == "acme" for r in ld.seen())
     [question] = [r for r in ld.seen("waiting_for_input") if r["kind"] == "question"]
     assert (question["node"], question["question"]) == (

@@ -17,6 +17,7 @@ from the_loop.hooks.engine.points import (
     POINTS,
     SPECS,
     WORK_ITEM_FIELDS,
+    WORK_ITEM_TYPES,
     Context,
     WorkItem,
     context_from_json,
@@ -103,7 +104,7 @@ def parse_facts(point: str, facts: list[str]) -> dict[str, Any]:
             raise UsageError(f"--facts {name}: {head} has no field {sub!r}{known}")
         record = out.get(head)
         record = {"ref": record} if isinstance(record, str) else dict(record or {})
-        record[sub] = _typed(name, "int" if sub == "number" else "str", text)
+        record[sub] = _typed(name, WORK_ITEM_TYPES[sub], text)
         out[head] = record
     return out
 

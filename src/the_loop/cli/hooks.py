@@ -115,7 +115,10 @@ def cmd_points(args: argparse.Namespace) -> int:
         print(f"  fires: {s.when}")
         print("  facts:")
         for f in s.facts:
-            print(f"    {f.name:<11} {f.type:<9} {f.doc}")
+            said = f.doc + (f" (one of: {', '.join(f.values)})" if f.values else "")
+            if f.sent_by == "other-loop":
+                said += " [sent only by the open-source the-loop]"
+            print(f"    {f.name:<11} {f.type:<9} {said}")
             if f.type == "WorkItem":
                 inner = ", ".join(f"{f.name}.{k}" for k in WORK_ITEM_FIELDS)
                 print(f"    {'':<11} {'':<9} ({inner})")

@@ -11,6 +11,7 @@ from the_loop.cli._common import add_json, config_of, print_json
 if TYPE_CHECKING:
     from the_loop.runtime.db import Database
     from the_loop.runtime.tracker import LocalTracker
+    from the_loop.runtime.tracker.base import PullRequest
 
 
 def register(sub: Any) -> None:
@@ -27,6 +28,15 @@ def register(sub: Any) -> None:
                    help="a label to add; repeat for several (default: none)")
     a.add_argument("--author", default="", metavar="LOGIN",
                    help="the person who filed it (default: nobody named)")
+    a.add_argument("--base", default=None, metavar="BRANCH",
+                   help="a pull request's base branch, e.g. main (default: none recorded)")
+    a.add_argument("--head", default=None, metavar="BRANCH",
+                   help="a pull request's head branch (default: none recorded)")
+    a.add_argument("--head-repository", default=None, metavar="OWNER/REPO",
+                   help="where the head branch lives; another repository makes the pull "
+                        "request a fork's (default: this repository)")
+    a.add_argument("--draft", action="store_true", default=None,
+                   help="a draft pull request")
     a.set_defaults(func=cmd_add)
 
     ls = s.add_parser("list", help="list work items")
@@ -103,10 +113,24 @@ def cmd_add(args: argparse.Namespace) -> int:
         if args.label:
             _person_only(tracker, "label work items")
         print(tracker.add(args.title, body=args.body, kind=args.kind, parent=args.parent,
-                          labels=args.label, author=author))
+                          labels=args.label, author=author, pull=_pull_of(args, tracker)))
     finally:
         db.close()
     return 0
+
+
+def _pull_of(args: argparse.Namespace, tracker: LocalTracker) -> PullRequest | None:
+    """The pull-request flags given, checked (None when none is given)."""
+    from the_loop.errors import UsageError
+    from the_loop.runtime.tracker.pulls import PULL_KEYS, pull_request
+
+    given = {k: getattr(args, k) for k in PULL_KEYS if getattr(args, k) is not None}
+    if not given:
+        return None
+    if args.kind != "pull-request":
+        flags = ", ".join("--" + k.replace("_", "-") for k in given)
+        raise UsageError(f"{flags}: only a pull request has them; add --kind pull-request")
+    return pull_request(tracker.repository, **given)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -139,6 +163,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"title:  {item.title}")
     if item.parent:
         print(f"for:    {item.parent}")
+    if item.author:
+        print(f"author: {item.author}")
+    if item.pull is not None:
+        p = item.pull
+        print(f"branch: {p.head_repository}:{p.head or '-'} → {p.base or '-'}"
+              + ("  (fork)" if p.fork else "") + ("  (draft)" if p.draft else ""))
     print(f"labels: {', '.join(item.labels) or '-'}")
     if item.body:
         print(f"\n{item.body}")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from the_loop.cli._common import add_json, config_of, print_json, require_path
 from the_loop.errors import LoopError, PolicyError
 from the_loop.hooks.declaring.declaration import parse_hooks
+from the_loop.hooks.engine.callers import DIALECTS
 from the_loop.hooks.engine.points import POINTS
 from the_loop.util import shown_path
 
@@ -39,6 +40,11 @@ _DIR_HELP = ("a folder of rule files (default: every policy: entry of the config
 def register_check(ps: Any) -> None:
     pc = ps.add_parser("check", help="compile every rule; list the rules per point")
     pc.add_argument("dir", metavar="DIR", nargs="?", help=_DIR_HELP)
+    pc.add_argument("--dialect", choices=DIALECTS, default=None,
+                    help="also check the rules against what this caller sends: the-loop (this "
+                         "loop's runtime) or other-loop (the open-source the-loop, served "
+                         "with hooks serve --policy); a rule reading a fact it never sends "
+                         "is an error (default: no caller in particular)")
     add_json(pc)
     pc.set_defaults(func=cmd_check)
 
@@ -181,6 +187,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]]:
     from the_loop.hooks.policy import PolicyError
+    from the_loop.hooks.policy.dialect_check import dialect_problems
     from the_loop.hooks.policy.lints import lint
     from the_loop.jmes import compile_stats
 
@@ -196,6 +203,14 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
     fallback = stats.get("fallback", 0)
     by_point = {p: policy.rules_at(p) for p in POINTS}
     warnings = lint(policy)
+    if args.dialect:
+        errors, by_caller = dialect_problems(policy, args.dialect)
+        warnings += by_caller
+        if errors:
+            if args.json:
+                return 1, {"folder": str(folder), "ok": False, "errors": errors,
+                           "warnings": warnings}
+            raise PolicyError(errors, folder=str(folder))
     rev = policy.revision
     if args.json:
         return 0, {

@@ -187,6 +187,10 @@ def _print_report(data: dict[str, Any], *, config_name: str) -> None:
         print("remote hooks were called (--call-remote)")
     for line in data["unreadable"]:
         print(f"skipped: {line}")
+    for rule, entry in data.get("lacking", {}).items():
+        print(f"not decided: rule {rule} ({entry['hook']}) reads {', '.join(entry['facts'])}, "
+              f"which {entry['points']} recorded point(s) lack (recorded before the fact "
+              "existed, or not sent by their caller): it fails there, never guesses")
     for diff in data["differences"]:
         print(f"\n{diff['time']}  {diff['point']}  {diff['work_item']}  (#{diff['id']})")
         for change in diff["changes"]:

@@ -5,9 +5,14 @@
                                         text format (runtime/pointmetrics.py)
     GET  /items                         the work items with their loop state
     GET  /items/<ref>                   one item (ref URL-encoded, or just its number)
+    POST /items                         {"title", "kind", "body", "for", "labels", and for a
+                                        pull request "base", "head", "head_repository",
+                                        "draft"} → a new item filed by the caller (`author`
+                                        only with the operator's token); its ref
     POST /items/<ref>/input             {"text": "/approve"} → written as the caller, delivered
     POST /webhook                       a tracker event: {"event": "comment", "ref", "author",
-                                        "body"} | {"event": "closed", "ref", "actor"}
+                                        "body"} | {"event": "closed", "ref", "actor"} |
+                                        {"event": "opened", and the keys of POST /items}
     /console/…                          the read-only console in a browser (console/app.py):
                                         its own sign-in with the same tokens, a session cookie
 
@@ -48,6 +53,7 @@ from the_loop.runtime.pointmetrics import metrics
 from the_loop.runtime.poller import classify, deliver, reply
 from the_loop.runtime.service import Loop
 from the_loop.runtime.stepkinds import StepKind
+from the_loop.runtime.tracker.pulls import new_item
 
 MAX_BODY = 1 << 20
 OPERATOR = "operator"
@@ -234,7 +240,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with self.server.borrow() as loop:
             try:
-                if path.startswith("/items/") and path.endswith("/input"):
+                if path == "/items":
+                    self._add(loop, data, who)
+                elif path.startswith("/items/") and path.endswith("/input"):
                     raw_ref = urllib.parse.unquote(path[len("/items/"):-len("/input")])
                     self._input(loop, loop.tracker.resolve(raw_ref), data, who)
                 elif path == "/webhook":
@@ -272,8 +280,27 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"ref": ref, "actor": actor,
                          "done": reply(loop, ref, text, actor=actor, source="api")})
 
+    def _add(self, loop: Loop, data: dict[str, Any], who: tuple[str, bool]) -> None:
+        login, may_act = who
+        if login.startswith(AGENT_PREFIX):
+            self._send(403, {"error": f"you are {login} (from your token), an agent: an agent "
+                                      "files no work items; ask a person (`the-loop ask`)"})
+            return
+        if "author" in data and not may_act:
+            self._send(403, {"error": f"you are {login} (from your token); the item is filed "
+                                      "as you — leave author out"})
+            return
+        fields = new_item(data, loop.tracker.repository)
+        fields["author"] = fields["author"] or login
+        self._send(200, {"ref": loop.tracker.add(**fields), "author": fields["author"]})
+
     def _webhook(self, loop: Loop, data: dict[str, Any]) -> dict[str, Any]:
-        event, ref = data.get("event"), data.get("ref")
+        event = data.get("event")
+        if event == "opened":  # a tracker telling of a new item: its author is the body's
+            fields = new_item({k: v for k, v in data.items() if k != "event"},
+                              loop.tracker.repository)
+            return {"ref": loop.tracker.add(**fields), "done": "opened"}
+        ref = data.get("ref")
         if not isinstance(ref, str):
             raise LoopError("a tracker event needs a ref")
         ref = loop.tracker.resolve(ref)
@@ -292,7 +319,7 @@ class _Handler(BaseHTTPRequestHandler):
                                  {"source": "tracker", "actor": str(actor)})
                 deliver(loop, ref)
             return {"ref": ref, "done": "closed"}
-        raise LoopError(f"unknown tracker event {event!r}; expected comment or closed")
+        raise LoopError(f"unknown tracker event {event!r}; expected comment, closed or opened")
 
 
 def _agent_refusal(loop: Loop, ref: str, text: str, login: str, session: object) -> str:

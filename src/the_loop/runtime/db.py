@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.errors import ConfigError, LoopError
+from the_loop.runtime.trackerschema import FILL_V3, ITEM_COLUMNS_V3
 from the_loop.sqldb import (
     POSTGRESQL,
     SQLITE,
@@ -88,12 +89,16 @@ ADDED: dict[int, tuple[tuple[str, str, str], ...]] = {
         ("work", "host", "TEXT NOT NULL DEFAULT ''"),
         ("sessions", "host", "TEXT NOT NULL DEFAULT ''"),
         ("sessions", "lost", "INTEGER NOT NULL DEFAULT 0")),
+    3: ITEM_COLUMNS_V3,  # the tracker's (runtime/trackerschema.py)
 }
 #: version → its tables (made before that version's added columns), and its indexes (after).
-TABLES = {1: SCHEMA, 2: LEASES}
-INDEXES = {1: "", 2: "CREATE INDEX IF NOT EXISTS sessions_live ON sessions(host, exited)"}
+TABLES = {1: SCHEMA, 2: LEASES, 3: ""}
+INDEXES = {1: "", 2: "CREATE INDEX IF NOT EXISTS sessions_live ON sessions(host, exited)",
+           3: ""}
+#: version → a statement run after its columns exist (what older rows' new columns hold).
+FILLS = {3: FILL_V3}
 #: The schema this version of the-loop reads and writes.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class Fenced(LoopError):
@@ -211,6 +216,8 @@ class Database:
                     self._add_column(conn, table, column, self.dialect.ddl(definition))
                 if INDEXES[version]:
                     conn.execute(INDEXES[version])
+                if version in FILLS:
+                    conn.execute(FILLS[version])
             conn.execute("DELETE FROM schema_version")
             conn.execute("INSERT INTO schema_version(version) VALUES (?)", (SCHEMA_VERSION,))
         return before

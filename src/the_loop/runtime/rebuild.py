@@ -25,6 +25,7 @@ from the_loop.hooks.engine.points import (
     POINTS,
     SPECS,
     WORK_ITEM_FIELDS,
+    WORK_ITEM_TYPES,
     Context,
     WorkItem,
     context_from_json,
@@ -37,8 +38,7 @@ _PY = {"str": str, "bool": bool, "int": int, "list[str]": list, "WorkItem": dict
 _TYPES: dict[str, dict[str, type]] = {
     point: {f.name: _PY[f.type] for f in spec.fields} for point, spec in SPECS.items()
 }
-_ITEM_TYPES: dict[str, type] = {name: int if name == "number" else str
-                                for name in WORK_ITEM_FIELDS}
+_ITEM_TYPES: dict[str, type] = {name: _PY[WORK_ITEM_TYPES[name]] for name in WORK_ITEM_FIELDS}
 _new = object.__new__
 
 

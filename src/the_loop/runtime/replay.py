@@ -32,6 +32,7 @@ from the_loop.hooks.executors import registry
 from the_loop.hooks.executors.kind import CALL, RECORDED
 from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 from the_loop.hooks.policy.rules import AFFIXES
+from the_loop.hooks.serving.dialect import unsent
 from the_loop.hooks.serving.masking import mask_value
 from the_loop.runtime.decisionlog import Recorded
 from the_loop.runtime.rebuild import rebuild
@@ -169,11 +170,15 @@ class Report:
     remote: dict[str, Any] = field(default_factory=dict)
     #: value the log masked → how many replayed points lacked it (a served log's masking)
     masked: dict[str, int] = field(default_factory=dict)
+    #: rule → {hook, facts, points}: rules that read facts a recorded point lacks (one
+    #: recorded before the fact existed, or from a caller that did not send it)
+    lacking: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"replayed": self.replayed, "changed": self.changed,
                 "differences": self.differences, "by_rule": self.by_rule,
-                "remote": self.remote, "unreadable": self.unreadable, "masked": self.masked}
+                "remote": self.remote, "unreadable": self.unreadable, "masked": self.masked,
+                "lacking": self.lacking}
 
     def add_to_rule(self, who: dict[str, Any] | None, point: str, decision: str, value: Any,
                     ref: str, side: str, point_id: int) -> None:
@@ -281,6 +286,9 @@ class Replayer:
                 f"decision log row {rec.id} ({rec.point}, {rec.work_item}): its context cannot "
                 f"be rebuilt: {exc}")
             return None
+        if isinstance(rec.context, dict) and "unknown_facts" not in rec.context:
+            ctx.unknown_facts = unsent(rec.point, rec.context)  # what an old record lacks
+        self._lacking(rec, ctx)
         if self.stand_ins:
             self._stand_in(rec)
         outcome = self.chain.invoke(ctx)
@@ -297,6 +305,19 @@ class Replayer:
         if self.on_outcome is not None:
             self.on_outcome(rec, ctx, outcome)
         return outcome
+
+    def _lacking(self, rec: Recorded, ctx: Context) -> None:
+        """Count the policy rules that read a fact this recorded point lacks (issue 36)."""
+        if not ctx.unknown_facts:
+            return
+        for link in self.chain.links:
+            if not isinstance(link.executor, PolicyExecutor):
+                continue
+            for rule, facts in link.executor.undecided(rec.point, ctx.unknown_facts):
+                entry = self.report.lacking.setdefault(
+                    rule, {"hook": link.name, "facts": [], "points": 0})
+                entry["facts"] = sorted({*entry["facts"], *facts})
+                entry["points"] += 1
 
     def _stand_in(self, rec: Recorded) -> None:
         """Give each stand-in its recorded step and the decisions as they reached it."""

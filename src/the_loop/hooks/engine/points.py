@@ -10,17 +10,19 @@ reads back and applies). `WorkItem` is a frozen record shared by every context.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from the_loop.configspec import Enum, ListOf
 from the_loop.errors import quote
 from the_loop.hooks.engine.compat import ContextMethods, WorkItemMethods
+from the_loop.hooks.engine.specs import DECISION as DECISION  # the catalog's names, re-exported
+from the_loop.hooks.engine.specs import FACT as FACT
+from the_loop.hooks.engine.specs import FieldSpec as FieldSpec
+from the_loop.hooks.engine.specs import PointSpec as PointSpec
+from the_loop.hooks.engine.specs import point_doc as point_doc
+from the_loop.hooks.engine.specs import spec_of
 from the_loop.util import closest as closest  # re-exported: the policy modules import it here
-
-FACT = "fact"
-DECISION = "decision"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,12 @@ class WorkItem(WorkItemMethods):
     kind: str = "issue"
     url: str = ""
     id: str = ""
+    author: str = ""
+    base: str = ""
+    head: str = ""
+    head_repository: str = ""
+    fork: bool = False
+    draft: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {f: getattr(self, f) for f in WORK_ITEM_FIELDS}
@@ -52,7 +60,7 @@ class WorkItem(WorkItemMethods):
                 f"unknown field(s) {', '.join(unknown)}; valid: {', '.join(WORK_ITEM_FIELDS)}"
             )
         for key, value in data.items():
-            want = int if key == "number" else str
+            want = _PY[WORK_ITEM_TYPES[key]]
             if type(value) is not want:
                 raise ValueError(
                     f"{key} must be {want.__name__} (got {value!r} that is "
@@ -72,19 +80,47 @@ WORK_ITEM_DOCS: dict[str, str] = {
     "kind": "issue or pull-request",
     "url": "a link a person can open",
     "id": "the tracker's own id for the item",
+    "author": "who filed the ticket or opened the pull request (login; empty when the "
+              "tracker does not say)",
+    "base": "a pull request's base branch, e.g. main (empty for a ticket)",
+    "head": "a pull request's head branch, e.g. fix-login (empty for a ticket)",
+    "head_repository": "owner/repo the pull request's head branch lives in (empty for a "
+                       "ticket)",
+    "fork": "true when a pull request's head repository is not its base repository "
+            "(derived by the tracker, never declared; false for a ticket)",
+    "draft": "true for a draft pull request (false for a ticket)",
 }
 WORK_ITEM_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(WorkItem))
+#: Each work-item field's type: str, int or bool.
+WORK_ITEM_TYPES: dict[str, str] = {f.name: str(f.type) for f in dataclasses.fields(WorkItem)}
+_PY: dict[str, type] = {"str": str, "bool": bool, "int": int}
+#: The work-item fields only a pull request has a value for (a ticket's are empty or false).
+PULL_REQUEST_FIELDS = ("base", "head", "head_repository", "fork", "draft")
 
 
 # `fact()` and `decision()` return a `dataclasses.field`, so a list or WorkItem default is
 # built per instance (ruff's RUF009 cannot see that; hence its noqa on such fields).
-def fact(default: Any, doc: str) -> Any:
-    """A read-only field: what the loop tells the hook."""
+def fact(default: Any, doc: str, *, values: tuple[str, ...] = (), other_loop: bool = False
+         ) -> Any:
+    """A read-only field: what the loop tells the hook. `values`: the closed set this loop
+    sends; `other_loop`: a fact only the open-source the-loop sends (never filled here)."""
+    meta: dict[str, Any] = {"role": FACT, "doc": doc, "values": values,
+                            "sent_by": "other-loop" if other_loop else "both"}
     if isinstance(default, list):
-        return field(default_factory=list, metadata={"role": FACT, "doc": doc})
+        items = tuple(default)
+        return field(default_factory=lambda: list(items), metadata=meta)
     if isinstance(default, WorkItem):
-        return field(default_factory=WorkItem, metadata={"role": FACT, "doc": doc})
-    return field(default=default, metadata={"role": FACT, "doc": doc})
+        return field(default_factory=WorkItem, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+_UNKNOWN_DOC = ("the facts this context does not know (dotted, e.g. work_item.fork): the "
+                "caller did not send them; a rule that reads one is not decided")
+
+
+def unknown(*names: str) -> Any:
+    """The `unknown_facts` of a point whose runtime here never fills `names`."""
+    return fact(list(names), _UNKNOWN_DOC)
 
 
 def decision(default: bool | str, doc: str, applied: str) -> Any:
@@ -102,6 +138,7 @@ class Context(ContextMethods):
     work_item: WorkItem = fact(WorkItem(), "the work item (read-only record)")  # noqa: RUF009
     loop: str = fact("", "the loop's name (`loop:` in cli-config.yaml)")
     labels: list[str] = fact([], "the work item's labels")  # noqa: RUF009
+    unknown_facts: list[str] = unknown()  # noqa: RUF009
 
 
 _PROCEED = "false refuses the operation; the loop records hooks.refused and comments once"
@@ -115,10 +152,14 @@ class WorkItemStart(Context):
         "once per arming, before the workspace is prepared or any session exists"
     )
 
+    unknown_facts: list[str] = unknown("command", "harness", "instance")  # noqa: RUF009
     actor: str = fact("", "who armed the work item (login); empty when the armLabel armed it "
                           "(the tracker does not record who added a label)")
-    source: str = fact("", "how it was armed: command or label")
+    source: str = fact("", "how it was armed: command or label", values=("command", "label"))
     phase: str = fact("", "the phase the work item starts in")
+    command: str = fact("", "the loop command that armed it", other_loop=True)
+    harness: str = fact("", "the harness the work item will run with", other_loop=True)
+    instance: str = fact("", "the loop instance that handles it", other_loop=True)
     proceed: bool = decision(
         True, "whether the work item starts",
         "false: the item is disarmed, one marked comment names the hook and reason, "
@@ -146,6 +187,10 @@ class SessionSpawn(Context):
     )
     node: str = fact("", "the graph node the session works on")
     phase: str = fact("", "the phase of that node")
+    effort: str = fact("", "the reasoning effort the harness is asked for", other_loop=True)
+    harness_args: list[str] = fact(  # noqa: RUF009
+        [], "the extra arguments the harness is launched with", other_loop=True)
+    unknown_facts: list[str] = unknown("effort", "harness_args")  # noqa: RUF009
     prompt: str = decision(
         "", "the prompt the harness receives on stdin",
         "replaces the text handed to the harness on launch",
@@ -173,6 +218,13 @@ class SessionSpawned(Context):
     respawn: bool = fact(False, "true for a resume or respawn")
     node: str = fact("", "the graph node the session works on")
     phase: str = fact("", "the phase of that node")
+    tmux_target: str = fact("", "the tmux pane the session runs in", other_loop=True)
+    cwd: str = fact("", "the workspace folder the session runs in", other_loop=True)
+    effort: str = fact("", "the reasoning effort the harness is asked for", other_loop=True)
+    harness_args: list[str] = fact(  # noqa: RUF009
+        [], "the extra arguments the harness was launched with", other_loop=True)
+    unknown_facts: list[str] = unknown(  # noqa: RUF009
+        "tmux_target", "cwd", "effort", "harness_args")
     announce: bool = decision(
         True, "whether the loop posts its 'session started' comment",
         "false skips the session-started comment and nothing else",
@@ -187,10 +239,13 @@ class WaitingForInput(Context):
         "entered (kind gate)"
     )
 
-    kind: str = fact("question", "question (an agent asked) or gate (a human gate)")
+    kind: str = fact("question", "question (an agent asked) or gate (a human gate)",
+                     values=("question", "gate"))
     session_id: str = fact("", "the asking session's id (empty at a gate)")
     node: str = fact("", "the graph node")
     phase: str = fact("", "the phase of that node")
+    actor: str = fact("", "who is waiting (the agent, or the gate)", other_loop=True)
+    unknown_facts: list[str] = unknown("actor")  # noqa: RUF009
     question: str = decision(
         "", "the question text to post",
         "replaces the posted question; empty and ignored at a gate",
@@ -210,13 +265,21 @@ class InputReceived(Context):
         "hook delays it)"
     )
 
-    kind: str = fact("comment", "answer, comment, review or command")
+    kind: str = fact("comment", "answer, comment, review or command",
+                     values=("answer", "comment", "review", "command"))
     actor: str = fact("", "who wrote it (login)")
-    source: str = fact("", "where it came from: comment, reply or api")
+    source: str = fact("", "where it came from: comment, reply or api",
+                       values=("comment", "reply", "api"))
     control: str = fact("", "the control command without its slash (approve, reject, "
                             "stop), or empty")
     node: str = fact("", "the graph node the work item is at")
     phase: str = fact("", "the phase of that node")
+    event: str = fact("", "the tracker event that carried it, e.g. issue_comment",
+                      other_loop=True)
+    endpoint: WorkItem = fact(  # noqa: RUF009
+        WorkItem(), "the work item or pull request the input was written on",
+        other_loop=True)
+    unknown_facts: list[str] = unknown("event", "endpoint")  # noqa: RUF009
     text: str = decision(
         "", "the text that will be delivered",
         "replaces what is delivered to the session, read by the gate or run",
@@ -257,81 +320,17 @@ class WorkItemComplete(Context):
     )
 
     state: str = fact("closed", "the item's final state")
-    source: str = fact("", "graph (a terminal node) or tracker (a person closed it)")
+    source: str = fact("", "graph (a terminal node) or tracker (a person closed it)",
+                       values=("graph", "tracker"))
     actor: str = fact("", "who closed it (login), or the loop")
     phase: str = fact("", "the last phase")
     node: str = fact("", "the last graph node")
+    reason: str = fact("", "why it closed, e.g. pr-merged", other_loop=True)
+    unknown_facts: list[str] = unknown("reason")  # noqa: RUF009
     announce: bool = decision(
         True, "whether the closure is announced on the channels",
         "false skips the closure announcement only",
     )
-
-
-@dataclass(frozen=True)
-class FieldSpec:
-    """One field of a point's context, as a rule author and the chain see it."""
-
-    name: str
-    role: str  # fact | decision
-    type: str  # str | bool | int | list[str] | WorkItem
-    default: Any
-    doc: str
-    applied: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "type": self.type, "doc": self.doc}
-        if self.role == DECISION:
-            out["default"] = self.default
-            out["applied"] = self.applied
-        return out
-
-
-@dataclass(frozen=True)
-class PointSpec:
-    """The catalog entry for one point, derived from its context class."""
-
-    name: str
-    context: type[Context]
-    when: str
-    facts: tuple[FieldSpec, ...]
-    decisions: tuple[FieldSpec, ...]
-
-    @property
-    def fields(self) -> tuple[FieldSpec, ...]:
-        return self.facts + self.decisions
-
-    def field(self, name: str) -> FieldSpec | None:
-        for spec in self.fields:
-            if spec.name == name:
-                return spec
-        return None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "point": self.name,
-            "context": self.context.__name__,
-            "when": self.when,
-            "facts": [f.to_json() for f in self.facts],
-            "decisions": [d.to_json() for d in self.decisions],
-        }
-
-
-def _spec_of(cls: type[Context]) -> PointSpec:
-    facts: list[FieldSpec] = []
-    decisions: list[FieldSpec] = []
-    for f in dataclasses.fields(cls):
-        type_name = str(f.type)
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        else:
-            factory: Callable[[], Any] = f.default_factory  # type: ignore[assignment]
-            default = factory()
-        spec = FieldSpec(
-            name=f.name, role=f.metadata["role"], type=type_name, default=default,
-            doc=f.metadata["doc"], applied=f.metadata.get("applied", ""),
-        )
-        (decisions if spec.role == DECISION else facts).append(spec)
-    return PointSpec(cls.POINT, cls, cls.WHEN, tuple(facts), tuple(decisions))
 
 
 CONTEXT_CLASSES: tuple[type[Context], ...] = (
@@ -343,19 +342,7 @@ CONTEXT_CLASSES: tuple[type[Context], ...] = (
 POINTS: dict[str, type[Context]] = {cls.POINT: cls for cls in CONTEXT_CLASSES}
 
 #: point name → its catalog entry, in lifecycle order.
-SPECS: dict[str, PointSpec] = {cls.POINT: _spec_of(cls) for cls in CONTEXT_CLASSES}
-
-
-def point_doc(spec: PointSpec) -> str:
-    """The docstring of a point's context class and `LifecycleHooks` method, from the catalog."""
-    lines = [f"The context of `{spec.name}`. Fires: {spec.when}.", "", "Decisions:"]
-    lines += [
-        f"    {d.name} ({d.type}, default {d.default!r}): {d.doc}; {d.applied}."
-        for d in spec.decisions
-    ]
-    lines += ["", "Facts (read-only; a changed fact is ignored):"]
-    lines += [f"    {f.name} ({f.type}): {f.doc}." for f in spec.facts]
-    return "\n".join(lines)
+SPECS: dict[str, PointSpec] = {cls.POINT: spec_of(cls) for cls in CONTEXT_CLASSES}
 
 
 # The SDK docstrings are the catalog table (R2.5): written once, here, from the specs.
@@ -389,7 +376,8 @@ def context_to_json(ctx: Context) -> dict[str, Any]:
 def context_from_json(point: str, data: Any) -> Context:
     """Build a point's context from a JSON object of its fields.
 
-    Absent fields take their defaults. Raises `ValueError` naming an unknown field (with the
+    Absent fields take their defaults (and a fact given is not in `unknown_facts`, unless
+    that is given too). Raises `ValueError` naming an unknown field (with the
     valid ones) or a value of the wrong type; nothing is coerced.
     """
     spec = SPECS[point]
@@ -407,7 +395,10 @@ def context_from_json(point: str, data: Any) -> Context:
                 + f"; valid fields: {', '.join(names)}"
             )
         kwargs[key] = check_value(fs, value, where=f"{point}.{key}")
-    return spec.context(**kwargs)
+    ctx: Context = spec.context(**kwargs)
+    if "unknown_facts" not in kwargs and ctx.unknown_facts:  # a fact given is known
+        ctx.unknown_facts = [n for n in ctx.unknown_facts if n not in kwargs]
+    return ctx
 
 
 def check_value(fs: FieldSpec, value: Any, *, where: str) -> Any:

@@ -10,7 +10,9 @@ the final value in rule order. Audit rules change nothing; what they would have 
 recorded as `hooks.audit`, and their names are the patch's `audit` detail (an empty patch when
 only audit rules matched), so a traced run knows them. An expression that fails at run time
 raises `HookError` naming file, rule and expression, so the chain records `hooks.failed` (and a
-required policy refuses) — never a silent null.
+required policy refuses) — never a silent null. So does an enforce rule that reads a fact the
+context lists in `unknown_facts` (the caller did not send it): it is never decided on the
+default that fact reads as.
 
 Rules are grouped by point at load; a point only looks at its own. Per point, the `when`
 conditions of the enforce rules are compiled into one function, and those of the audit rules
@@ -24,6 +26,7 @@ same decisions.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,7 @@ from the_loop.hooks.policy.point_rules import (
     effects_of,
     point_rules,
 )
+from the_loop.hooks.policy.reads import unknown_reads, unsent_message
 from the_loop.hooks.policy.rules import Policy, PolicyError, read_policy
 
 #: How many characters a policy may add to a decision string beyond what it held (a prefix
@@ -73,6 +77,7 @@ class PolicyExecutor:
         named = {p for r in policy.rules for p in r.points}
         allowed = set(points) if points is not None else set(POINTS)
         self._points = tuple(p for p in POINTS if p in named and p in allowed)
+        self._undecidable: dict[tuple[str, tuple[str, ...]], str] = {}
         fast = not policy.reference  # a policy read with reference=True runs on the JSON view
         self._steps = {p: point_rules(policy.rules, p, fast=fast) for p in self._points}
         self._fast: dict[str, FastPlan | None] = {
@@ -105,6 +110,8 @@ class PolicyExecutor:
         cls = POINTS[point]
 
         def handle(ctx: Context) -> Decisions | None:
+            if ctx.unknown_facts:
+                self._decidable(point, steps, ctx.unknown_facts)
             if plan is not None and ctx.__class__ is cls:
                 found = plan.match(ctx)
                 if found is not None:
@@ -113,6 +120,34 @@ class PolicyExecutor:
             return self._decide(point, ctx, _match_json(steps, data), data, False)
 
         return handle
+
+    def undecided(self, point: str, unknown: list[str]) -> list[tuple[str, list[str]]]:
+        """(rule, the facts of `unknown` it reads) for each enforce rule at `point` that a
+        context lacking `unknown` does not decide."""
+        out: list[tuple[str, list[str]]] = []
+        for step in self._steps.get(point, ()):
+            lacking = [] if step.audit else unknown_reads(step.reads, unknown)
+            if lacking:
+                out.append((step.name, lacking))
+        return out
+
+    def _decidable(self, point: str, steps: tuple[PointRule, ...], unknown: list[str]) -> None:
+        """Raise `HookError` when an enforce rule at `point` reads a fact in `unknown`: the
+        caller did not send it, and a rule is never decided on the default it reads as."""
+        key = (point, tuple(unknown))
+        said = self._undecidable.get(key)
+        if said is None:
+            said = ""
+            for step in steps:
+                lacking = unknown_reads(step.reads, unknown) if not step.audit else []
+                if lacking:
+                    said = unsent_message(step.name, os.path.basename(step.file), point,
+                                          lacking)
+                    break
+            if len(self._undecidable) < 256:  # callers send few shapes; bounded all the same
+                self._undecidable[key] = said
+        if said:
+            raise HookError(said)
 
     def _decide(
         self, point: str, ctx: Context, found: Found, root: Any, fast: bool

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from the_loop.errors import ExpressionError
-from the_loop.hooks.engine.points import SPECS, WORK_ITEM_FIELDS, closest
+from the_loop.hooks.engine.points import SPECS, WORK_ITEM_FIELDS, WORK_ITEM_TYPES, closest
 from the_loop.hooks.policy.functions import PolicyFunctions
 
 
@@ -174,7 +174,7 @@ def _type_of(dotted: str, point: str) -> str:
     if fs is None:
         return "unknown"
     if sub:
-        return "int" if sub == "number" else "str"
+        return WORK_ITEM_TYPES.get(sub, "unknown")
     return fs.type
 
 

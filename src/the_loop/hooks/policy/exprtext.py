@@ -70,6 +70,10 @@ def _or(node: Mapping[str, Any], ch: Any) -> str:
 
 
 def _not(node: Mapping[str, Any], ch: Any) -> str:
+    # `!a.b` reads `(!a).b`: a chain under `!` keeps its parentheses (a bool field of a
+    # record, `!(work_item.fork)`, is the first such chain the catalog has).
+    if ch[0].get("type") in ("subexpression", "index_expression"):
+        return f"!({show(ch[0])})"
     return "!" + _wrap(ch[0], 8)
 
 

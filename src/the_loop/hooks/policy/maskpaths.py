@@ -9,7 +9,7 @@ and field the path names, or raises `ValueError` saying why it names nothing.
 
 from __future__ import annotations
 
-from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_FIELDS, closest
+from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_TYPES, closest
 
 MASKED = "[masked]"
 _TEXT = ("str", "list[str]")
@@ -28,9 +28,9 @@ def check(path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     parts = tuple(rest.split("."))
     points = tuple(POINTS) if head == "*" else (head,)
     if parts[0] == "work_item":
-        if len(parts) != 2 or parts[1] not in WORK_ITEM_FIELDS or parts[1] == "number":
+        if len(parts) != 2 or WORK_ITEM_TYPES.get(parts[1]) != "str":
             raise ValueError(f"mask path {path!r}: name one text field of the work item "
-                             f"({', '.join(f for f in WORK_ITEM_FIELDS if f != 'number')})")
+                             f"({', '.join(f for f, t in WORK_ITEM_TYPES.items() if t == 'str')})")
         return points, parts
     having = tuple(p for p in points if any(
         f.name == parts[0] and f.type in _TEXT for f in SPECS[p].fields))

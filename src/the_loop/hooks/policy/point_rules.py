@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from the_loop.hooks.engine.points import SPECS, WorkItem, context_to_json
 from the_loop.hooks.policy.data import reads_context
 from the_loop.hooks.policy.expressions import COMPILER
+from the_loop.hooks.policy.reads import rule_reads
 from the_loop.hooks.policy.rules import AFFIXES, Rule, Template, Value
 from the_loop.jmes.api import COMPILE_ERRORS
 from the_loop.jmes.batch import RecordType, RootType
@@ -89,6 +90,7 @@ class PointRule:
     static: dict[str, Any] | None = None  # every value, when no template needs the context
     effects: Effects | None = None  # `static`, sorted
     fast: tuple[tuple[str, tuple[Part, ...]], ...] = ()  # on the context object
+    reads: frozenset[str] = frozenset()  # the facts it reads (`reads.rule_reads`)
 
     def failure(self, exc: Exception) -> str:
         """The message for this rule's `when` failing at run time."""
@@ -171,6 +173,7 @@ def point_rules(rules: list[Rule], point: str, *, fast: bool = True) -> tuple[Po
             templates=tuple((k, _json_parts(t)) for k, t in templates.items()),
             static=static, effects=None if static is None else effects_of(static),
             fast=tuple((k, _fast_parts(t, point)) for k, t in templates.items()) if fast else (),
+            reads=rule_reads(rule, point),
         ))
     return tuple(out)
 

@@ -36,6 +36,7 @@ from the_loop.hooks.engine.points import (
     POINTS,
     SPECS,
     WORK_ITEM_FIELDS,
+    WORK_ITEM_TYPES,
     check_value,
     closest,
     context_from_json,
@@ -51,6 +52,8 @@ from the_loop.hooks.policy.files import rule_files
 from the_loop.hooks.policy.rules import Policy, PolicyError, read_policy
 
 HOOK = "policy"
+
+_PY_TYPES: dict[str, type] = {"str": str, "int": int, "bool": bool}
 
 
 @dataclass
@@ -384,8 +387,8 @@ def fact_problems(point: str, facts: dict[Any, Any]) -> list[str]:
                 if sub not in WORK_ITEM_FIELDS:
                     out.append(_unknown(f"{point}.{key} has no field {sub!r}", str(sub),
                                         list(WORK_ITEM_FIELDS)))
-                elif type(item) is not (int if sub == "number" else str):
-                    want = "int" if sub == "number" else "str"
+                elif type(item) is not _PY_TYPES[WORK_ITEM_TYPES[sub]]:
+                    want = WORK_ITEM_TYPES[sub]
                     out.append(f"{point}.{key}.{sub} must be {want} (got {item!r} that is "
                                f"{type(item).__name__})")
         else:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from the_loop.hooks.engine.points import SPECS, WORK_ITEM_FIELDS
+from the_loop.hooks.engine.points import SPECS, WORK_ITEM_TYPES
 from the_loop.jmes.ir import NO_LITERAL
 from the_loop.jmes.kinds import ANY, ARR, BOOL, NULL, NUM, OBJ, STR, Kind, kind_of, kinds
 from the_loop.jmes.semantics import truthy
@@ -40,7 +40,7 @@ _CATALOG: dict[str, T] = {
     "list[str]": T(kinds(ARR), elem=kinds(STR)),
 }
 _WORK_ITEM = T(kinds(OBJ), fields={
-    f: _CATALOG["int" if f == "number" else "str"] for f in WORK_ITEM_FIELDS
+    f: _CATALOG[t] for f, t in WORK_ITEM_TYPES.items()
 }, truth=True)
 
 

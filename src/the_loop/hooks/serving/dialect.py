@@ -15,8 +15,15 @@ this one). `read_params(point, params)` builds the point's context from what it 
 - a field we do know with a value of the wrong type is still an error (`ValueError` naming
   it), so a caller's bug is never silently read as a default.
 
-Facts that exist only in the other loop (`instance`, `effort`, `tmux_target`, …) are not
-readable by rules: the catalog stays the one list of what a rule can read.
+Facts that exist only in the other loop (`instance`, `effort`, `harness_args`, …) are catalog
+facts too (`sent_by: other-loop`), read under their own names and types.
+
+A fact the caller did not send is listed in the context's `unknown_facts` (dotted for a
+work-item record's field: `work_item.fork`; the record's name when the whole record is
+absent), together with any the caller itself lists there; it reads as its default, and a
+policy rule that reads it fails instead of deciding on that default. A pull request's own
+facts (`base`, `head`, `head_repository`, `fork`, `draft`) are known for a record that says
+its `kind` is `issue` (a ticket has none), never for one that does not say.
 """
 
 from __future__ import annotations
@@ -24,7 +31,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from the_loop.hooks.engine.points import SPECS, WORK_ITEM_FIELDS, Context, WorkItem, check_value
+from the_loop.hooks.engine.points import (
+    PULL_REQUEST_FIELDS,
+    SPECS,
+    WORK_ITEM_FIELDS,
+    WORK_ITEM_TYPES,
+    Context,
+    WorkItem,
+    check_value,
+)
 
 #: Per point: the other loop's field name → ours (same meaning, same type).
 ALIASES: dict[str, dict[str, str]] = {
@@ -38,7 +53,23 @@ EMPTY_MEANS_DEFAULT = frozenset({"kind"})
 
 _FIELDS = {point: {f.name: f for f in spec.fields} for point, spec in SPECS.items()}
 _SIMPLE: dict[str, type] = {"str": str, "bool": bool, "int": int}
-_RECORD_TYPES: dict[str, type] = {name: int if name == "number" else str
+#: Per point: each fact (but `unknown_facts`) → the keys that send it (ours, and aliases).
+_SENT_AS: dict[str, dict[str, tuple[str, ...]]] = {
+    point: {f.name: (f.name, *(k for k, v in ALIASES.get(point, {}).items() if v == f.name))
+            for f in spec.facts if f.name != "unknown_facts"}
+    for point, spec in SPECS.items()
+}
+#: Per point: (fact, the keys that send it, whether it is a work-item record), for `unsent`.
+_PLAN: dict[str, tuple[tuple[str, tuple[str, ...], bool], ...]] = {
+    point: tuple((name, keys, _FIELDS[point][name].type == "WorkItem")
+                 for name, keys in sent_as.items())
+    for point, sent_as in _SENT_AS.items()
+}
+#: The record fields `_record_unsent` tests by name (tracker, also sent as provider, and
+#: kind, also said by work_item_complete's own kind, are tested apart).
+_RECORD_PLAIN = tuple(f for f in WORK_ITEM_FIELDS if f not in ("tracker", "kind"))
+_TICKET_PLAIN = tuple(f for f in _RECORD_PLAIN if f not in PULL_REQUEST_FIELDS)
+_RECORD_TYPES: dict[str, type] = {name: _SIMPLE[WORK_ITEM_TYPES[name]]
                                   for name in WORK_ITEM_FIELDS}
 #: Per point: the scalar fields a value of the right type is taken for as it is (not one
 #: another name maps onto this point's fields, not one whose "" means the default).
@@ -106,7 +137,39 @@ def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
         if not (isinstance(raw, dict) and raw.get("kind")):
             kwargs["work_item"] = dataclasses.replace(item, kind=their_kind)
         ignored.remove("kind")
-    return SPECS[point].context(**kwargs), sorted(ignored)
+    ctx = SPECS[point].context(**kwargs)
+    ctx.unknown_facts = unsent(point, params, kwargs.get("unknown_facts", ()))
+    return ctx, sorted(ignored)
+
+
+def unsent(point: str, params: dict[str, Any], listed: Any = ()) -> list[str]:
+    """The facts of `point` that `params` does not send (dotted inside a work-item record),
+    with those the caller lists itself in `listed`, sorted."""
+    out = set(listed)
+    for name, keys, record in _PLAN[point]:
+        for key in keys:
+            if key in params:
+                if record and type(params[key]) is dict:
+                    _record_unsent(name, params[key], point, params, out)
+                break
+        else:
+            out.add(name)
+    return sorted(out)
+
+
+def _record_unsent(name: str, record: dict[str, Any], point: str, params: dict[str, Any],
+                   out: set[str]) -> None:
+    """Add to `out` the fields `record` does not send, as `name.field`. A ticket (`kind:
+    issue`, said) has no pull-request facts to send; work_item_complete's own `kind` says
+    the kind too."""
+    kind = record.get("kind") or (params.get("kind") if point == "work_item_complete" else "")
+    for field in _RECORD_PLAIN if kind != "issue" else _TICKET_PLAIN:
+        if field not in record:
+            out.add(f"{name}.{field}")
+    if "tracker" not in record and "provider" not in record:
+        out.add(f"{name}.tracker")
+    if "kind" not in record and not kind:
+        out.add(f"{name}.kind")
 
 
 def _record(value: Any, ignored: list[str], *, prefix: str) -> Any:

@@ -37,13 +37,38 @@ class Item:
     parent: str = ""  # for a pull request: the ticket it belongs to
     closed_by: str = ""
     created: float = 0.0  # when it was opened (epoch seconds); 0 when the tracker does not say
+    author: str = ""  # who filed it ('' when nobody was named)
+    pull: PullRequest | None = None  # a pull request's branches; None for a ticket
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "ref": self.ref, "title": self.title, "kind": self.kind, "state": self.state,
             "labels": list(self.labels), "body": self.body, "for": self.parent,
-            "comments": [c.to_json() for c in self.comments],
+            "author": self.author, "comments": [c.to_json() for c in self.comments],
         }
+        if self.pull is not None:
+            out.update(self.pull.to_json())
+        return out
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """Where a pull request comes from and goes to. `fork` is derived, never stored."""
+
+    repository: str  # the base repository (the tracker's owner/repo)
+    base: str = ""
+    head: str = ""
+    head_repository: str = ""
+    draft: bool = False
+
+    @property
+    def fork(self) -> bool:
+        """True when the head branch lives in another repository than the base."""
+        return bool(self.head_repository) and self.head_repository != self.repository
+
+    def to_json(self) -> dict[str, Any]:
+        return {"base": self.base, "head": self.head, "head_repository": self.head_repository,
+                "fork": self.fork, "draft": self.draft}
 
 
 class Tracker(Protocol):
@@ -60,7 +85,8 @@ class Tracker(Protocol):
     def items(self, *, state: str | None = None) -> list[Item]: ...
 
     def add(self, title: str, *, body: str = "", kind: str = "issue", parent: str = "",
-            labels: list[str] | None = None, author: str = "") -> str: ...
+            labels: list[str] | None = None, author: str = "",
+            pull: PullRequest | None = None) -> str: ...
 
     def comment(self, ref: str, body: str, *, author: str, source: str = "comment") -> int: ...
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 from the_loop.errors import quote
 from the_loop.hooks.engine.points import WorkItem
 from the_loop.runtime.db import Database
-from the_loop.runtime.tracker.base import Comment, Item, TrackerError
+from the_loop.runtime.tracker.base import Comment, Item, PullRequest, TrackerError
 
 REF_RE = re.compile(r"^local:(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)#(?P<n>\d+)$")
 KINDS = ("issue", "pull-request")
@@ -63,13 +64,18 @@ class LocalTracker:
 
     def work_item(self, ref: str) -> WorkItem:
         item_id, repository, number = self._row(ref)
-        kind = self.db.conn.execute("SELECT kind FROM items WHERE id=?", (item_id,)).fetchone()
+        row = self.db.conn.execute(
+            "SELECT kind, author, base, head, head_repository, draft FROM items WHERE id=?",
+            (item_id,)).fetchone()
         owner, repo = repository.split("/", 1)
         canon = f"local:{repository}#{number}"
+        pull = _pull(row, repository) or PullRequest("")  # a ticket: no branches, no fork
         return WorkItem(
             ref=canon, tracker="local", host="", owner=owner, repo=repo,
-            repository=repository, number=number, kind=str(kind["kind"]),
-            url=f"local://{repository}/{number}", id=str(item_id),
+            repository=repository, number=number, kind=str(row["kind"]),
+            url=f"local://{repository}/{number}", id=str(item_id), author=str(row["author"]),
+            base=pull.base, head=pull.head, head_repository=pull.head_repository,
+            fork=pull.fork, draft=pull.draft,
         )
 
     def get(self, ref: str, *, comments: bool = True) -> Item:
@@ -96,6 +102,7 @@ class LocalTracker:
             state=str(r["state"]), labels=labels, comments=cs,  # type: ignore[index]
             parent=str(r["parent"]), closed_by=str(r["closed_by"]),  # type: ignore[index]
             created=float(r["created"]),  # type: ignore[index]
+            author=str(r["author"]), pull=_pull(r, str(r["repository"])),  # type: ignore[index]
         )
 
     def items(self, *, state: str | None = None) -> list[Item]:
@@ -104,7 +111,10 @@ class LocalTracker:
         return [self._item(r, comments=False) for r in rows]
 
     def add(self, title: str, *, body: str = "", kind: str = "issue", parent: str = "",
-            labels: list[str] | None = None, author: str = "") -> str:
+            labels: list[str] | None = None, author: str = "",
+            pull: PullRequest | None = None) -> str:
+        """A new item's ref. `pull`: a pull request's branches (default: none recorded, its
+        head in this repository)."""
         if kind not in KINDS:
             raise TrackerError(f"--kind must be one of {', '.join(KINDS)} (got {kind!r})")
         if not title.strip():
@@ -115,6 +125,11 @@ class LocalTracker:
             if kind != "pull-request":
                 raise TrackerError("--for links a pull request to its ticket; use "
                                    "--kind pull-request")
+        if pull is not None and kind != "pull-request":
+            raise TrackerError("--base, --head, --head-repository and --draft describe a pull "
+                               "request; use --kind pull-request")
+        if kind == "pull-request" and pull is None:
+            pull = PullRequest(self.repository, head_repository=self.repository)
         with self.db.transaction() as conn:
             self.db.lock(conn, f"items {self.repository}")
             row = conn.execute(
@@ -122,10 +137,13 @@ class LocalTracker:
                 (self.repository,),
             ).fetchone()
             number = int(row["n"])
+            p = pull or PullRequest(self.repository)
             item_id = conn.execute(
                 "INSERT INTO items(repository, number, kind, title, body, parent, author, "
-                "created) VALUES (?,?,?,?,?,?,?,?) RETURNING id",
-                (self.repository, number, kind, title, body, parent, author, time.time()),
+                "created, base, head, head_repository, draft) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+                "RETURNING id",
+                (self.repository, number, kind, title, body, parent, author, time.time(),
+                 p.base, p.head, p.head_repository if pull else "", int(p.draft)),
             ).fetchone()["id"]
             for label in labels or []:
                 conn.execute("INSERT INTO labels(item, label) VALUES (?, ?) ON CONFLICT "
@@ -177,3 +195,12 @@ class LocalTracker:
         row = self.db.conn.execute("SELECT body FROM comments WHERE id=?",
                                    (comment_id,)).fetchone()
         return str(row["body"]) if row else ""
+
+
+def _pull(row: object, repository: str) -> PullRequest | None:
+    """A pull request row's branches (None for a ticket)."""
+    r: Any = row  # sqlite3.Row, or a dict on PostgreSQL
+    if r["kind"] != "pull-request":
+        return None
+    return PullRequest(repository, str(r["base"]), str(r["head"]), str(r["head_repository"]),
+                       bool(r["draft"]))
