@@ -92,7 +92,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = [("NAME", "KIND", "TARGET", "POINTS", "REQUIRED", "ENABLED")]
     for e in entries:
         rows.append((
-            e.name, e.kind, e.target, ",".join(e.on) if e.on is not None else "(default)",
+            e.name, e.kind, e.shown, ",".join(e.on) if e.on is not None else "(default)",
             "yes" if e.required else "no", "yes" if e.enabled else "no",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
