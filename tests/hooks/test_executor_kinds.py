@@ -106,6 +106,7 @@ def test_every_built_in_kind_names_classes_that_exist_and_a_replay_mode_replay_k
             module, _, name = qualified.rpartition(".")
             assert isinstance(getattr(importlib.import_module(module), name), type), qualified
     assert registry.KINDS["remote"].replay == RECORDED  # replay never calls the network
+    assert registry.KINDS["command"].replay == RECORDED  # nor a program with side effects
 
 
 @pytest.mark.parametrize("missing", REQUIRED)

@@ -12,11 +12,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from the_loop.configspec import Field
-from the_loop.hooks.executors import local, policy_entry, remote_entry
+from the_loop.hooks.executors import command, local, policy_entry, remote_entry
 from the_loop.hooks.executors.kind import Kind
 
 #: The kinds, in the order their declaration keys are listed in messages and the schema.
-KINDS: dict[str, Kind] = {k.name: k for k in (local.KIND, remote_entry.KIND, policy_entry.KIND)}
+KINDS: dict[str, Kind] = {k.name: k for k in (local.KIND, remote_entry.KIND, policy_entry.KIND,
+                                               command.KIND)}
 #: declaration key → the kind it selects (module → local, url → remote, …).
 BY_KEY: dict[str, Kind] = {key: k for k in KINDS.values() for key in k.keys}
 #: declaration key → that variant's keys: the very dict the entry spec reads
