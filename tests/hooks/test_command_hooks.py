@@ -304,3 +304,58 @@ def test_the_json_schema_takes_a_command_entry_and_refuses_a_string_command() ->
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"loop": "acme", "hooks": [{"name": "c", "command": "sh"}]},
                             config_schema())
+
+
+# ------------------------------------------------------------------ everywhere a kind appears
+
+
+def test_hooks_serve_declared_runs_a_command_entry(tmp_path: Path) -> None:
+    from serving_helpers import Served, post
+
+    (tmp_path / "cli-config.yaml").write_text(
+        "loop: acme\nstateDir: state\nhooks:\n  - name: gate\n    command: [sh, -c, 'cat "
+        ">/dev/null; echo no PR sessions >&2; exit 2']\n", encoding="utf-8")
+    served = Served(["hooks", "serve", "--declared", "--config", "cli-config.yaml", "--port",
+                     "0"], tmp_path)
+    try:
+        call = {"jsonrpc": "2.0", "method": "session_spawn", "params": {"prompt": "p"}, "id": 1}
+        assert post(served.url, call)[1]["result"] == {"proceed": False,
+                                                       "reason": "no PR sessions"}
+    finally:
+        served.kill()
+
+
+def test_hooks_run_command_runs_one_program_with_no_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from the_loop.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("THE_LOOP_CLI_CONFIG", str(tmp_path / "none.yaml"))
+    (tmp_path / "ctx.json").write_text('{"prompt": "Fix it."}', encoding="utf-8")
+    assert main(["hooks", "run", "session_spawn", "--context", "ctx.json", "--json",
+                 "--command", "sh", "-c", "cat >/dev/null; echo '{\"prompt\": \"ACME\"}'"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["context"]["prompt"] == "ACME"
+    assert [(s["hook"], s["status"]) for s in data["trace"]] == [("command", "changed")]
+    assert main(["hooks", "run", "session_spawn", "--command", "./missing.sh"]) == 2
+    assert capsys.readouterr().err == (
+        f"the-loop: --command: no file at {tmp_path}/missing.sh (a relative program resolves "
+        "against the folder of cli-config.yaml, never the working directory)\n")
+
+
+def test_a_secret_env_variable_is_a_secret_of_the_loop_never_given_to_a_harness(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop redacts its value wherever it writes (comments included) and keeps it out
+    of every harness's environment, as it does a tokenEnv's."""
+    from the_loop.runtime.harness import harness_env
+    from the_loop.runtime.settings import secret_names
+
+    names = secret_names({"hooks": [{"name": "c", "command": ["sh"], "secretEnv": ["API_TOK"],
+                                     "passEnv": ["TEAM"]},
+                                    {"name": "u", "url": "https://h.example/",
+                                     "tokenEnv": "URL_TOK"}]})
+    assert names == {"API_TOK", "URL_TOK"}
+    monkeypatch.setenv("API_TOK", "tok-123456")
+    assert "API_TOK" not in harness_env(("API_TOK",), names)

@@ -16,25 +16,22 @@ Contract, each rule tested in tests/hooks/test_command_hooks.py:
   past `timeoutSeconds`, more than `MAX_OUTPUT` bytes on stdout or stderr, an answer that is
   not JSON: that hook's failure, which the chain records and turns into a refusal when the
   entry is `required`.
-- The program runs in a process group of its own; at the deadline, or when it exits, that
-  whole group is killed, so a hung grandchild never holds the loop. The values `secretEnv`
-  names are replaced by `[redacted]` in everything read back, before it is quoted anywhere.
+- The program runs in a session and process group of its own (`process.run`); at the
+  deadline, or when it exits, that whole group is killed, so a hung grandchild never holds
+  the loop. The values `secretEnv` names are replaced by `[redacted]` in everything read
+  back, before it is quoted anywhere; the loop counts them among its secrets (redacted
+  wherever it writes, never in a harness's environment).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
 import re
-import selectors
 import shlex
 import signal
-import subprocess
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +41,12 @@ from the_loop.hooks.declaring.entry import HookEntry, entry_error
 from the_loop.hooks.engine.executor import Decisions
 from the_loop.hooks.engine.points import POINTS, SPECS, Context
 from the_loop.hooks.executors.kind import RECORDED, KeyDoc, Kind, protocol_handler, protocol_points
+from the_loop.hooks.executors.process import MAX_OUTPUT, Ran, run
 from the_loop.hooks.executors.remote_entry import KEYS as URL_KEYS
 from the_loop.hooks.executors.remote_entry import MAX_TIMEOUT
 
 __all__ = ["KIND", "MAX_OUTPUT", "MAX_REASON", "CommandExecutor"]
 
-MAX_OUTPUT = 1 << 20  # bytes the program may print on stdout, and on stderr
-GRACE = 0.5  # seconds to finish reading once the program has exited
 MAX_REASON = 500  # characters of stderr a refusal's reason keeps
 MAX_LINE = 300  # characters of the last stderr line a failure quotes
 _REDACTED = "[redacted]"
@@ -156,129 +152,6 @@ class CommandExecutor:
         if not (isinstance(doc, dict) and "jsonrpc" in doc):  # a bare result
             doc = {"jsonrpc": "2.0", "id": req_id, "result": doc}
         return read_answer(self.where, point, req_id, doc)
-
-
-# ----------------------------------------------------------------------------- running
-
-
-@dataclass
-class Ran:
-    """How one run ended: exit code (negative: the signal), what it printed, and why it was
-    stopped (`timed_out`, or `over` naming the stream that passed `MAX_OUTPUT`)."""
-
-    code: int
-    stdout: bytes
-    stderr: bytes
-    timed_out: bool = False
-    over: str = ""
-
-
-def run(argv: list[str], body: bytes, *, cwd: str, env: dict[str, str], timeout: float) -> Ran:
-    """Run `argv` in a session (and process group) of its own with `body` on stdin, reading
-    both outputs, until it exits or `timeout` passes; its group is killed either way, so
-    nothing it started outlives the call. Raises `OSError` when it cannot start."""
-    proc = subprocess.Popen(  # the operator's program, resolved when the chain was built
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
-        env=env, start_new_session=True, close_fds=True)
-    try:
-        return _exchange(proc, body, time.monotonic() + timeout)
-    finally:
-        _kill_group(proc)
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            if pipe is not None:
-                with contextlib.suppress(OSError):
-                    pipe.close()
-        proc.wait()
-
-
-def _exchange(proc: subprocess.Popen[bytes], body: bytes, deadline: float) -> Ran:
-    """Feed stdin and drain stdout and stderr under one deadline (one selector, no threads).
-
-    When the program exits, what it left running in its group is killed and what is still
-    in the pipes is read for at most `GRACE` seconds (a grandchild that left the group and
-    kept a pipe open cannot hold the call)."""
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    streams = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
-    got = {name: bytearray() for name in streams.values()}
-    sel = selectors.DefaultSelector()
-    for fd in streams:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
-    stdin = proc.stdin.fileno()
-    os.set_blocking(stdin, False)
-    sel.register(stdin, selectors.EVENT_WRITE)
-    pending, exited = memoryview(body), False
-    with sel:
-        while sel.get_map():
-            now = time.monotonic()
-            if now >= deadline:
-                if exited:
-                    break  # it is done; what it printed by now is its answer
-                return Ran(-1, bytes(got["stdout"]), bytes(got["stderr"]), timed_out=True)
-            if not exited and _has_exited(proc.pid):
-                exited = True
-                _kill_group(proc)
-                deadline = min(deadline, now + GRACE)
-            for key, _ in sel.select(min(deadline - now, 0.05)):
-                if key.fd == stdin:
-                    pending = _feed(sel, proc, pending)
-                    continue
-                chunk = _read(key.fd)
-                if chunk is None:
-                    continue
-                if not chunk:
-                    sel.unregister(key.fd)
-                    continue
-                name = streams[key.fd]
-                got[name] += chunk
-                if len(got[name]) > MAX_OUTPUT:
-                    return Ran(-1, b"", bytes(got["stderr"][-MAX_OUTPUT:]), over=name)
-    try:
-        code = proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
-    except subprocess.TimeoutExpired:  # it closed its outputs and went on running
-        return Ran(-1, bytes(got["stdout"]), bytes(got["stderr"]), timed_out=True)
-    return Ran(code, bytes(got["stdout"]), bytes(got["stderr"]))
-
-
-def _has_exited(pid: int) -> bool:
-    """Whether the program has exited, leaving it unreaped (so its group id stays its own)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _feed(sel: selectors.BaseSelector, proc: subprocess.Popen[bytes], pending: memoryview
-          ) -> memoryview:
-    """Write what the pipe takes of the body; close stdin once it is all written (or the
-    program closed its end: it does not want the rest)."""
-    assert proc.stdin is not None
-    try:
-        pending = pending[os.write(proc.stdin.fileno(), pending):] if pending else pending
-    except BlockingIOError:
-        return pending
-    except OSError:  # EPIPE: it exited or closed stdin without reading everything
-        pending = pending[len(pending):]
-    if not pending:
-        sel.unregister(proc.stdin.fileno())
-        proc.stdin.close()
-    return pending
-
-
-def _read(fd: int) -> bytes | None:
-    """A chunk of a pipe; b"" at its end, None when it has nothing just now."""
-    try:
-        return os.read(fd, 65536)
-    except BlockingIOError:
-        return None
-    except OSError:
-        return b""
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the program's whole process group (its own, from `start_new_session`)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 # ----------------------------------------------------------------------------- reading
