@@ -115,8 +115,8 @@ def main() -> int:
                 "command: shell one-liner": (_run(folder, {"name": "s", "command": SHELL}), 40),
                 "floor: subprocess.run of that sh": (_floor(SHELL, folder), 40),
                 "command: Python script": (_run(folder, {"name": "y",
-                                                         "command": [py, "hook.py"]}), 15),
-                "floor: subprocess.run of that python": (_floor([py, "hook.py"], folder), 15),
+                                                         "command": [py, "hook.py"]}), 6),
+                "floor: subprocess.run of that python": (_floor([py, "hook.py"], folder), 6),
             }
             for fn, _ in rows.values():  # one call each first: every answer is the prefix
                 fn()

@@ -168,8 +168,9 @@ def _no_secret_in_harness_env(data: dict[str, Any], secrets: set[str]) -> dict[s
     for i, h in enumerate(data["harnesses"]):
         leaked = sorted(set(h["env"]) & secrets)
         if leaked:
-            raise Problem(f"{', '.join(leaked)} is named by a tokenEnv: a secret never reaches "
-                          "an agent's environment; remove it from env", "harnesses", i, "env")
+            raise Problem(f"{', '.join(leaked)} is named by a tokenEnv or secretEnv: a secret "
+                          "never reaches an agent's environment; remove it from env",
+                          "harnesses", i, "env")
     return data
 
 
