@@ -359,3 +359,27 @@ def test_a_secret_env_variable_is_a_secret_of_the_loop_never_given_to_a_harness(
     assert names == {"API_TOK", "URL_TOK"}
     monkeypatch.setenv("API_TOK", "tok-123456")
     assert "API_TOK" not in harness_env(("API_TOK",), names)
+
+
+def test_the_group_is_killed_only_while_the_program_is_unreaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reaped program's pid may already belong to another process group (pids are
+    reused): every group kill happens while its pid is still the program's."""
+    from the_loop.hooks.executors import process
+
+    calls: list[bool] = []
+    real = os.killpg
+
+    def killpg(pgid: int, sig: int) -> None:
+        try:
+            os.waitid(os.P_PID, pgid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            calls.append(True)
+        except ChildProcessError:
+            calls.append(False)  # reaped: this pgid is no longer the program's
+        real(pgid, sig)
+
+    monkeypatch.setattr(process.os, "killpg", killpg)
+    for script in ("cat >/dev/null; echo null", "sleep 5"):
+        process.run(["/bin/sh", "-c", script], b"{}", cwd=str(tmp_path), env={}, timeout=0.3)
+    assert calls and all(calls), calls

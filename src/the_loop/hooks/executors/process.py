@@ -42,7 +42,10 @@ def run(argv: list[str], body: bytes, *, cwd: str, env: dict[str, str], timeout:
     try:
         return _exchange(proc, body, time.monotonic() + timeout)
     finally:
-        _kill_group(proc)
+        # Only while the program is unreaped: its pid, and so its group's id, is still
+        # its own (pids are reused; a reaped one may already name another process group).
+        if proc.returncode is None:
+            _kill_group(proc)
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             if pipe is not None:
                 with contextlib.suppress(OSError):
@@ -147,6 +150,12 @@ def _feed(sel: selectors.BaseSelector, proc: subprocess.Popen[bytes], pending: m
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the program's whole process group (its own, from `start_new_session`)."""
+    """SIGKILL the program's whole process group (its own, from `start_new_session`) while
+    the program is still our unreaped child — running, or a zombie holding its pid — so
+    the group id cannot name anyone else's processes (pids are reused)."""
+    try:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already: its pid is no longer its own
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
