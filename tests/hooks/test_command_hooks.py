@@ -216,6 +216,7 @@ def test_a_secret_the_entry_does_not_pass_is_absent_from_the_programs_environmen
         "MODE": "check", "TEAM": "platform", "API_TOKEN": "tok-123456"}
     assert "hunter2-not-passed" not in json.dumps(env)
     assert ctx.prompt == "[redacted]"  # what it printed of its secret never comes back
+    assert "tok-123456" in chain.log.known_secrets()  # nor reaches an event
 
 
 def test_an_unset_secret_env_fails_the_call_before_anything_runs(tmp_path: Path) -> None:
