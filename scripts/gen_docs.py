@@ -1,11 +1,13 @@
-"""Generates docs/points.md and the policy guide's function table from the code.
+"""Generates docs/points.md, the policy guide's function table and the executor kinds' tables.
 
-    python scripts/gen_docs.py           write docs/points.md and the table in docs/policy-guide.md
-    python scripts/gen_docs.py --check   exit 1 if either committed file differs from the code
+    python scripts/gen_docs.py           write docs/points.md and the tables in the guides
+    python scripts/gen_docs.py --check   exit 1 if a committed file differs from the code
 
 docs/points.md is generated whole, from `the_loop.hooks.engine.points`. In docs/policy-guide.md only
 the table after the `<!-- policy-functions` marker is, from the policy function records
-(`the_loop.hooks.policy.functions.POLICY_FUNCTION_RECORDS`); the prose around it is written.
+(`the_loop.hooks.policy.functions.POLICY_FUNCTION_RECORDS`); in docs/declaring-hooks.md the
+tables after `<!-- executor-kinds` and `<!-- entry-keys`, from the executor registry
+(`the_loop.hooks.executors.registry.KINDS`); the prose around them is written.
 """
 
 from __future__ import annotations
@@ -17,13 +19,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from the_loop.hooks.declaring.declaration import COMMON_DOCS
 from the_loop.hooks.engine.points import POINTS, SPECS, WORK_ITEM_DOCS, WORK_ITEM_FIELDS, WorkItem
+from the_loop.hooks.executors.kind import REPLAY_DOES, KeyDoc
+from the_loop.hooks.executors.registry import BY_KEY, KINDS, VARIANTS
 from the_loop.hooks.policy.functions import POLICY_FUNCTION_RECORDS
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "docs" / "points.md"
 GUIDE = ROOT / "docs" / "policy-guide.md"
 FUNCTIONS_MARKER = "<!-- policy-functions"
+DECLARING = ROOT / "docs" / "declaring-hooks.md"
+KINDS_MARKER = "<!-- executor-kinds"
+KEYS_MARKER = "<!-- entry-keys"
 
 
 def _fact_doc(f: Any) -> str:
@@ -105,16 +113,57 @@ def function_rows() -> list[str]:
     return out
 
 
-def render_guide(current: str) -> str:
-    """`current` (docs/policy-guide.md) with the table after its functions marker regenerated."""
+def kind_rows() -> list[str]:
+    """The table of executor kinds (header included), one row per registered kind."""
+    out = ["| declared with | kind | what runs | without `on`, it runs at | `policy replay` | "
+           "secrets named by |", "|---|---|---|---|---|---|"]
+    for kind in KINDS.values():
+        keys = ", ".join(f"`{key}:`" for key in kind.keys)
+        secrets = ", ".join(f"`{key}`" for key in kind.secrets) or "—"
+        out.append(f"| {keys} | `{kind.name}` | {_cell(kind.about)} | {_cell(kind.runs_at)} | "
+                   f"{_cell(REPLAY_DOES[kind.replay])} | {secrets} |")
+    return out
+
+
+def key_rows() -> list[str]:
+    """The table of an entry's keys: the common ones and each kind's, a key that means the
+    same for several declaration keys on one row."""
+    rows: dict[tuple[str, KeyDoc], list[str]] = {("name", COMMON_DOCS["name"]): ["all"]}
+    for tag in VARIANTS:
+        rows[(tag, BY_KEY[tag].docs[tag])] = [tag]
+    for tag, own in VARIANTS.items():
+        for key in own:
+            if key != tag:
+                rows.setdefault((key, BY_KEY[tag].docs[key]), []).append(tag)
+    for key in ("on", "required", "enabled"):
+        rows[(key, COMMON_DOCS[key])] = ["all"]
+    out = ["| key | for | type | default | meaning |", "|---|---|---|---|---|"]
+    out += [f"| `{key}` | {', '.join(tags)} | {_cell(doc.type)} | {_cell(doc.default)} | "
+            f"{_cell(doc.meaning)} |" for (key, doc), tags in rows.items()]
+    return out
+
+
+def _after_marker(path: Path, current: str, marker: str, rows: list[str]) -> str:
+    """`current` with the table right after the line starting `marker` regenerated."""
     lines = current.split("\n")
-    at = next((i for i, line in enumerate(lines) if line.startswith(FUNCTIONS_MARKER)), None)
+    at = next((i for i, line in enumerate(lines) if line.startswith(marker)), None)
     if at is None:
-        raise SystemExit(f"{GUIDE}: no line starting {FUNCTIONS_MARKER!r} to put the table after")
+        raise SystemExit(f"{path}: no line starting {marker!r} to put the table after")
     end = at + 1
     while end < len(lines) and lines[end].startswith("|"):
         end += 1
-    return "\n".join([*lines[: at + 1], *function_rows(), *lines[end:]])
+    return "\n".join([*lines[: at + 1], *rows, *lines[end:]])
+
+
+def render_guide(current: str) -> str:
+    """`current` (docs/policy-guide.md) with the table after its functions marker regenerated."""
+    return _after_marker(GUIDE, current, FUNCTIONS_MARKER, function_rows())
+
+
+def render_declaring(current: str) -> str:
+    """`current` (docs/declaring-hooks.md) with its kinds and keys tables regenerated."""
+    text = _after_marker(DECLARING, current, KINDS_MARKER, kind_rows())
+    return _after_marker(DECLARING, text, KEYS_MARKER, key_rows())
 
 
 def _stale(path: Path, current: str, text: str) -> None:
@@ -131,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
     status = 0
-    for path, make in ((TARGET, lambda _old: render()), (GUIDE, render_guide)):
+    for path, make in ((TARGET, lambda _old: render()), (GUIDE, render_guide),
+                       (DECLARING, render_declaring)):
         current = path.read_text(encoding="utf-8") if path.exists() else ""
         text = make(current)
         if current == text:

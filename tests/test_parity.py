@@ -99,6 +99,7 @@ def test_gen_docs_check_exits_1_when_the_file_differs(tmp_path: Path) -> None:
     module.TARGET.write_text("stale\n", encoding="utf-8")
     module.GUIDE = tmp_path / "policy-guide.md"  # never the repository's own file
     module.GUIDE.write_text((ROOT / "docs" / "policy-guide.md").read_text("utf-8"), "utf-8")
+    _own_declaring(module, tmp_path)
     assert module.main(["--check"]) == 1
     assert module.main([]) == 0
     assert module.main(["--check"]) == 0
@@ -159,6 +160,7 @@ def test_gen_docs_check_fails_when_a_record_has_no_row_in_the_guide(
     module.TARGET.write_text(module.render(), encoding="utf-8")
     module.GUIDE = tmp_path / "policy-guide.md"
     module.GUIDE.write_text((ROOT / "docs" / "policy-guide.md").read_text("utf-8"), "utf-8")
+    _own_declaring(module, tmp_path)
     assert module.main(["--check"]) == 0
     first = module.POLICY_FUNCTION_RECORDS[0]
     added = dataclasses.replace(first, name="regex_find", example="regex_find('a', node)")
@@ -170,3 +172,49 @@ def test_gen_docs_check_fails_when_a_record_has_no_row_in_the_guide(
     assert "| `regex_find(string $pattern, string $subject) -> boolean` |" in guide
     assert module.main(["--check"]) == 0
     assert guide.count("## Functions") == 1
+
+
+def _own_declaring(module: ModuleType, tmp_path: Path) -> None:
+    """Point the generator at a copy of docs/declaring-hooks.md (never the repository's)."""
+    module.DECLARING = tmp_path / "declaring-hooks.md"
+    module.DECLARING.write_text((ROOT / "docs" / "declaring-hooks.md").read_text("utf-8"),
+                                "utf-8")
+
+
+def test_the_declaring_guides_kind_tables_are_the_ones_generated_from_the_registry() -> None:
+    module = gen_docs()
+    committed = (ROOT / "docs" / "declaring-hooks.md").read_text(encoding="utf-8")
+    assert committed == module.render_declaring(committed), (
+        "docs/declaring-hooks.md's kind tables are stale: run python scripts/gen_docs.py"
+    )
+
+
+def test_gen_docs_check_fails_when_a_registered_kind_has_no_row_in_the_declaring_guide(
+    tmp_path: Path
+) -> None:
+    """A kind added to the registry makes the committed tables stale until regenerated."""
+    import dataclasses
+
+    from the_loop.configspec import Field, Str
+    from the_loop.hooks.executors import registry
+    from the_loop.hooks.executors.kind import KeyDoc
+
+    module = gen_docs()
+    module.TARGET = tmp_path / "points.md"
+    module.TARGET.write_text(module.render(), encoding="utf-8")
+    module.GUIDE = tmp_path / "policy-guide.md"
+    module.GUIDE.write_text((ROOT / "docs" / "policy-guide.md").read_text("utf-8"), "utf-8")
+    _own_declaring(module, tmp_path)
+    assert module.main(["--check"]) == 0
+    toy = dataclasses.replace(registry.KINDS["policy"], name="toy", about="a toy",
+                              keys={"toy": {"toy": Field(Str())}}, paths=frozenset(),
+                              docs={"toy": KeyDoc("string", "—", "what the toy says")})
+    remove = registry.register(toy)
+    try:
+        assert module.main(["--check"]) == 1
+        assert module.main([]) == 0
+    finally:
+        remove()
+    text = module.DECLARING.read_text("utf-8")
+    assert "| `toy:` | `toy` | a toy |" in text
+    assert "| `toy` | toy | string | — | what the toy says |" in text

@@ -14,7 +14,7 @@ import pytest
 
 from the_loop.cli import main
 from the_loop.errors import HooksConfigError
-from the_loop.hooks.declaring.declaration import parse_hooks
+from the_loop.hooks.declaring.declaration import HOOK_ENTRY, parse_hooks
 from the_loop.hooks.declaring.schema import hooks_schema
 from the_loop.hooks.engine.points import POINTS, SPECS
 
@@ -126,8 +126,8 @@ def test_r5_1_listing_in_a_fresh_process_imports_nothing(
     ("text", "says"),
     [
         ("hooks:\n  - {name: a}\n",
-         "hooks[0] ('a') → module/path/url/policy: expected exactly one of module, path, url, "
-         "policy; got none"),
+         f"hooks[0] ('a') → {'/'.join(HOOK_ENTRY.variants)}: expected exactly one of "
+         f"{', '.join(HOOK_ENTRY.variants)}; got none"),
         ("hooks: [\n", "not valid YAML at line 2, column 1"),
         ("hooks: []\nhook: []\n",
          "unknown top-level key 'hook' (did you mean 'hooks'?). Allowed keys: loop, stateDir, "),

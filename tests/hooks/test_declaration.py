@@ -15,7 +15,7 @@ from the_loop.errors import HooksConfigError
 from the_loop.events import read_events
 from the_loop.hooks import load_chain
 from the_loop.hooks.declaring import loading
-from the_loop.hooks.declaring.declaration import parse_hooks
+from the_loop.hooks.declaring.declaration import HOOK_ENTRY, parse_hooks
 from the_loop.hooks.declaring.loading import chain_from_config, chain_once
 from the_loop.hooks.engine.chain import Chain
 from the_loop.hooks.engine.points import POINTS, SessionSpawn, WorkItemStart
@@ -62,6 +62,9 @@ def load_error(write_config: WriteConfig, hooks_yaml: str) -> str:
 
 GOOD_FIRST = "- {name: first, module: acme.first}\n"
 POINT_LIST = ", ".join(POINTS)
+#: The declaration keys and every allowed key, as the executor registry gives them.
+KEYS = ", ".join(HOOK_ENTRY.variants)
+ALLOWED = ", ".join(HOOK_ENTRY.allowed())
 
 MALFORMED = [
     # (the bad entry, at index 1 after a good one), the key the message names, what it says
@@ -74,14 +77,12 @@ MALFORMED = [
      "expected a name matching ^[a-z][a-z0-9-]*$"),
     ("- {name: first, module: acme.y}", "hooks[1] ('first')", "name",
      "duplicate of hooks[0]; names must be unique"),
-    ("- {name: bare}", "hooks[1] ('bare')", "module/path/url/policy",
-     "expected exactly one of module, path, url, policy; got none"),
+    ("- {name: bare}", "hooks[1] ('bare')", "/".join(HOOK_ENTRY.variants),
+     f"expected exactly one of {KEYS}; got none"),
     ("- {name: both, module: acme.x, path: x.py}", "hooks[1] ('both')",
-     "module/path/url/policy", "expected exactly one of module, path, url, policy; got "
-     "module and path"),
+     "/".join(HOOK_ENTRY.variants), f"expected exactly one of {KEYS}; got module and path"),
     ("- {name: typo, module: acme.x, requird: true}", "hooks[1] ('typo')", "requird",
-     "unknown key (did you mean 'required'?). Allowed keys: name, on, required, enabled, "
-     "module, path, url, policy, executor, with, timeoutSeconds, tokenEnv, headers"),
+     f"unknown key (did you mean 'required'?). Allowed keys: {ALLOWED}"),
     ("- {name: typo, url: 'https://h.example/', timeout: 5}", "hooks[1] ('typo')", "timeout",
      "unknown key (did you mean 'timeoutSeconds'?)"),
     ("- {name: ev, module: acme.x, on: [hooks.decided]}", "hooks[1] ('ev')", "on",
@@ -184,8 +185,8 @@ def test_r3_4_the_table_covers_at_least_25_cases_and_every_key() -> None:
     [
         ("{name: a, module: acme.x}", "hooks: expected a list of entries, got {'name': 'a', "
          "'module': 'acme.x'} (dict). Write `hooks:` followed by `- name: …` items"),
-        ("[acme.hooks]", "hooks[0]: expected a mapping with name and one of module, path, "
-         "url, policy, got 'acme.hooks' (str)"),
+        ("[acme.hooks]", f"hooks[0]: expected a mapping with name and one of {KEYS}, got "
+         "'acme.hooks' (str)"),
     ],
 )
 def test_r3_4_hooks_that_is_not_a_list_of_entries_fails(

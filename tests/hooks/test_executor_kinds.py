@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from runtime_helpers import LoopDir
 from the_loop.cli import main
 from the_loop.config_schema import config_schema
-from the_loop.configspec import NON_EMPTY_PATTERN, Field, Str
+from the_loop.configspec import NON_EMPTY_PATTERN, Field, ListOf, Str
 from the_loop.events import EventLog
 from the_loop.hooks import Chain, HooksConfigError, load_chain
 from the_loop.hooks.declaring.entry import HookEntry
@@ -27,11 +28,11 @@ from the_loop.hooks.engine.chain import Link
 from the_loop.hooks.engine.executor import Decisions
 from the_loop.hooks.engine.points import SessionSpawn
 from the_loop.hooks.executors import registry
-from the_loop.hooks.executors.kind import CALL, RECORDED, Kind
+from the_loop.hooks.executors.kind import CALL, RECORDED, KeyDoc, Kind
 from the_loop.runtime.decisionlog import DecisionLog
 
 REQUIRED = ("name", "keys", "build", "classes", "default_points", "handler", "replay",
-            "logged_as")
+            "logged_as", "about", "runs_at", "docs")
 
 
 class Echo:
@@ -71,6 +72,9 @@ def _echo_kind(**changes: Any) -> Kind:
         "handler": lambda executor, point: executor.handler(point),
         "replay": CALL,
         "logged_as": "echo",
+        "about": "a fixed text before the prompt",
+        "runs_at": "session_spawn",
+        "docs": {"echo": KeyDoc("string", "—", "the text put before the prompt")},
     }
     return Kind(**{**fields, **changes})
 
@@ -93,9 +97,8 @@ def _config(tmp_path: Path, hooks: str) -> Path:
 
 
 def test_every_built_in_kind_names_classes_that_exist_and_a_replay_mode_replay_knows() -> None:
-    assert list(registry.KINDS) == ["local", "remote", "policy"]
     assert {key: k.name for key, k in registry.BY_KEY.items()} == {
-        "module": "local", "path": "local", "url": "remote", "policy": "policy"}
+        key: k.name for k in registry.KINDS.values() for key in k.keys}
     for kind in registry.KINDS.values():
         assert kind.replay in (CALL, RECORDED), kind.name
         assert kind.logged_as == kind.name  # one vocabulary: the log says the kind's name
@@ -103,6 +106,7 @@ def test_every_built_in_kind_names_classes_that_exist_and_a_replay_mode_replay_k
             module, _, name = qualified.rpartition(".")
             assert isinstance(getattr(importlib.import_module(module), name), type), qualified
     assert registry.KINDS["remote"].replay == RECORDED  # replay never calls the network
+    assert registry.KINDS["command"].replay == RECORDED  # nor a program with side effects
 
 
 @pytest.mark.parametrize("missing", REQUIRED)
@@ -117,7 +121,8 @@ def test_a_kind_registered_without_a_field_is_refused_naming_it(missing: str) ->
 def test_a_kind_whose_keys_clash_with_a_registered_one_is_refused() -> None:
     with pytest.raises(ValueError, match=r"the declaration key 'url' \(kind 'remote'\) already "
                                          "registered; choose another"):
-        registry.register(_echo_kind(name="other", keys={"url": {"url": Field(Str())}}))
+        registry.register(_echo_kind(name="other", keys={"url": {"url": Field(Str())}},
+                                     docs={"url": KeyDoc("URL", "—", "another url")}))
 
 
 # ------------------------------------------------------------------ adding a kind
@@ -137,6 +142,22 @@ def test_a_kind_added_in_process_is_accepted_by_the_loader_the_schema_and_the_li
     assert main(["--config", str(config), "hooks", "--json"]) == 0
     [listed] = json.loads(capsys.readouterr().out)["hooks"]
     assert (listed["name"], listed["kind"], listed["target"]) == ("greet", "echo", "Hello.")
+
+
+def test_a_kind_whose_target_is_a_list_is_listed_as_its_record_shows_it(
+    tmp_path: Path, with_kind: Callable[[Kind], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`the-loop hooks` asks the kind how to show a target (a list broke its columns)."""
+    words = ListOf(item=Str(pattern=NON_EMPTY_PATTERN, expected="a word"), expected="words")
+    with_kind(_echo_kind(keys={"echo": {"echo": Field(words)}},
+                         build=lambda entry, names: Echo(" ".join(entry.options["echo"])),
+                         shown=lambda words: " + ".join(words)))
+    config = _config(tmp_path, "  - {name: greet, echo: [Hello, there]}\n")
+    assert main(["--config", str(config), "hooks"]) == 0
+    assert re.search(r"^  greet +echo +Hello \+ there +\(default\) +no +yes$",
+                     capsys.readouterr().out, re.M)
+    assert main(["--config", str(config), "hooks", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["hooks"][0]["target"] == "Hello + there"
 
 
 def test_a_new_kinds_keys_are_checked_like_any_others(
@@ -182,8 +203,8 @@ def test_replay_refuses_a_kind_whose_replay_mode_it_does_not_know(
     code, err = _replay(ld)
     assert code == 1
     assert ("policy replay: hook 'greet' is of kind 'echo', whose replay mode 'simulated' "
-            "replay does not know (it knows 'call': run it, and 'recorded': answer from the "
-            "decision log); nothing was replayed") in err
+            "replay does not know (it knows 'call': replay runs it, and 'recorded': its "
+            "recorded answer stands in unless --call-all); nothing was replayed") in err
 
 
 def test_replay_refuses_an_executor_of_no_registered_kind(

@@ -96,7 +96,7 @@ def test_call_remote_calls_the_hook_and_its_failure_is_a_difference(ld: LoopDir)
                                                   f"http://127.0.0.1:{free_port()}"))
     assert replay(ld, config=down)["changed"] == 0  # the recorded answers stand in
     data = replay(ld, "--call-remote", config=down)
-    assert data["changed"] == 2 and data["remote"]["called"] is True
+    assert data["changed"] == 2 and data["stand_ins"]["called"] is True
     [change] = data["differences"][0]["changes"]
     assert change["after"] == "Be careful. Work on item 0."
     assert change["before"] == change["after"] + (

@@ -248,21 +248,21 @@ def test_same_declaration_same_answers_on_the_real_run(run: Run) -> None:
     data = run.replay_json()
     assert data["replayed"] == len(run.rows()) > 20
     assert (data["changed"], data["differences"], data["by_rule"]) == (0, [], {})
-    assert data["remote"]["stood_in"] == ["compliance"]
+    assert data["stand_ins"]["hooks"] == ["compliance"]
     code, out, _ = run.replay("--fail-on-change")
     assert code == 0
     assert f"replayed {data['replayed']} recorded point(s)" in out
     assert "0 would decide differently" in out
-    assert ("remote hooks not called: the recorded answers of compliance stand in for them "
-            "(--call-remote calls them)") in out
+    assert ("not called: the recorded answers of compliance stand in for them "
+            "(--call-all calls them)") in out
 
 
 def test_same_answers_when_the_remote_hook_is_called(
         run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
-    data = run.replay_json("--call-remote")
+    data = run.replay_json("--call-all")
     assert data["changed"] == 0
-    assert data["remote"] == {"called": True, "stood_in": [], "unrecorded": {}}
+    assert data["stand_ins"] == {"called": True, "hooks": ["compliance"], "unrecorded": {}}
 
 
 def test_a_new_refusal_rule_is_reported_per_point_and_by_rule(run: Run) -> None:

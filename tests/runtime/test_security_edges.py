@@ -262,7 +262,7 @@ def test_issue11_rule4_the_harness_never_gets_a_token_only_the_safe_base_and_its
         ld.config.write_text(config.replace("env: [EXTRA_OK]", "env: [EXTRA_OK, CHAN_TOKEN]"))
         refused = ld.cli("poll", "--once", ok=False, env=env)
         assert refused.returncode == 1
-        assert "harnesses[0].env: CHAN_TOKEN is named by a tokenEnv" in refused.stderr
+        assert "harnesses[0].env: CHAN_TOKEN is named by a tokenEnv or secretEnv" in refused.stderr
 
 
 class _Echo(BaseHTTPRequestHandler):

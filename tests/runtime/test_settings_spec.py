@@ -118,7 +118,8 @@ decisionLog: {keepDays: 0.5}
      "serve.console.compare[0].name: missing; each entry needs a name"),
     ("channels: [{kind: webhook, url: 'https://h.example/', tokenEnv: T}]\n"
      "harnesses: [{name: a, command: [x], env: [T]}]\n",
-     "harnesses[0].env: T is named by a tokenEnv: a secret never reaches an agent's environment"),
+     "harnesses[0].env: T is named by a tokenEnv or secretEnv: a secret never reaches an "
+     "agent's environment"),
 ])
 def test_a_bad_runtime_key_is_named_with_expected_and_got(tmp_path: Path, text: str,
                                                           says: str) -> None:

@@ -61,6 +61,9 @@ def register(sub: Any) -> None:
     one.add_argument("--path", metavar="FILE", help="run the LifecycleHooks class of this .py "
                                                     "file alone, with no config")
     one.add_argument("--url", metavar="URL", help="call this hook server alone, with no config")
+    one.add_argument("--command", nargs=argparse.REMAINDER, metavar="PROG ARG",
+                     help="run this program as a command: hook alone, with no config (last "
+                          "on the line: every word after it is the program's)")
     pr.add_argument("--with", dest="with_json", metavar="JSON", default="",
                     help="with --path: the class's constructor keyword arguments as a JSON "
                          "object, as with: gives them in cli-config.yaml")
@@ -92,7 +95,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     rows = [("NAME", "KIND", "TARGET", "POINTS", "REQUIRED", "ENABLED")]
     for e in entries:
         rows.append((
-            e.name, e.kind, e.target, ",".join(e.on) if e.on is not None else "(default)",
+            e.name, e.kind, e.shown, ",".join(e.on) if e.on is not None else "(default)",
             "yes" if e.required else "no", "yes" if e.enabled else "no",
         ))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -130,7 +133,8 @@ def cmd_points(args: argparse.Namespace) -> int:
 
 
 def one_hook_chain(args: argparse.Namespace) -> Chain | None:
-    """The chain of the one hook --policy, --path or --url names (None: use the config's)."""
+    """The chain of the one hook --policy, --path, --url or --command names (None: use the
+    config's)."""
     if args.token_env and not args.url:
         raise UsageError("--token-env names the token of a --url hook; pass --url URL too")
     if args.with_json and not args.path:
@@ -147,16 +151,16 @@ def one_hook_chain(args: argparse.Namespace) -> Chain | None:
             executor = load_executor(path=args.path, module=None, names=CLI_NAMES,
                                      with_=with_arg(args.with_json))
         name = "policy" if args.policy else "path"
-    elif args.url:
-        entry: dict[str, Any] = {"name": "url", "url": args.url}
+    elif args.url or args.command is not None:
+        name = "url" if args.url else "command"
+        entry: dict[str, Any] = {"name": name, name: args.url or args.command}
         if args.token_env:
             entry["tokenEnv"] = args.token_env
-        try:
+        try:  # as an entry of a config in the working directory would be
             executor = construct(parse_hooks([entry], Path.cwd())[0])
         except HooksConfigError as exc:
-            option = "--token-env" if exc.key == "tokenEnv" else "--url"
+            option = "--token-env" if exc.key == "tokenEnv" else f"--{name}"
             raise UsageError(f"{option}: {exc.detail}") from None
-        name = "url"
     else:
         return None
     chain = Chain([Link(name, executor, frozenset(default_points(executor)))], log=EventLog())

@@ -57,8 +57,9 @@ def register(ps: Any) -> None:
                          "serves it) instead of the hooks the config declares")
     pr.add_argument("--fail-on-change", action="store_true",
                     help="exit 1 when any decision would change (for CI)")
-    pr.add_argument("--call-remote", action="store_true",
-                    help="call remote hooks (default: their recorded answers stand in)")
+    pr.add_argument("--call-all", "--call-remote", dest="call_all", action="store_true",
+                    help="call every hook, the url: and command: ones too (default: their "
+                         "recorded answers stand in; --call-remote is the old spelling)")
     pr.add_argument("--write-cases", metavar="DIR", default="",
                     help="write the replayed points as `policy test` cases into "
                          "DIR/tests, expecting today's decisions (DIR: a declared policy "
@@ -111,7 +112,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _chain(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
-    """The chain to replay through, its remote stand-ins, and how the report names it."""
+    """The chain to replay through, its stand-ins, and how the report names it."""
     from the_loop.runtime.replay import policy_chain, replay_chain
 
     if args.policy:
@@ -123,7 +124,7 @@ def _chain(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
                              "folder of rule files)")
         return policy_chain(folder), {}, f"the policy folder {args.policy}"
     config = config_of(args)
-    chain, stand_ins = replay_chain(config, call_remote=args.call_remote)
+    chain, stand_ins = replay_chain(config, call_all=args.call_all)
     return chain, stand_ins, f"the hooks of {config.path or '(no config)'}"
 
 
@@ -173,18 +174,19 @@ def _side(by: dict[str, Any] | None) -> str:
 
 
 def _print_report(data: dict[str, Any], *, config_name: str) -> None:
-    remote = data["remote"]
+    stand_ins = data["stand_ins"]
     print(f"replayed {data['replayed']} recorded point(s) through {config_name}; "
           f"{data['changed']} would decide differently")
     for what, n in data.get("masked", {}).items():
         print(f"masked in the log, not seen by the replay: {what} at {n} point(s)")
-    if remote.get("stood_in"):
-        print(f"remote hooks not called: the recorded answers of {', '.join(remote['stood_in'])} "
-              "stand in for them (--call-remote calls them)")
-        for name, n in remote.get("unrecorded", {}).items():
+    hooks = ", ".join(stand_ins.get("hooks", ()))
+    if hooks and stand_ins.get("called"):
+        print(f"called for real (--call-all): {hooks}")
+    elif hooks:
+        print(f"not called: the recorded answers of {hooks} stand in for them (--call-all "
+              "calls them)")
+        for name, n in stand_ins.get("unrecorded", {}).items():
             print(f"  {name}: no recorded answer at {n} point(s); it passed through there")
-    elif remote.get("called"):
-        print("remote hooks were called (--call-remote)")
     for line in data["unreadable"]:
         print(f"skipped: {line}")
     for rule, entry in data.get("lacking", {}).items():

@@ -47,18 +47,9 @@ PRUNE_EVERY = 3600.0  # seconds between two prunes in one process
 #: What json.loads runs, without its layers of Python (set in JSONDecoder.__init__; typeshed
 #: does not list it).
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-#: The kind a step records for a hook whose executor is of no registered kind.
-UNKNOWN = "unknown"
 _DECISIONS: dict[str, tuple[str, ...]] = {
     point: tuple(d.name for d in spec.decisions) for point, spec in SPECS.items()
 }
-
-
-def kind_of(executor: object) -> str:
-    """What a step records as its hook's kind: the registry's word for it (`local`, `remote`,
-    `policy`), or `unknown` for an executor of no registered kind, never a guess."""
-    kind = registry.kind_of(executor)
-    return kind.logged_as if kind is not None else UNKNOWN
 
 
 def entry_of(ctx: Context, outcome: Outcome, kinds: dict[str, str]) -> dict[str, Any]:
@@ -73,7 +64,7 @@ def entry_of(ctx: Context, outcome: Outcome, kinds: dict[str, str]) -> dict[str,
     current = {name: ctx.__dict__[name] for name in names}
     steps: list[dict[str, Any]] = []
     for s in outcome.steps:
-        step: dict[str, Any] = {"hook": s.hook, "kind": kinds.get(s.hook, UNKNOWN),
+        step: dict[str, Any] = {"hook": s.hook, "kind": kinds.get(s.hook, registry.UNKNOWN),
                                 "status": s.status}
         if s.changed:
             changed: dict[str, Any] = {}
@@ -197,7 +188,7 @@ class DecisionLog:
     def _write(self, ctx: Context, outcome: Outcome, chain: Chain) -> None:
         if chain is not self._chain:
             self._chain = chain
-            self._kinds = {link.name: kind_of(link.executor) for link in chain.links}
+            self._kinds = {link.name: registry.logged_name(link.executor) for link in chain.links}
         entry = entry_of(ctx, outcome, self._kinds)
         line = encode_record(entry)
         found = self.log.secrets_in(line)

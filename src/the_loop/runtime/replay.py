@@ -1,9 +1,10 @@
 """Replay: run a declaration over recorded points and report every decision it would change.
 
 `replay_chain(config)` builds the declared chain with its events kept in memory (nothing goes
-to the loop's event log) and, unless `call_remote`, each hook whose kind replay must not call
-(the registry's `RECORDED`: remote hooks) replaced by a `RecordedAnswer`: the answer that hook
-gave when the point fired stands in for it (a text it edited is edited the same way — the same
+to the loop's event log) and, unless `call_all`, each hook whose kind replay must not call
+(the registry's `RECORDED`: `url:` and `command:` hooks, which may have side effects)
+replaced by a `RecordedAnswer`: the answer that hook gave when the point fired stands in for
+it (a text it edited is edited the same way — the same
 prefix and suffix around today's incoming text —, a failure fails again).
 `Replayer.run(recorded)` rebuilds each context exactly as it entered the chain, runs the chain,
 and compares the final decisions with the recorded ones; each difference names, on each side,
@@ -29,7 +30,7 @@ from the_loop.hooks.engine.chain import Chain, Link, Outcome
 from the_loop.hooks.engine.executor import Decisions, HookError
 from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.hooks.executors import registry
-from the_loop.hooks.executors.kind import CALL, RECORDED
+from the_loop.hooks.executors.kind import CALL, RECORDED, REPLAY_DOES
 from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 from the_loop.hooks.policy.rules import AFFIXES
 from the_loop.hooks.serving.dialect import unsent
@@ -62,7 +63,8 @@ def reapply(before: str, after: str, now: str) -> str:
 
 
 class RecordedAnswer:
-    """Stands in for a remote hook during replay: it answers what it answered then."""
+    """Stands in for a hook of a `RECORDED` kind during replay: it answers what it answered
+    then."""
 
     def __init__(self, name: str, points: Iterable[str]) -> None:
         self.name = name
@@ -96,12 +98,12 @@ class RecordedAnswer:
         return Decisions(values=values)
 
 
-def replay_chain(config: Config, *, call_remote: bool = False,
+def replay_chain(config: Config, *, call_all: bool = False,
                  log: EventLog | None = None) -> tuple[Chain, dict[str, RecordedAnswer]]:
     """The declared chain for replay (events in memory) and its stand-ins by name.
 
     Each hook's kind says whether replay may call it (`CALL`) or must answer it from the
-    record (`RECORDED`; called anyway with `call_remote`). Raises `HooksConfigError` on a bad
+    record (`RECORDED`; called anyway with `call_all`). Raises `HooksConfigError` on a bad
     declaration, like any load, and `LoopError` for a hook whose kind, or whose kind's replay
     mode, replay does not know: it never calls what it cannot tell is safe to call.
     """
@@ -110,7 +112,7 @@ def replay_chain(config: Config, *, call_remote: bool = False,
     stand_ins: dict[str, RecordedAnswer] = {}
     links: list[Link] = []
     for link in chain.links:
-        if replay_mode(link) == RECORDED and not call_remote:
+        if replay_mode(link) == RECORDED and not call_all:
             stand_ins[link.name] = RecordedAnswer(link.name, link.points)
             link = Link(link.name, stand_ins[link.name], link.points, link.required)
         links.append(link)
@@ -140,8 +142,9 @@ def replay_mode(link: Link) -> str:
     if kind.replay not in (CALL, RECORDED):
         raise LoopError(
             f"policy replay: hook {link.name!r} is of kind {kind.name!r}, whose replay mode "
-            f"{kind.replay!r} replay does not know (it knows {CALL!r}: run it, and "
-            f"{RECORDED!r}: answer from the decision log); nothing was replayed")
+            f"{kind.replay!r} replay does not know (it knows "
+            + ", and ".join(f"{mode!r}: {does}" for mode, does in REPLAY_DOES.items())
+            + "); nothing was replayed")
     return kind.replay
 
 
@@ -167,7 +170,10 @@ class Report:
     differences: list[dict[str, Any]] = field(default_factory=list)
     by_rule: dict[str, dict[str, Any]] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)
-    remote: dict[str, Any] = field(default_factory=dict)
+    #: the hooks of a kind replay answers from the record (`RECORDED`): `hooks` (their names,
+    #: in chain order), `called` (true under `call_all`: they ran), `unrecorded` (name →
+    #: points where one had no recorded answer and passed through)
+    stand_ins: dict[str, Any] = field(default_factory=dict)
     #: value the log masked → how many replayed points lacked it (a served log's masking)
     masked: dict[str, int] = field(default_factory=dict)
     #: rule → {hook, facts, points}: rules that read facts a recorded point lacks (one
@@ -177,8 +183,8 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         return {"replayed": self.replayed, "changed": self.changed,
                 "differences": self.differences, "by_rule": self.by_rule,
-                "remote": self.remote, "unreadable": self.unreadable, "masked": self.masked,
-                "lacking": self.lacking}
+                "stand_ins": self.stand_ins, "unreadable": self.unreadable,
+                "masked": self.masked, "lacking": self.lacking}
 
     def add_to_rule(self, who: dict[str, Any] | None, point: str, decision: str, value: Any,
                     ref: str, side: str, point_id: int) -> None:
@@ -261,19 +267,18 @@ class Replayer:
         self.chain = chain
         self.stand_ins = stand_ins
         self.targets = {link.name: rule_targets(link.executor) for link in chain.links}
-        self.report = Report(remote={
-            "called": not stand_ins and any(
-                getattr(registry.kind_of(link.executor), "replay", None) == RECORDED
-                for link in chain.links),
-            "stood_in": sorted(stand_ins),
-        })
+        recorded = [link.name for link in chain.links
+                    if link.name in stand_ins
+                    or getattr(registry.kind_of(link.executor), "replay", None) == RECORDED]
+        self.report = Report(stand_ins={"hooks": recorded,
+                                        "called": bool(recorded) and not stand_ins})
         self.on_outcome: Callable[[Recorded, Context, Outcome], None] | None = None
 
     def run(self, points: Iterable[Recorded]) -> Report:
         for rec in points:
             self.one(rec)
         self.report.summaries()
-        self.report.remote["unrecorded"] = {
+        self.report.stand_ins["unrecorded"] = {
             name: s.unrecorded for name, s in self.stand_ins.items() if s.unrecorded}
         return self.report
 

@@ -168,8 +168,9 @@ def _no_secret_in_harness_env(data: dict[str, Any], secrets: set[str]) -> dict[s
     for i, h in enumerate(data["harnesses"]):
         leaked = sorted(set(h["env"]) & secrets)
         if leaked:
-            raise Problem(f"{', '.join(leaked)} is named by a tokenEnv: a secret never reaches "
-                          "an agent's environment; remove it from env", "harnesses", i, "env")
+            raise Problem(f"{', '.join(leaked)} is named by a tokenEnv or secretEnv: a secret "
+                          "never reaches an agent's environment; remove it from env",
+                          "harnesses", i, "env")
     return data
 
 
@@ -358,14 +359,21 @@ def _channel(c: dict[str, Any], config: Config) -> ChannelSpec:
 
 
 def secret_names(data: dict[str, object]) -> set[str]:
-    """Every variable named by a tokenEnv in the config: hooks, channels, serve.
+    """Every variable the config names as holding a secret: a hook entry's (the keys its
+    kind lists under `secrets`: tokenEnv, secretEnv), a channel's and serve's tokenEnv.
 
     Read from the raw file, so an entry the hooks loader rejects still counts."""
+    from the_loop.hooks.executors import registry  # the executor kinds: only when asked
+
     names: set[str] = set()
     for section in ("hooks", "channels"):
         entries = data.get(section)
         for entry in entries if isinstance(entries, list) else []:
-            if isinstance(entry, dict) and isinstance(entry.get("tokenEnv"), str):
+            if not isinstance(entry, dict):
+                continue
+            if section == "hooks":  # each kind says which of its keys name secrets
+                names.update(registry.secret_names(entry))
+            elif isinstance(entry.get("tokenEnv"), str):
                 names.add(entry["tokenEnv"])
     serve = data.get("serve")
     if isinstance(serve, dict):

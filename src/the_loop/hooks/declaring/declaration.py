@@ -30,6 +30,7 @@ from the_loop.configspec import (
 from the_loop.errors import HooksConfigError
 from the_loop.hooks.declaring.entry import DEFAULT_TIMEOUT, HookEntry
 from the_loop.hooks.engine.points import POINTS, point_list
+from the_loop.hooks.executors.kind import KeyDoc
 from the_loop.hooks.executors.registry import BY_KEY, VARIANTS
 from the_loop.util import is_loopback as is_loopback  # re-exported: cli/serve.py imports it here
 
@@ -69,6 +70,17 @@ HOOK_ENTRY = Tagged(
     },
     variants=VARIANTS,
 )
+#: How docs/declaring-hooks.md describes the keys every entry has (each kind documents its own).
+COMMON_DOCS = {
+    "name": KeyDoc("string `^[a-z][a-z0-9-]*$`, unique", "— (required)",
+                   "how events, traces and refusal comments name the hook"),
+    "on": KeyDoc("a point, or a list of points", "see below",
+                 "the points this entry runs at, e.g. `[session_spawn]`"),
+    "required": KeyDoc("`true` / `false`", "`false`", "when this hook fails at a point that "
+                       "has `proceed`, the operation is refused"),
+    "enabled": KeyDoc("`true` / `false`", "`true`",
+                      "`false` keeps the entry listed but never loads it"),
+}
 #: The whole `hooks:` section.
 HOOKS = ListOf(
     item=HOOK_ENTRY, nullable=True, then=(_unique_names,), expected="a list of entries",
@@ -128,4 +140,5 @@ def _entry(index: int, e: dict[str, Any], base_dir: Path) -> HookEntry:
         token_env=e.get("tokenEnv", ""), headers=dict(e.get("headers", {})),
         timeout=float(e.get("timeoutSeconds", DEFAULT_TIMEOUT)),
         options={k: v for k, v in e.items() if k not in common},
+        folder=str(base_dir.absolute()), shown=BY_KEY[key].shown(target),
     )

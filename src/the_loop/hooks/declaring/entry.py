@@ -21,8 +21,8 @@ class HookEntry:
 
     index: int
     name: str
-    kind: str  # module | path | url | policy
-    target: str  # as written
+    kind: str  # module | path | url | policy | command
+    target: Any  # as written (a string; a list for `command:`)
     resolved: str  # module name, absolute path, or url
     on: tuple[str, ...] | None = None  # None: the executor's default points
     required: bool = False
@@ -33,6 +33,10 @@ class HookEntry:
     headers: dict[str, str] = field(default_factory=dict)
     timeout: float = DEFAULT_TIMEOUT
     options: dict[str, Any] = field(default_factory=dict)
+    #: the folder of the config file: what a kind resolves a relative path against
+    folder: str = ""
+    #: the target as `the-loop hooks` shows it (its kind's `shown`)
+    shown: str = ""
 
     @property
     def label(self) -> str:
@@ -40,7 +44,7 @@ class HookEntry:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "kind": self.kind, "target": self.target,
+            "name": self.name, "kind": self.kind, "target": self.shown or str(self.target),
             "points": list(self.on) if self.on is not None else "default",
             "required": self.required, "enabled": self.enabled,
         }

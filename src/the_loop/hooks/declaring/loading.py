@@ -23,7 +23,7 @@ from the_loop.hooks.engine.points import POINTS
 from the_loop.hooks.executors.local import CLASS_NAME, MODULE_NAME
 from the_loop.hooks.executors.local import KIND as LOCAL
 from the_loop.hooks.executors.local import construct as construct_local
-from the_loop.hooks.executors.registry import BY_KEY, default_points
+from the_loop.hooks.executors.registry import BY_KEY, default_points, secret_names
 
 
 def build_chain(entries: list[HookEntry], *, log: EventLog | None = None) -> Chain:
@@ -99,8 +99,9 @@ def load_executor(
 
 
 def secrets_of(entries: list[HookEntry]) -> list[str]:
-    """Current values of every declared tokenEnv (for redaction; never logged)."""
-    return [os.environ.get(e.token_env, "") for e in entries if e.token_env]
+    """Current values of every variable an entry names as holding a secret (its kind's
+    `secrets`: a url entry's tokenEnv, …), for redaction; never logged."""
+    return [os.environ.get(name, "") for e in entries for name in secret_names(e.options)]
 
 
 def log_for(config: Any) -> EventLog:

@@ -14,7 +14,14 @@ A kind (`local`, `remote`, `policy`) is what runs; a declaration key (`module:`,
 - `replay`: whether `policy replay` may call it (`CALL`) or must answer it from the decision
   log (`RECORDED`);
 - `logged_as`: the word a decision-log step records for it (the kind's name: old rows read
-  the same).
+  the same);
+- `about`, `runs_at` and `docs`: what it runs, where it runs without `on`, and one `KeyDoc`
+  per declaration key — the tables of docs/declaring-hooks.md are generated from them
+  (`scripts/gen_docs.py`, checked by tests/test_parity.py);
+- `shown(target)`: how `the-loop hooks` shows an entry's target as written (a list, say);
+- `secrets`: the declaration keys whose value names environment variables holding secrets
+  (one name or a list): their values are redacted wherever the loop writes and never reach
+  a harness.
 
 A record missing any of these is refused when it is made (`Kind.__post_init__`).
 """
@@ -32,6 +39,10 @@ CALL = "call"
 #: `policy replay` never calls it: the answer it gave when the point fired stands in for it.
 RECORDED = "recorded"
 
+#: What `policy replay` does with each mode, in its own words (messages and docs).
+REPLAY_DOES = {CALL: "replay runs it",
+               RECORDED: "its recorded answer stands in unless --call-all"}
+
 Builder = Callable[[Any, Mapping[str, str]], Any]
 Check = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -48,6 +59,20 @@ def protocol_handler(executor: Any, point: str) -> Callable[[Any], Any]:
     return handler
 
 
+@dataclass(frozen=True)
+class KeyDoc:
+    """One row of the declaration keys' table in docs/declaring-hooks.md."""
+
+    type: str
+    default: str
+    meaning: str
+
+
+def shown_as_written(target: Any) -> str:
+    """A target that is one string, shown as it is."""
+    return str(target)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Kind:
     """One kind of executor (see the module docstring for each field)."""
@@ -60,6 +85,11 @@ class Kind:
     handler: Callable[[Any, str], Callable[[Any], Any]]
     replay: str
     logged_as: str
+    about: str
+    runs_at: str
+    docs: dict[str, KeyDoc]
+    shown: Callable[[Any], str] = shown_as_written
+    secrets: tuple[str, ...] = ()
     #: The declaration keys whose value is a path, resolved against the config's folder.
     paths: frozenset[str] = field(default_factory=frozenset)
     #: A check of a whole checked entry of this kind (after every key passed its own).
@@ -67,7 +97,8 @@ class Kind:
 
     def __post_init__(self) -> None:
         missing = [name for name in ("name", "keys", "build", "classes", "default_points",
-                                     "handler", "replay", "logged_as")
+                                     "handler", "replay", "logged_as", "about", "runs_at",
+                                     "docs")
                    if not getattr(self, name)]
         if missing:
             raise TypeError(f"executor kind {self.name or '(no name)'!r} lacks "
@@ -77,6 +108,17 @@ class Kind:
         if stray:
             raise TypeError(f"executor kind {self.name!r}: paths names {', '.join(stray)}, "
                             "which are not among its declaration keys")
+        keys = {key for own in self.keys.values() for key in own}
+        undocumented = sorted(keys - set(self.docs))
+        if undocumented:
+            raise TypeError(f"executor kind {self.name!r}: docs has no KeyDoc for "
+                            f"{', '.join(undocumented)}; docs/declaring-hooks.md describes "
+                            "every declaration key")
+        stray = sorted(set(self.secrets) - keys)
+        if stray:
+            raise TypeError(f"executor kind {self.name!r}: secrets names {', '.join(stray)}, "
+                            "which are not among its declaration keys")
 
 
-__all__ = ["CALL", "RECORDED", "Kind", "protocol_handler", "protocol_points"]
+__all__ = ["CALL", "RECORDED", "REPLAY_DOES", "KeyDoc", "Kind", "protocol_handler",
+           "protocol_points", "shown_as_written"]

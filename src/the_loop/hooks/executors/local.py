@@ -31,7 +31,7 @@ from the_loop.hooks.declaring.entry import HookEntry, entry_error
 from the_loop.hooks.engine.executor import LifecycleHooks
 from the_loop.hooks.engine.location import failure_line
 from the_loop.hooks.executors.classcheck import problems
-from the_loop.hooks.executors.kind import CALL, Kind
+from the_loop.hooks.executors.kind import CALL, KeyDoc, Kind
 from the_loop.interrupt import reraise_if_real
 
 _IDENTIFIER = IDENTIFIER_PATTERN[1:-1]
@@ -198,6 +198,22 @@ KIND = Kind(
     handler=_method,
     replay=CALL,
     logged_as="local",
+    about="a `LifecycleHooks` subclass, imported and run in the loop's own process",
+    runs_at="every point its class overrides",
+    docs={
+        "module": KeyDoc("dotted module name", "—", "an installed module defining a "
+                         "`LifecycleHooks` subclass, e.g. `acme_hooks.telemetry`"),
+        "path": KeyDoc("file path", "—", "a `.py` file: absolute, `~/…`, or relative to the "
+                       "config's folder, e.g. `hooks/prefix.py`"),
+        "executor": KeyDoc("class name", "the only subclass", "which `LifecycleHooks` subclass "
+                           "to use when the module defines several, e.g. `PrefixHooks`"),
+        "with": KeyDoc("mapping", "`{}`", "keyword arguments for the class's constructor, e.g. "
+                       '`{prefix: "ACME: "}`'),
+        "timeoutSeconds": KeyDoc(f"number, > 0 and ≤ {MAX_TIMEOUT:g}", "none", "each call runs "
+                                 "on a worker thread of its own and counts as that hook's "
+                                 "failure after this long (see below); without it the hook "
+                                 "runs in the loop's own thread, unbounded"),
+    },
 )
 
 __all__ = ["CLASS_NAME", "KIND", "MODULE_NAME", "MODULE_PATTERN", "YAML_KEYS", "construct"]

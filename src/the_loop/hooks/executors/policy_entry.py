@@ -11,7 +11,7 @@ from typing import Any
 from the_loop.configspec import NON_EMPTY_PATTERN, Field, Str
 from the_loop.errors import LoopError
 from the_loop.hooks.declaring.entry import HookEntry, entry_error
-from the_loop.hooks.executors.kind import CALL, Kind, protocol_handler, protocol_points
+from the_loop.hooks.executors.kind import CALL, KeyDoc, Kind, protocol_handler, protocol_points
 
 
 def build(entry: HookEntry, _names: Mapping[str, str]) -> Any:
@@ -36,6 +36,10 @@ KIND = Kind(
     handler=protocol_handler,
     replay=CALL,
     logged_as="policy",
+    about="a folder of YAML rules, compiled at load and run in the loop's own process",
+    runs_at="the points its rules name",
+    docs={"policy": KeyDoc("folder path", "—", "a folder of YAML rule files, relative to the "
+                           "config's folder, e.g. `policies`")},
 )
 
 __all__ = ["KIND"]

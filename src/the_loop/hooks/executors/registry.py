@@ -8,15 +8,16 @@ owed. `register` adds one in-process (an embedder's own kind, or a test's).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from the_loop.configspec import Field
-from the_loop.hooks.executors import local, policy_entry, remote_entry
+from the_loop.hooks.executors import command, local, policy_entry, remote_entry
 from the_loop.hooks.executors.kind import Kind
 
 #: The kinds, in the order their declaration keys are listed in messages and the schema.
-KINDS: dict[str, Kind] = {k.name: k for k in (local.KIND, remote_entry.KIND, policy_entry.KIND)}
+KINDS: dict[str, Kind] = {k.name: k for k in (local.KIND, remote_entry.KIND, policy_entry.KIND,
+                                               command.KIND)}
 #: declaration key → the kind it selects (module → local, url → remote, …).
 BY_KEY: dict[str, Kind] = {key: k for k in KINDS.values() for key in k.keys}
 #: declaration key → that variant's keys: the very dict the entry spec reads
@@ -69,6 +70,30 @@ def kind_of(executor: object) -> Kind | None:
     return found
 
 
+#: What a decision-log step calls the kind of an executor of no registered kind.
+UNKNOWN = "unknown"
+
+
+def logged_name(executor: object) -> str:
+    """The word a decision record uses for `executor`'s kind (its kind's `logged_as`), or
+    `unknown` for an executor of no registered kind, never a guess."""
+    kind = kind_of(executor)
+    return kind.logged_as if kind is not None else UNKNOWN
+
+
+def secret_names(entry: Mapping[str, Any]) -> list[str]:
+    """The environment variables an entry of `hooks:` says hold secrets: the value of every
+    key some kind lists under `secrets` (a name or a list of names). Read whatever kind the
+    entry is, so a raw entry the loader would reject still counts."""
+    names: list[str] = []
+    for key in dict.fromkeys(k for kind in KINDS.values() for k in kind.secrets):
+        value = entry.get(key)
+        for name in value if isinstance(value, list) else [value]:
+            if isinstance(name, str) and name:
+                names.append(name)
+    return names
+
+
 def handler_for(executor: Any, point: str) -> Callable[[Any], Any]:
     """The callable the chain invokes for `executor` at `point` (its kind says how; an
     executor of no registered kind is asked itself, by the `Executor` protocol)."""
@@ -88,4 +113,5 @@ def default_points(executor: Any) -> tuple[str, ...]:
     return kind.default_points(executor)
 
 
-__all__ = ["BY_KEY", "KINDS", "VARIANTS", "default_points", "handler_for", "kind_of", "register"]
+__all__ = ["BY_KEY", "KINDS", "UNKNOWN", "VARIANTS", "default_points", "handler_for", "kind_of",
+           "logged_name", "register", "secret_names"]

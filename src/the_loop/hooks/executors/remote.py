@@ -56,7 +56,7 @@ from the_loop.hooks.executors.remote_http import (
 )
 from the_loop.hooks.serving.wire import NotUnicode, read_json
 
-__all__ = ["MAX_RESPONSE", "RemoteExecutor"]
+__all__ = ["MAX_RESPONSE", "RemoteExecutor", "read_answer", "request_body"]
 
 MAX_IDLE = 8  # idle keep-alive connections kept per executor
 
@@ -146,11 +146,7 @@ class RemoteExecutor:
 
     def _call(self, point: str, ctx: Context, token: str) -> Decisions | None:
         req_id = next(self._ids)
-        body = _encode(
-            # to_params: each work-item record carries `tracker` and, for the other the-loop's
-            # hooks, the same value as `provider` (issue 20, item 16)
-            {"jsonrpc": "2.0", "method": point, "params": ctx.to_params(), "id": req_id}
-        ).encode("ascii")
+        body = request_body(point, ctx, req_id)
         head = self._head
         if token:
             head += f"Authorization: Bearer {token}\r\n".encode()
@@ -179,7 +175,7 @@ class RemoteExecutor:
                 f"the answer from {self.where} is not JSON (it starts with "
                 f"{quote(text[:60].decode('utf-8', 'replace'))})"
             ) from None
-        return _read_answer(self.where, point, req_id, _redact_doc(doc, token))
+        return read_answer(self.where, point, req_id, _redact_doc(doc, token))
 
     # ------------------------------------------------------------------------- transport
 
@@ -295,8 +291,18 @@ class RemoteExecutor:
             return self._ssl
 
 
-def _read_answer(where: str, point: str, req_id: int, doc: Any) -> Decisions | None:
-    """Check a JSON-RPC response and turn its result into a patch of decisions."""
+def request_body(point: str, ctx: Context, req_id: int) -> bytes:
+    """The JSON-RPC request for `ctx` at `point`, as the hook gets it (a `command:` hook too)."""
+    return _encode(
+        # to_params: each work-item record carries `tracker` and, for the other the-loop's
+        # hooks, the same value as `provider` (issue 20, item 16)
+        {"jsonrpc": "2.0", "method": point, "params": ctx.to_params(), "id": req_id}
+    ).encode("ascii")
+
+
+def read_answer(where: str, point: str, req_id: int, doc: Any) -> Decisions | None:
+    """Check a JSON-RPC response and turn its result into a patch of decisions (what a
+    `command:` hook prints is read by it too)."""
     bad = f"the answer from {where} is not a JSON-RPC 2.0 response"
     if not isinstance(doc, dict):
         raise HookError(f"{bad}: expected an object, got {_json_type(doc)}")

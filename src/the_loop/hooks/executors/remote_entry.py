@@ -10,7 +10,7 @@ from typing import Any
 
 from the_loop.configspec import ENV_PATTERN, NON_EMPTY_PATTERN, DictOf, Field, Number, Problem, Str
 from the_loop.hooks.declaring.entry import DEFAULT_TIMEOUT, HookEntry
-from the_loop.hooks.executors.kind import RECORDED, Kind, protocol_handler, protocol_points
+from the_loop.hooks.executors.kind import RECORDED, KeyDoc, Kind, protocol_handler, protocol_points
 from the_loop.util import TOKEN_URL_PATTERN, url_problem
 
 HEADER_PATTERN = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"
@@ -104,6 +104,21 @@ KIND = Kind(
     handler=protocol_handler,
     replay=RECORDED,
     logged_as="remote",
+    about="a JSON-RPC hook server, one bounded POST per point",
+    runs_at="every point (the server answers what it handles)",
+    secrets=("tokenEnv",),
+    docs={
+        "url": KeyDoc("URL", "—", "`https://…`, or `http://` to a loopback host (`127.0.0.0/8`, "
+                      "`::1`, or the name `localhost` itself; `x.localhost` is not loopback)"),
+        "tokenEnv": KeyDoc("environment variable name", "none", "the variable whose value is "
+                           "sent as `Authorization: Bearer …`, e.g. `COMPLIANCE_TOKEN`; read at "
+                           "call time, never logged"),
+        "headers": KeyDoc("mapping of string to one-line string", "`{}`", "extra, non-secret "
+                          "request headers, e.g. `{X-Team: platform}`"),
+        "timeoutSeconds": KeyDoc(f"number, > 0 and ≤ {MAX_TIMEOUT:g}", f"`{DEFAULT_TIMEOUT:g}`",
+                                 "how long one call may take before it counts as that hook's "
+                                 "failure"),
+    },
 )
 
 __all__ = ["FORBIDDEN_HEADERS", "HEADER_PATTERN", "KIND", "MAX_TIMEOUT"]

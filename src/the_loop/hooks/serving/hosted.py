@@ -43,7 +43,7 @@ class ChainExecutor:
         self.revision = revision
         self.config_path = config_path
         self._points = tuple(p for p in POINTS if chain.names(p))
-        self._kinds = {link.name: _kind(link.executor) for link in chain.links}
+        self._kinds = {link.name: registry.logged_name(link.executor) for link in chain.links}
 
     def points(self) -> tuple[str, ...]:
         return self._points
@@ -71,7 +71,7 @@ class ChainExecutor:
 
 def step_of(step: Step, kinds: dict[str, str]) -> dict[str, Any]:
     """One chain step as a decision record holds it (the loop's layout, changes in full)."""
-    out: dict[str, Any] = {"hook": step.hook, "kind": kinds.get(step.hook, "unknown"),
+    out: dict[str, Any] = {"hook": step.hook, "kind": kinds.get(step.hook, registry.UNKNOWN),
                            "status": step.status}
     if step.changed:
         out["changed"] = dict(step.changed)
@@ -83,11 +83,6 @@ def step_of(step: Step, kinds: dict[str, str]) -> dict[str, Any]:
         if step.detail.get(key):
             out[key] = list(step.detail[key])
     return out
-
-
-def _kind(executor: object) -> str:
-    kind = registry.kind_of(executor)
-    return kind.logged_as if kind is not None else "unknown"
 
 
 def chain_revision(config: Config, chain: Chain) -> str:

@@ -168,8 +168,7 @@ class Operations:
     def _step(self, call: CallRecord) -> dict[str, Any]:
         executor = call.executor
         if executor is not self._named[0]:  # one executor serves until a reload
-            kind = registry.kind_of(executor)
-            self._named = (executor, _name(executor), kind.logged_as if kind else "unknown")
+            self._named = (executor, _name(executor), registry.logged_name(executor))
         step: dict[str, Any] = {
             "hook": self._named[1], "kind": self._named[2],
             "status": "failed" if call.failure else "changed" if call.changes else "unchanged"}
