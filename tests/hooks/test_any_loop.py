@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from any_loop_data import EXPECTED, RULES, THEIR_STYLE_HOOK, upstream_request
+from any_loop_data import EXPECTED, PARAMS, RULES, THEIR_STYLE_HOOK, upstream_request
 from serving_helpers import Served, get, gunicorn, post
 from the_loop.hooks import load_chain
 from the_loop.hooks.engine.points import POINTS, SPECS, WorkItem, context_from_json
@@ -327,3 +327,100 @@ def test_the_shipped_policies_answer_their_requests(tmp_path: Path) -> None:
                                         "is not one"}
     finally:
         served.kill()
+
+
+# ------------------------------------- issue 30.9: their hooks read their own names from us
+
+
+class TheirNamesOnly:
+    """A server that reads `params` as the other loop's `from_params` does: only the keys
+    its own catalog (params.json) has. Its gate refuses a `stop` unless alice asked, and its
+    session hook keeps the `harness_session_id` it was sent."""
+
+    def __init__(self) -> None:
+        outer = self
+        self.seen: list[dict[str, Any]] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                call = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                theirs = {k: v for k, v in call["params"].items()
+                          if k in PARAMS[call["method"]]}
+                outer.seen.append(theirs)
+                result = None
+                if (call["method"] == "input_received" and theirs.get("command") == "stop"
+                        and theirs.get("actor") != "alice"):
+                    result = {"proceed": False, "reason": "only alice may stop"}
+                body = json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": result})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hooks"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_their_gate_on_stop_fires_when_our_client_calls_it(tmp_path: Path) -> None:
+    """Our client sends the control word as `command` too: their gate reads that name."""
+    server = TheirNamesOnly()
+    try:
+        out = load_chain(_declare_open(tmp_path, server.url)).run(context_from_json(
+            "input_received", {"kind": "command", "actor": "mallory", "control": "stop",
+                               "text": "/stop"}))
+    finally:
+        server.close()
+    assert (out.proceed, out.reason) == (False, "only alice may stop")
+    assert server.seen[0]["command"] == "stop"
+
+
+def test_our_client_sends_the_session_id_as_harness_session_id_too(tmp_path: Path) -> None:
+    server = TheirNamesOnly()
+    try:
+        load_chain(_declare_open(tmp_path, server.url)).run(
+            context_from_json("session_spawned", {"session_id": "s-42"}))
+    finally:
+        server.close()
+    assert server.seen[0]["harness_session_id"] == "s-42"
+
+
+@pytest.mark.parametrize("point", list(POINTS))
+def test_every_name_both_loops_share_travels_under_their_name_with_their_type(
+    point: str
+) -> None:
+    """Checked against tests/data/upstream-wire/params.json: each of their keys that names a
+    field of ours (by our name or an alias) is in what our client sends, with their JSON
+    type; a work item carries `provider`."""
+    from the_loop.hooks.serving.dialect import ALIASES, wire_params
+
+    sent = wire_params(context_from_json(point, {}))
+    ours = {f.name for f in SPECS[point].fields}
+    for key, default in PARAMS[point].items():
+        if key in ours or ALIASES.get(point, {}).get(key) in ours:
+            assert key in sent, key
+            assert type(sent[key]) is type(default), key
+            if isinstance(default, dict):
+                assert set(default) <= set(sent[key]), key
+
+
+def test_our_own_server_reports_nothing_ignored_when_our_client_sends_both_names(
+    tmp_path: Path
+) -> None:
+    from the_loop.hooks.serving.server import HookServer
+    from the_loop.sdk.hooks import LifecycleHooks
+
+    calls: list[Any] = []
+    with HookServer(LifecycleHooks(), on_call=calls.append) as server:
+        chain = load_chain(_declare_open(tmp_path, server.url))
+        chain.run(context_from_json("input_received", {"control": "stop"}))
+        chain.run(context_from_json("session_spawned", {"session_id": "s-1"}))
+    assert [c.ignored for c in calls] == [(), ()], calls

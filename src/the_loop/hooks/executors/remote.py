@@ -54,6 +54,7 @@ from the_loop.hooks.executors.remote_http import (
     resolve,
     still_open,
 )
+from the_loop.hooks.serving.dialect import wire_params
 from the_loop.hooks.serving.wire import NotUnicode, read_json
 
 __all__ = ["MAX_RESPONSE", "RemoteExecutor", "read_answer", "request_body"]
@@ -294,9 +295,9 @@ class RemoteExecutor:
 def request_body(point: str, ctx: Context, req_id: int) -> bytes:
     """The JSON-RPC request for `ctx` at `point`, as the hook gets it (a `command:` hook too)."""
     return _encode(
-        # to_params: each work-item record carries `tracker` and, for the other the-loop's
-        # hooks, the same value as `provider` (issue 20, item 16)
-        {"jsonrpc": "2.0", "method": point, "params": ctx.to_params(), "id": req_id}
+        # wire_params: our names and, beside them, the other the-loop's (`provider`,
+        # `command`, `harness_session_id`), for its hooks (issue 20.16, issue 30.9)
+        {"jsonrpc": "2.0", "method": point, "params": wire_params(ctx), "id": req_id}
     ).encode("ascii")
 
 

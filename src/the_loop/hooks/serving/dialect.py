@@ -8,7 +8,7 @@ this one). `read_params(point, params)` builds the point's context from what it 
   and returned as dotted names (`instance`, `work_item.extra`) for the server's own log;
 - names with the same meaning under another name map to ours (`ALIASES` per point,
   `RECORD_ALIASES` inside a work item); our name wins when both are sent (and the other
-  name is reported as ignored only when its value differs);
+  name is reported as ignored only when its value differs: our own client sends both);
 - a `kind` of `""` (the other loop's "not known") means our default for that field;
 - the work item's `kind` comes from `work_item_complete`'s top-level `kind` when the record
   does not say (the other loop puts it there);
@@ -24,6 +24,11 @@ absent), together with any the caller itself lists there; it reads as its defaul
 policy rule that reads it fails instead of deciding on that default. A pull request's own
 facts (`base`, `head`, `head_repository`, `fork`, `draft`) are known for a record that says
 its `kind` is `issue` (a ticket has none), never for one that does not say.
+
+`wire_params(ctx)` is the other direction, what our `url:` client sends: every field under
+our name and, for each name in `ALIASES`, under theirs too (`command` beside `control`,
+`harness_session_id` beside `session_id`; each work item's `provider` beside `tracker`), so a
+hook written for the other loop reads what its own loop would send it.
 """
 
 from __future__ import annotations
@@ -116,7 +121,8 @@ def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
         name = aliases.get(key, key)
         fs = fields.get(name)
         if fs is None or (name != key and name in params):
-            ignored.append(key)
+            if fs is None or params[name] != value:  # our own client sends both, the same
+                ignored.append(key)
             continue
         want = _SIMPLE.get(fs.type)
         if want is not None and type(value) is want:  # the common case, checked inline
@@ -170,6 +176,16 @@ def _record_unsent(name: str, record: dict[str, Any], point: str, params: dict[s
         out.add(f"{name}.tracker")
     if "kind" not in record and not kind:
         out.add(f"{name}.kind")
+
+
+def wire_params(ctx: Context) -> dict[str, Any]:
+    """The `params` our client sends for `ctx`: every field (`Context.to_params`, whose
+    work items carry `provider` beside `tracker`) and, per `ALIASES`, the other loop's name
+    for a field beside ours, with the same value."""
+    params = ctx.to_params()
+    for theirs, ours in ALIASES.get(ctx.POINT, {}).items():
+        params.setdefault(theirs, params[ours])
+    return params
 
 
 def _record(value: Any, ignored: list[str], *, prefix: str) -> Any:
