@@ -33,8 +33,12 @@ from the_loop.sdk.hooks import (
      {"tracker": "github", "host": "github.com", "repository": "acme/app", "number": 7,
       "kind": "pull-request", "url": "https://github.com/acme/app/pull/7"}),
     ("github:git.acme.example/acme/app#3", "",
-     {"tracker": "github", "host": "git.acme.example",
+     {"tracker": "github", "host": "git.acme.example", "owner": "acme", "repo": "app",
+      "repository": "git.acme.example/acme/app",
       "url": "https://git.acme.example/acme/app/issues/3"}),
+    ("github:github.com/acme/app#4", "",
+     {"host": "github.com", "repository": "acme/app",
+      "url": "https://github.com/acme/app/issues/4"}),
     ("issue-9", "", {"tracker": "", "number": 0, "kind": "issue", "url": ""}),
 ])
 def test_from_ref_takes_our_ref_formats_apart(
@@ -132,3 +136,45 @@ def test_a_hook_file_in_their_style_runs_declared_by_path(tmp_path: Path, point:
     changed = {d.name: getattr(out, d.name) for d in SPECS[point].decisions
                if getattr(out, d.name) != getattr(ctx, d.name)}
     assert changed == EXPECTED[point]
+
+
+def test_an_empty_work_item_is_false_so_if_endpoint_asks_whether_there_is_one() -> None:
+    """Issue 30.10: as there, `bool(WorkItem())` is false and a record with a ref is true."""
+    assert not WorkItem()
+    assert not SessionSpawn().endpoint
+    assert WorkItem(ref="local:acme/app#1")
+    assert WorkItem.from_ref("issue-9")  # an opaque ref is still a ref
+
+
+ALLOW_LIST = """\
+rules:
+  - name: enterprise-repos-only
+    on: work_item_start
+    when: "!contains(['ghe.corp.example/octo/repo'], work_item.repository)"
+    set:
+      proceed: false
+      reason: "{{ work_item.repository }} is not on the allow-list"
+"""
+
+
+def test_an_allow_list_reads_the_same_host_qualified_repository_from_either_loop(
+    tmp_path: Path
+) -> None:
+    """Issue 30.11: our record of an enterprise ref and the other loop's (which sends
+    `repository` host-qualified) are the same string, so one rule matches both callers."""
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "allow.yaml").write_text(ALLOW_LIST, encoding="utf-8")
+    config = tmp_path / "cli-config.yaml"
+    config.write_text("hooks:\n  - name: allow\n    policy: rules\n", encoding="utf-8")
+    chain = load_chain(config)
+    ref = "github:ghe.corp.example/octo/repo#3"
+    ours = WorkItemStart(work_item=WorkItem.from_ref(ref))
+    theirs, _ = read_params("work_item_start", {"work_item": {
+        "ref": ref, "provider": "github", "host": "ghe.corp.example", "owner": "octo",
+        "repo": "repo", "repository": "ghe.corp.example/octo/repo", "number": 3,
+        "kind": "", "url": "https://ghe.corp.example/octo/repo/issues/3", "id": "issue-3"}})
+    assert ours.work_item.repository == theirs.work_item.repository
+    assert chain.run(ours).proceed is True
+    assert chain.run(theirs).proceed is True
+    other = WorkItemStart(work_item=WorkItem.from_ref("github:ghe.corp.example/octo/other#3"))
+    assert chain.run(other).reason == "ghe.corp.example/octo/other is not on the allow-list"

@@ -3,7 +3,8 @@
 Mixed into `points.Context` and `points.WorkItem` (this module imports nothing of ours, so
 the catalog can use it): `ctx.to_params()`, `Ctx.decisions()` / `Ctx.facts()`,
 `ctx.apply(result)` raising `DecisionTypeError`, `item.to_params()` (which carries `tracker`
-also as `provider`), the read-only alias `item.provider` (our `tracker`) and
+also as `provider`), the read-only alias `item.provider` (our `tracker`), `bool(item)`
+(false for the empty record) and
 `WorkItem.from_ref(ref, kind, id)` for our ref formats: `local:owner/repo#N`, and
 `<tracker>:[host/]owner/repo#N` (e.g. `github:acme/app#12`). As there, `Context` itself
 cannot be built (only a point's context can).
@@ -87,12 +88,19 @@ class ContextMethods:
 class WorkItemMethods:
     """Methods of the work-item record besides its fields."""
 
+    ref: str
     tracker: str
 
     @property
     def provider(self) -> str:
         """The other the-loop's name for `tracker` (read-only)."""
         return self.tracker
+
+    def __bool__(self) -> bool:
+        """False for the empty record (no `ref`), as there: `if ctx.endpoint:` asks whether
+        the point names one. (A policy reads a record as a JSON object, whose truth is not
+        this.)"""
+        return bool(self.ref)
 
     def to_params(self) -> dict[str, Any]:
         """The record as a JSON object, `tracker` also as `provider` (both loops' name)."""
@@ -102,6 +110,8 @@ class WorkItemMethods:
     def from_ref(cls, ref: str, kind: str = "", id: str = "") -> Self:
         """The record a ref names: `local:owner/repo#N` or `<tracker>:[host/]owner/repo#N`.
 
+        `repository` is `owner/repo`, or `host/owner/repo` when the ref names a host that
+        is not the tracker's default (`github:ghe.corp.example/octo/repo#3`), as there.
         A string that is no such ref gives a record with only `ref`, `kind` and `id` set:
         a fact for the hooks is never a failure of the operation. Without `id`, the id is
         what the other the-loop gives: `issue-N` for a `github:` ref, else the ref itself.
@@ -111,15 +121,19 @@ class WorkItemMethods:
         if m is None:
             return cls(ref=ref, kind=kind, id=id or ref)  # type: ignore[call-arg]
         tracker, owner, repo, number = m["tracker"], m["owner"], m["repo"], int(m["number"])
-        host = m["host"] or _DEFAULT_HOSTS.get(tracker, "")
-        repository = f"{owner}/{repo}"
+        host = "" if tracker == "local" else m["host"] or _DEFAULT_HOSTS.get(tracker, "")
+        # `repository` is host-qualified when the host is not the tracker's default, as the
+        # other the-loop gives it (issue 30.11): an allow-list reads the same string from
+        # either loop, and `github:github.com/a/b#1` reads as `a/b`, like `github:a/b#1`.
+        repository = (f"{owner}/{repo}" if host in ("", _DEFAULT_HOSTS.get(tracker))
+                      else f"{host}/{owner}/{repo}")
         if tracker == "local":
-            url = f"local://{repository}/{number}"
+            url = f"local://{owner}/{repo}/{number}"
         elif host:
-            url = (f"https://{host}/{repository}/"
+            url = (f"https://{host}/{owner}/{repo}/"
                    f"{'pull' if kind == 'pull-request' else 'issues'}/{number}")
         else:
             url = ""
-        return cls(ref=ref, tracker=tracker, host="" if tracker == "local" else host,  # type: ignore[call-arg]
+        return cls(ref=ref, tracker=tracker, host=host,  # type: ignore[call-arg]
                    owner=owner, repo=repo, repository=repository, number=number, kind=kind,
                    url=url, id=id or (f"issue-{number}" if tracker == "github" else ref))

@@ -75,7 +75,8 @@ WORK_ITEM_DOCS: dict[str, str] = {
     "host": "the tracker's host (empty for the local tracker)",
     "owner": "the repository owner, e.g. acme",
     "repo": "the repository name, e.g. app",
-    "repository": "owner/repo, e.g. acme/app",
+    "repository": "owner/repo, e.g. acme/app; host/owner/repo when the host is not the "
+                  "tracker's default (e.g. ghe.corp.example/octo/app)",
     "number": "the ticket or pull request number",
     "kind": "issue or pull-request",
     "url": "a link a person can open",
