@@ -7,7 +7,8 @@
      ├── ExpressionError        a JMESPath expression does not compile (.kind, .column, …)
      ├── HookError              a hook failed, with a message for a person; the chain records
      │                          it as `hooks.failed` and never lets it out (also raised by the
-     │                          remote and policy executors)
+     │                          remote and policy executors; the SDK's `HookFailure`, also a
+     │                          RuntimeError as the other the-loop's is)
      ├── TrackerError           a ref that does not exist or cannot be parsed; a refused change
      ├── InputTooLong           one input past runtime/input_bound.py's bound, refused unwritten
      └── UsageError             exit 2: the command line itself is wrong
@@ -122,8 +123,13 @@ EXPRESSION_ERROR_KINDS = (
 )
 
 
-class HookError(LoopError):
-    """A hook failed with a message meant for a person (no traceback needed)."""
+class HookError(LoopError, RuntimeError):
+    """A hook failed with a message meant for a person (no traceback needed).
+
+    The SDK exports it also as `HookFailure`, the other the-loop's name for the same thing
+    (a `RuntimeError` there too): a hook file written for that loop imports and raises it
+    unchanged, and `except HookFailure` catches what our remote executor raises.
+    """
 
 
 class TrackerError(LoopError):

@@ -2,12 +2,15 @@
 
 `HookServer` and `handle_request` are imported when first asked for: a hook module the loop
 loads at every start (`poll`) then costs no server stack (an event loop, an HTTP parser,
-metrics) it never uses.
+metrics) it never uses. `HookFailure` is the other the-loop's name for our `HookError`
+(a hook's failure, with a message for a person), so a hook file written for it imports
+unchanged.
 """
 
 import typing as _typing
 
 from the_loop.hooks.engine.compat import DecisionTypeError
+from the_loop.hooks.engine.executor import HookError as HookFailure
 from the_loop.hooks.engine.executor import LifecycleHooks
 from the_loop.hooks.engine.points import (
     POINTS,
@@ -30,6 +33,7 @@ __all__ = [
     "POINTS",
     "Context",
     "DecisionTypeError",
+    "HookFailure",
     "HookServer",
     "InputReceived",
     "LifecycleHooks",
