@@ -106,6 +106,6 @@ def test_hook_failure_imports_as_there_and_a_hook_raising_it_is_that_hooks_failu
     assert out.proceed is False
     assert "compliance" in out.reason and "the compliance database is down" in out.reason
     assert issubclass(HookFailure, RuntimeError)
-    with pytest.raises(HookFailure, match="closed|refused|connect"):
+    with pytest.raises(HookFailure, match=r"closed|refused|connect"):
         RemoteExecutor(name="down", url=f"http://127.0.0.1:{free_port()}/", timeout=2).call(
             "work_item_start", WorkItemStart())

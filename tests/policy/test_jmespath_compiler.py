@@ -969,3 +969,23 @@ def test_no_warnings_from_generated_code() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         compile_expression("a.b")
+
+
+@pytest.mark.parametrize(("text", "column"), [
+    ("contains(labels 'base:main')", 17),   # a comma missing between two arguments
+    ("join('-' labels)", 10),
+    ("length(a,)", 9),                      # a comma not followed by an argument
+])
+def test_function_arguments_are_separated_by_commas_as_the_spec_requires(
+    text: str, column: int
+) -> None:
+    """Issue 30.16: the package parses these (its parser treats each comma as optional); the
+    specification's grammar does not, so the compiler refuses them at the separator."""
+    import jmespath
+
+    jmespath.compile(text)  # the package accepts it
+    with pytest.raises(exceptions.ParseError) as info:
+        compile_expression(text)
+    assert info.value.lex_position + 1 == column
+    with pytest.raises(exceptions.IncompleteExpressionError):
+        compile_expression("length(a")  # the end of input is still "incomplete"

@@ -243,6 +243,22 @@ def test_i5_3_syntax_error_names_file_rule_expression_and_column(tmp_path: Path)
     )
 
 
+def test_i30_16_a_missing_comma_between_arguments_is_refused_with_column_and_fix(
+    tmp_path: Path,
+) -> None:
+    path = rule(tmp_path, """
+        - name: base-main
+          on: session_spawn
+          when: "contains(labels 'base:main')"
+          set: {proceed: false}
+    """)
+    assert only_error(tmp_path) == (
+        f"{path}: rule 'base-main' → when: syntax error in \"contains(labels 'base:main')\" "
+        "at column 17: expected ',' before 'base:main': the arguments of contains() are "
+        "separated by commas; write contains(labels, 'base:main')"
+    )
+
+
 def test_i5_3_incomplete_expression_names_the_column_where_it_ends(tmp_path: Path) -> None:
     path = rule(tmp_path, """
         - name: incomplete

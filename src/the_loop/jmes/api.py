@@ -1,6 +1,7 @@
 """The entry point: ``Compiler(functions)`` compiles JMESPath expressions to Python functions.
 
-``Compiler.compile_expression(text)`` parses ``text`` with the ``jmespath`` package and turns its
+``Compiler.compile_expression(text)`` parses ``text`` with the ``jmespath`` package's parser (with
+the specification's function-argument grammar: ``parsing.py``) and turns its
 AST into the source of one Python function, compiled with ``compile()``/``exec``. The generated
 code mirrors ``jmespath.visitor.TreeInterpreter`` node by node (same evaluation order, same null
 propagation, same errors) and specialises where the outcome is provably the same: a comparison with
@@ -25,6 +26,8 @@ expressions over one typed root object into one function (``batch.py``).
 Where the ``jmespath`` package (1.1.0) disagrees with the JMESPath specification, the compiler
 follows the specification (see ``docs/jmespath-divergences.md``):
 
+* function arguments are separated by commas (``parsing.SpecParser``): the package parses
+  ``contains(labels 'x')`` as two arguments and ``f(a,)`` as one;
 * ordering comparisons (``<``, ``<=``, ``>``, ``>=``) are defined only between numbers: anything
   else is ``null`` (the package compares strings, and raises ``TypeError`` for a number against a
   string);
@@ -56,7 +59,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from jmespath import exceptions
-from jmespath.parser import Parser
 
 from the_loop.jmes import batch
 from the_loop.jmes.emitter import Emitter
@@ -64,6 +66,7 @@ from the_loop.jmes.ir import Node, Unsupported
 from the_loop.jmes.kinds import FIELD_TYPES
 from the_loop.jmes.library import FunctionSpec, Library
 from the_loop.jmes.nodes import NODES
+from the_loop.jmes.parsing import SpecParser
 
 __all__ = [
     "COMPILE_ERRORS", "CompiledExpression", "Compiler", "compile_expression", "compile_stats",
@@ -228,7 +231,7 @@ class Compiler:
                     f"field_types[{field!r}]: unknown type {declared!r}; "
                     f"use one of {sorted(FIELD_TYPES)}"
                 )
-        parsed = Parser().parse(text)
+        parsed = SpecParser().parse(text)
         ast = cast("dict[str, Any]", parsed.parsed)
         if rewrite is not None:
             ast = rewrite(ast)

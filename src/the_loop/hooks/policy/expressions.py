@@ -28,6 +28,7 @@ from the_loop.hooks.policy.functions import (
 )
 from the_loop.hooks.policy.growth import MAX_GROWTH, worst
 from the_loop.jmes import CompiledExpression, Compiler
+from the_loop.jmes.parsing import ArgumentSeparatorError
 
 #: The compiler of policy expressions: JMESPath's built-ins plus the policy functions.
 COMPILER = Compiler(POLICY_FUNCTION_SPECS.values())
@@ -98,6 +99,9 @@ def _convert(exc: jmes_errors.JMESPathError, text: str) -> ExpressionError:
         )
     if isinstance(exc, jmes_errors.UnknownFunctionError):
         return ExpressionError("unknown-function", str(exc), detail=str(exc))
+    if isinstance(exc, ArgumentSeparatorError):  # before ParseError, its base
+        detail = exc.reason + (f"; write {exc.fix}" if exc.fix else "")
+        return ExpressionError("syntax", detail, column=column or 1, detail=detail)
     if isinstance(exc, jmes_errors.ParseError):
         token = getattr(exc, "token_value", None)
         detail = f"unexpected {token!r}" if token not in (None, "") else "unexpected token"
