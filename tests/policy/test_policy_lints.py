@@ -200,3 +200,75 @@ def test_a_constant_condition_without_data_stays_a_load_error(
     """)
     [error] = _errors(folder, capsys)
     assert "is always false whatever the context" in error
+
+
+def test_i30_15_contradictions_and_values_a_fact_never_takes_are_never_matches(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 30.15: each of these loaded without a word; only a coverage gate found them."""
+    folder = _folder(tmp_path, """\
+        rules:
+          - name: both-kinds
+            on: session_spawn
+            when: "work_item.kind == 'pull-request' && work_item.kind == 'issue'"
+            set: {proceed: false}
+          - name: terminal-and-not
+            on: phase_changed
+            when: "terminal && !terminal"
+            set: {notify: false}
+          - name: pr-typo
+            on: [session_spawn, input_received]
+            when: "work_item.kind == 'pr'"
+            set: {proceed: false}
+          - name: no-such-input-kind
+            on: input_received
+            when: "kind == 'approval' || (kind == 'command' && kind == 'answer')"
+            set: {proceed: false}
+          - name: fine
+            on: input_received
+            when: "kind != 'pr' && (control == 'stop' || !node)"
+            set: {proceed: false}
+    """)
+    where = folder / "rules.yaml"
+    advice = "; fix the condition, or remove the rule" + silence("never-matches")
+    assert _warnings(folder, capsys) == [
+        f"{where}: rule 'both-kinds' → when: work_item.kind == 'pull-request' && "
+        "work_item.kind == 'issue' can never be true: work_item.kind == 'pull-request' and "
+        "work_item.kind == 'issue' cannot both be true" + advice,
+        f"{where}: rule 'terminal-and-not' → when: terminal && !terminal can never be true: "
+        "terminal and !terminal cannot both be true" + advice,
+        f"{where}: rule 'pr-typo' → when: work_item.kind == 'pr' can never be true at "
+        "session_spawn, input_received: work_item.kind == 'pr' is never true: "
+        "work_item.kind is always one of 'issue', 'pull-request'" + advice,
+        f"{where}: rule 'no-such-input-kind' → when: kind == 'approval' || (kind == "
+        "'command' && kind == 'answer') can never be true: kind == 'approval' is never true: "
+        "kind is always one of 'answer', 'command', 'comment', 'review'; kind == 'command' "
+        "and kind == 'answer' cannot both be true" + advice,
+    ]
+
+
+def test_i30_15_policy_check_json_carries_the_contradiction(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _folder(tmp_path, """\
+        rules:
+          - name: terminal-and-not
+            on: phase_changed
+            when: "terminal && !terminal"
+            set: {notify: false}
+    """)
+    assert main(["policy", "check", str(folder), "--json"]) == 0
+    [warning] = json.loads(capsys.readouterr().out)["folders"][0]["warnings"]
+    assert "terminal and !terminal cannot both be true" in warning
+
+
+def test_i30_15_every_closed_value_set_is_a_str_fact_whose_doc_names_each_value() -> None:
+    """The catalog's value sets and its words agree (a value added to one is added to both)."""
+    from the_loop.hooks.engine.points import SPECS, WORK_ITEM_DOCS
+    from the_loop.hooks.engine.values import KNOWN_VALUES, RECORD_VALUES
+
+    for point, facts in KNOWN_VALUES.items():
+        for name, values in facts.items():
+            spec = SPECS[point].field(name)
+            assert spec is not None and spec.role == "fact" and spec.type == "str", name
+            assert all(v in spec.doc for v in values), (point, name, spec.doc)
+    for name, values in RECORD_VALUES.items():
+        assert all(v in WORK_ITEM_DOCS[name] for v in values), name

@@ -11,7 +11,10 @@ name and how to silence it (`silence: [name]` on the rule, `LINTS` lists the nam
   subject the swapped call is named.
 - `never-matches`: a condition the types prove false whatever the context once the policy data
   is read (`data.enabled` false, `contains(data.people, actor)` with no people), or true
-  (the rule always applies). Without data such a condition is a load error instead.
+  (the rule always applies). Without data such a condition is a load error instead. Also a
+  condition no context satisfies at a point (`contradictions.py`): two values for one fact
+  (`kind == 'pull-request' && kind == 'issue'`, `terminal && !terminal`), or a value the
+  fact never takes (`work_item.kind == 'pr'`: the catalog's closed sets, `engine.values`).
 - `conflicting-rules`: two enforce rules at the same point with the same condition that set
   the same decision to different values: only one of them can take effect.
 """
@@ -23,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from the_loop.errors import quote
+from the_loop.hooks.policy.contradictions import contradiction
 from the_loop.hooks.policy.data import reads_data
 from the_loop.hooks.policy.expressions import is_text, pattern_calls
 from the_loop.hooks.policy.exprtext import show
@@ -72,6 +76,7 @@ def _truth_findings(rule: Rule) -> Iterator[tuple[str, str, str]]:
             continue
         truth, part = constant_truth(expression.ast, point)
         if truth is None:
+            yield from _contradictions(rule)
             continue
         where = "" if part is expression.ast else f" because {show(part)} is always " \
             f"{'true' if truth else 'false'}"
@@ -83,6 +88,22 @@ def _truth_findings(rule: Rule) -> Iterator[tuple[str, str, str]]:
             yield "never-matches", "when", (
                 f"{show(expression.ast)} is always false with this data{where}: the rule can "
                 "never match; check the data it reads, or remove the rule")
+
+
+def _contradictions(rule: Rule) -> Iterator[tuple[str, str, str]]:
+    """A condition no context satisfies, at the points where none does (one finding per
+    reason, naming the points when the rule has several)."""
+    found: dict[str, list[str]] = {}
+    for point in rule.points:
+        expression = rule.when.get(point)
+        reason = "" if expression is None else contradiction(expression.ast, point)
+        if reason:
+            found.setdefault(reason, []).append(point)
+    for reason, points in found.items():
+        at = f" at {', '.join(points)}" if len(rule.points) > 1 else ""
+        yield "never-matches", "when", (
+            f"{rule.when_text} can never be true{at}: {reason}; fix the condition, or "
+            "remove the rule")
 
 
 def _expressions(rule: Rule) -> Iterator[tuple[str, CompiledExpression]]:
