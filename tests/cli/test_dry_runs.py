@@ -276,3 +276,42 @@ def test_policy_test_explain_cuts_a_long_fact_unless_full(folder: Path, run_cli:
     assert json.dumps(long) not in cut.stdout
     whole = run_cli("policy", "test", str(folder), "--explain", "--full")
     assert json.dumps(long) in whole.stdout
+
+
+
+
+def test_i30_17_policy_eval_after_a_run_time_failure_names_the_rule_and_what_required_does(
+    tmp_path: Path, run_cli: CliRun
+) -> None:
+    """It printed `final decisions: proceed = true` (what a chain that does not require the
+    policy applies) as if the policy had decided it."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "r.yaml").write_text(textwrap.dedent("""\
+        rules:
+          - name: bot-actors
+            on: input_received
+            when: "regex_match(actor, 'x')"
+            set: {proceed: false, reason: "bots may not"}
+          - name: bot-phases
+            on: phase_changed
+            when: "regex_match(actor, 'x')"
+            set: {notify: false}
+    """), encoding="utf-8")
+    argv = ["policy", "eval", "p", "--point", "input_received", "--facts", "actor=a("]
+    text = run_cli(*argv, "--full")
+    assert text.returncode == 1
+    out = text.stdout
+    assert "final decisions:" not in out
+    assert ("rule 'bot-actors' FAILED at input_received, so the policy decided nothing. Not "
+            "required (the default), the chain records the failure and skips the policy: the "
+            "decisions keep their incoming values:\n  text = \"\"\n  proceed = true\n") in out
+    required = out.split("With required: true, the chain refuses:\n", 1)[1]
+    assert required.startswith('  text = ""\n  proceed = false\n  reason = "required hook '
+                               "'policy' failed: policy rule 'bot-actors'")
+    doc = json.loads(run_cli(*argv, "--json").stdout)
+    assert (doc["ok"], doc["failed_rule"]) == (False, "bot-actors")
+    assert doc["decisions"]["proceed"] is True
+    assert doc["decisions_if_required"]["proceed"] is False
+    elsewhere = run_cli("policy", "eval", "p", "--point", "phase_changed", "--facts", "actor=a(")
+    assert ("With required: true, nothing more (phase_changed has no proceed to refuse): the "
+            "failure is recorded:\n  notify = true\n") in elsewhere.stdout

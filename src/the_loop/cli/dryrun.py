@@ -177,8 +177,9 @@ def dry_context(point: str, given: tuple[Any, str], loop: str = "") -> Context:
 
 
 def print_outcome(args: argparse.Namespace, chain: Chain, outcome: Outcome,
-                  explained: dict[str, Any]) -> None:
-    """A person's view of one run: a line per hook, the rules explained, the final decisions."""
+                  explained: dict[str, Any], *, heading: str = "final decisions:") -> None:
+    """A person's view of one run: a line per hook, the rules explained, the final decisions
+    (under `heading`)."""
     point, full = outcome.point, args.full
     names = chain.names(point)
     print(f"{point}: {len(names)} hook(s) run: {', '.join(names) or 'none'}")
@@ -205,10 +206,15 @@ def print_outcome(args: argparse.Namespace, chain: Chain, outcome: Outcome,
         print(line)
         for rule in explained.get(step.hook, ()):
             print(f"      {rule.text(full)}")
-    final = context_to_json(outcome.context)
-    print("final decisions:")
-    for d in SPECS[point].decisions:
-        print(f"  {d.name} = {shown_value(final[d.name], full=full)}")
+    print(heading)
+    print_decisions(outcome.context, full=full)
+
+
+def print_decisions(ctx: Context, *, full: bool, indent: str = "  ") -> None:
+    """One line per decision of `ctx`'s point: `name = value`."""
+    final = context_to_json(ctx)
+    for d in SPECS[ctx.POINT].decisions:
+        print(f"{indent}{d.name} = {shown_value(final[d.name], full=full)}")
 
 
 def explained_of(args: argparse.Namespace, chain: Chain, outcome: Outcome) -> dict[str, Any]:
@@ -221,4 +227,4 @@ def explained_of(args: argparse.Namespace, chain: Chain, outcome: Outcome) -> di
 
 
 __all__ = ["add_input_args", "dry_context", "dry_input", "explained_of", "filled", "parse_facts",
-           "print_outcome", "read_context_arg"]
+           "print_decisions", "print_outcome", "read_context_arg"]

@@ -1,9 +1,15 @@
 """`the-loop policy eval DIR --point P`: run one policy folder on one context with no config;
-prints the decisions and the rules that matched (exit 1 when the policy fails on it)."""
+prints the decisions and the rules that matched (exit 1 when the policy fails on it).
+
+When a rule fails at run time the policy's answer is no answer: eval says so, shows the
+decisions as a chain applies them with the entry not required (the failure is recorded and
+the policy skipped: the incoming values) and with `required: true` (the chain's refusal at a
+point with `proceed`; nothing more elsewhere), so neither reads as the policy's decision."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +19,7 @@ from the_loop.cli.dryrun import (
     dry_context,
     dry_input,
     explained_of,
+    print_decisions,
     print_outcome,
 )
 from the_loop.errors import LoopError, UsageError
@@ -52,30 +59,62 @@ def _policy_chain(folder: str) -> Chain:
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.point not in POINTS:
         raise UsageError(f"--point: {unknown_point_message(args.point)}")
-    ctx = dry_context(args.point, dry_input(args, args.point))
+    given = dry_input(args, args.point)
     chain = _policy_chain(args.dir)
-    outcome = chain.invoke(ctx)
+    outcome = chain.invoke(dry_context(args.point, given))
     explained = explained_of(args, chain, outcome)
     step = outcome.steps[0] if outcome.steps else None
     error = step.error if step is not None else ""
+    required = _as_required(chain).run(dry_context(args.point, given)) if error else None
     if args.json:
-        final = context_to_json(outcome.context)
         doc: dict[str, Any] = {
             "folder": str(args.dir), "point": args.point, "ok": not error,
-            "decisions": {d.name: final[d.name] for d in SPECS[args.point].decisions},
+            "decisions": _decisions(outcome.context),
             "rules": list(step.detail.get("rules", [])) if step is not None else [],
             "audit": list(step.detail.get("audit", [])) if step is not None else [],
             "error": error or None,
         }
+        if required is not None:
+            doc["failed_rule"] = _failed_rule(error) or None
+            doc["decisions_if_required"] = _decisions(required)
         if args.explain:
             doc["explain"] = [t.to_json() for t in explained.get("policy", ())]
         print_json(doc)
+    elif required is not None:
+        failed = _failed_rule(error)
+        print_outcome(args, chain, outcome, explained,
+                      heading=f"{f'rule {failed!r}' if failed else 'the policy'} FAILED at "
+                              f"{args.point}, so the policy decided nothing. Not required "
+                              "(the default), the chain records the failure and skips the "
+                              "policy: the decisions keep their incoming values:")
+        refuses = "proceed" in SPECS[args.point].context.decisions()
+        print("With required: true, the chain refuses:" if refuses else
+              f"With required: true, nothing more ({args.point} has no proceed to refuse): "
+              "the failure is recorded:")
+        print_decisions(required, full=args.full)
     else:
         if step is None:
             print(f"{args.point}: no rule of {args.dir} is at this point; the decisions keep "
                   "their incoming values")
         print_outcome(args, chain, outcome, explained)
     return 1 if error else 0
+
+
+def _as_required(chain: Chain) -> Chain:
+    """The same policy as a `required: true` entry (what the chain does when it fails)."""
+    return Chain([Link(link.name, link.executor, link.points, required=True)
+                  for link in chain.links], log=EventLog())
+
+
+def _failed_rule(error: str) -> str:
+    """The rule a policy's run-time error names (`policy rule 'x' (file) → …`), or ""."""
+    m = re.match(r"policy rule '((?:[^'\\]|\\.)*)'", error)
+    return m.group(1) if m else ""
+
+
+def _decisions(ctx: Any) -> dict[str, Any]:
+    final = context_to_json(ctx)
+    return {d.name: final[d.name] for d in SPECS[ctx.POINT].decisions}
 
 
 __all__ = ["cmd_eval", "register_eval"]
