@@ -227,3 +227,64 @@ def test_gunicorn_workers_sharing_a_metrics_folder_answer_every_scrape_with_all_
         assert (s[key], s[ok], s[seconds], s[frozen]) == (10, 20, 30, 10)
     revisions = [k for k in scrapes[0] if k[0] == "the_loop_served_revision_info"]
     assert revisions and all(scrapes[0][k] == 1 for k in revisions)  # one per live worker
+
+
+def _until(url: str, ok: Any) -> dict[tuple[str, tuple[Any, ...]], float]:
+    deadline = time.monotonic() + 10
+    while True:
+        m = scrape(url, AUTH)
+        if ok(m) or time.monotonic() > deadline:
+            return m
+        time.sleep(0.05)
+
+
+def test_i30_13_every_declared_series_starts_at_0_and_a_new_revisions_after_a_reload(
+    tmp_path: Path
+) -> None:
+    """Before any call, every rule's and hook's series is there at 0 (they appeared only at
+    their first increment, so Prometheus's increase() missed it); the process and platform
+    collectors every target has are there; a 401 on /metrics is not a call; a reload that
+    finds the same files is told apart from one that swaps a new revision in."""
+    import signal
+
+    served = serve(tmp_path, "--decision-log", "off")
+    try:
+        with_401 = urllib.request.Request(served.url + "metrics")
+        try:
+            urllib.request.urlopen(with_401, timeout=10)
+            raise AssertionError("/metrics answered without the token")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401
+        first = scrape(served.url, AUTH)
+        served.proc.send_signal(signal.SIGHUP)  # nothing edited
+        same = _until(served.url, lambda m: m["the_loop_served_reloads_unchanged_total", ()])
+        (tmp_path / "rules" / "rules.yaml").write_text(RULES + """\
+  - name: late
+    on: work_item_start
+    set:
+      proceed: false
+""", encoding="utf-8")
+        served.proc.send_signal(signal.SIGHUP)
+        new = _until(served.url, lambda m: m["the_loop_served_reloads_total", ()])
+    finally:
+        served.stop()
+    matches, refusals = "the_loop_served_rule_matches_total", "the_loop_served_refusals_total"
+    assert {labels: v for (name, labels), v in first.items() if name == matches} == {
+        (("mode", "enforce"), ("rule", "frozen")): 0, (("mode", "enforce"), ("rule", "tag")): 0,
+        (("mode", "audit"), ("rule", "watch")): 0, (("mode", "enforce"), ("rule", "broken")): 0,
+    }
+    assert {labels: v for (name, labels), v in first.items() if name == refusals} == {
+        (("rule", "frozen"),): 0, (("rule", "broken"),): 0, (("rule", "(hook policy)"),): 0,
+    }  # `watch` is audit and `tag` never refuses: they cannot move it
+    assert first["the_loop_served_hook_failures_total", (("hook", "policy"),)] == 0
+    assert not any(name == "the_loop_served_calls_total" and v for (name, _), v in first.items())
+    assert first["process_cpu_seconds_total", ()] > 0
+    assert first["process_resident_memory_bytes", ()] > 0
+    assert any(name == "python_info" for name, _ in first)
+    assert any(name == "python_gc_objects_collected_total" for name, _ in first)
+    assert (same["the_loop_served_reloads_unchanged_total", ()],
+            same["the_loop_served_reloads_total", ()]) == (1, 0)
+    assert (new["the_loop_served_reloads_unchanged_total", ()],
+            new["the_loop_served_reloads_total", ()]) == (1, 1)
+    assert new[matches, (("mode", "enforce"), ("rule", "late"))] == 0
+    assert new[refusals, (("rule", "late"),)] == 0

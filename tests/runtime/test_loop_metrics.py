@@ -70,3 +70,30 @@ def test_serve_host_id_names_the_host_its_heartbeat_renews(ld: LoopDir) -> None:
     with approved_through_serve(ld, "--host-id", "host-s"):
         hosts = {r["id"]: r["owner"] for r in ld.query("SELECT id, owner FROM hosts")}
     assert str(hosts.get("host-s", "")).startswith("host-s"), hosts  # its heartbeat's host
+
+
+def test_i30_13_serve_metrics_have_every_declared_rule_and_hook_at_0_from_the_start(
+    ld: LoopDir
+) -> None:
+    """Before any point fires, each rule's and hook's series exists at 0, so a first refusal
+    is an increase Prometheus sees; the process collectors are there too."""
+    ld.write("policies/rules.yaml", "rules:\n  - name: no-bots\n    on: work_item_start\n"
+             "    when: \"ends_with(actor, '[bot]')\"\n    set: {proceed: false}\n")
+    ld.write_config("serve: {tokenEnv: LOOP_TOKEN}\n"
+                    "hooks:\n  - name: house\n    policy: policies\n")
+    proc = ld.popen("serve", "--port", "0", env={"LOOP_TOKEN": TOKEN})
+    try:
+        url = readline(proc).split(" on ", 1)[1].strip()
+        status, text = _get(url + "/metrics", TOKEN)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert status == 200
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples["the_loop_points_refusals_total", (("rule", "no-bots"),)] == 0
+    assert samples["the_loop_points_refusals_total", (("rule", "(hook house)"),)] == 0
+    assert samples["the_loop_points_rule_matches_total",
+                   (("mode", "enforce"), ("rule", "no-bots"))] == 0
+    assert samples["the_loop_points_hook_failures_total", (("hook", "house"),)] == 0
+    assert samples["process_cpu_seconds_total", ()] > 0

@@ -64,7 +64,7 @@ class ControlServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, loop: Loop, host: str, port: int, token_env: str) -> None:
-        metrics()  # this process counts its points from now on (GET /metrics)
+        metrics(loop.chain)  # this process counts its points from now on (GET /metrics)
         self.loop = loop
         self.config: Config = loop.config
         self.token_env = token_env

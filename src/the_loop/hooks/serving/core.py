@@ -154,7 +154,7 @@ class Core:
         self.ops = ops
         if ops is not None:
             ops.forward = on_call
-            ops.serving(str(getattr(executor, "revision", "")))
+            ops.serving(str(getattr(executor, "revision", "")), executor)
         self.on_call = ops.record if ops is not None else on_call
         self.health = health_body(executor)
         self.inline = runs_inline(executor)
@@ -167,7 +167,7 @@ class Core:
         self.executor = executor
         self.health = health_body(executor)
         if self.ops is not None:
-            self.ops.serving(str(getattr(executor, "revision", "")))
+            self.ops.serving(str(getattr(executor, "revision", "")), executor)
 
     @property
     def pool(self) -> HookThreads:
@@ -250,10 +250,11 @@ class Core:
         if route == "metrics":
             if self.token_env and not ops.metrics_public and not self._authorized(
                     authorization):
+                # Told to the host's log, never counted as a call: a scrape is not one.
                 return self.refuse(401, "unauthorized: /metrics needs the bearer token "
                                         "(or start the server with --metrics-public)",
                                    (("WWW-Authenticate", "Bearer"),), close=False,
-                                   code=UNAUTHORIZED)
+                                   code=UNAUTHORIZED, counted=False)
             return Reply(200, ops.metrics.text(), content_type=METRICS_TYPE)
         return None
 
@@ -295,9 +296,15 @@ class Core:
         return Reply(200, out, revision=revision) if out else Reply(204, revision=revision)
 
     def refuse(self, status: int, message: str, headers: tuple[tuple[str, str], ...] = (),
-               *, close: bool = True, code: int | None = None) -> Reply:
-        """An HTTP refusal (a JSON-RPC error body), recorded as one call."""
-        self.record(CallRecord("(request)", f"http {status}", 0.0, failure=message))
+               *, close: bool = True, code: int | None = None, counted: bool = True) -> Reply:
+        """An HTTP refusal (a JSON-RPC error body), recorded as one call; `counted=False`
+        (a page that is not a call, /metrics): told to the host's log only."""
+        call = CallRecord("(request)", f"http {status}", 0.0, failure=message)
+        if counted:
+            self.record(call)
+        elif self.ops is not None and self.ops.forward is not None:
+            with contextlib.suppress(Exception):
+                self.ops.forward(call)
         return error_reply(status, message, headers, close=close,
                            code=INVALID_REQUEST if code is None else code)
 

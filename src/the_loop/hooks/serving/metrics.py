@@ -11,9 +11,22 @@ point outside the catalog counts under the point `(other)`, so a caller cannot a
 - `the_loop_served_rule_matches_total{rule,mode}`: rules that matched (enforce, audit).
 - `the_loop_served_refusals_total{rule}`: refusals, by the rule that refused.
 - `the_loop_served_hook_failures_total{hook}`: hook failures, by hook.
-- `the_loop_served_reloads_total`, `the_loop_served_reloads_failed_total`.
+- `the_loop_served_reloads_total`: reloads that swapped in a different revision;
+  `the_loop_served_reloads_unchanged_total`: reloads that found the revision serving (a
+  SIGHUP with nothing edited); `the_loop_served_reloads_failed_total`: refused reloads.
 - `the_loop_served_revision_info{revision}`: the revision serving (value 1).
 - `the_loop_served_decision_log_writes_failed_total`: decision records lost.
+- prometheus-client's process and platform collectors (`process_*`, `python_info`,
+  `python_gc_*`), as on every Prometheus target. Under several workers sharing one scrape
+  (`PROMETHEUS_MULTIPROC_DIR`) only `python_info`: a process's own figures do not add up
+  across processes (prometheus-client's multiprocess mode leaves them out likewise).
+
+Every series a declared rule or hook can move exists from the start, at 0, and again after a
+reload for what the new revision declares (`declare`): `rule_matches_total{rule,mode}` for
+every rule, `refusals_total{rule}` for every enforce rule that sets `proceed: false` and
+`(hook <name>)` for every hook (a hook's own refusal, or a required one failing), and
+`hook_failures_total{hook}` for every hook. Prometheus's `increase()` needs a series before
+its first increment to see that increment; a series that appears at 1 reads as no increase.
 """
 
 from __future__ import annotations
@@ -28,6 +41,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -81,6 +97,10 @@ class _Hot:
         with self.lock:
             self.rules[rule, mode] = self.rules.get((rule, mode), 0) + 1
 
+    def declare(self, rule: str, mode: str) -> None:
+        with self.lock:
+            self.rules.setdefault((rule, mode), 0)
+
     def collect(self) -> Iterator[Metric]:
         with self.lock:
             calls = dict(self.calls)
@@ -130,10 +150,13 @@ class _Shared:
         self.seconds[key].observe(seconds)
 
     def matched(self, rule: str, mode: str) -> None:
+        self.declare(rule, mode).inc()
+
+    def declare(self, rule: str, mode: str) -> Any:
         child = self.children.get((rule, mode))
         if child is None:
             child = self.children[rule, mode] = self.rules.labels(rule, mode)
-        child.inc()
+        return child
 
 
 #: Where prometheus-client's multiprocess mode keeps each worker's values (either name).
@@ -181,14 +204,20 @@ class Metrics:
             registry.register(hot)
             self._revision = Info(f"{prefix}_revision", "the policy revision serving",
                                   registry=registry)
+            for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+                registry.register(collector)
         self._hot = hot
         self._serving = ""
         self.refusals = Counter(f"{prefix}_refusals", "refusals, by the rule that refused",
                                 ("rule",), registry=registry)
         self.failures = Counter(f"{prefix}_hook_failures", "hook failures, by hook",
                                 ("hook",), registry=registry)
-        self.reloads = Counter(f"{prefix}_reloads", "policy reloads swapped in",
+        self.reloads = Counter(f"{prefix}_reloads",
+                               "reloads that swapped in a different revision",
                                registry=registry)
+        self.reloads_unchanged = Counter(f"{prefix}_reloads_unchanged",
+                                         "reloads that found the revision already serving",
+                                         registry=registry)
         self.reloads_failed = Counter(f"{prefix}_reloads_failed",
                                       "policy reloads refused (the last good one kept)",
                                       registry=registry)
@@ -203,6 +232,21 @@ class Metrics:
     def matched(self, rule: str, mode: str) -> None:
         """Count one match of `rule` (a served rule's name) in `mode` (enforce, audit)."""
         self._hot.matched(rule, mode)
+
+    def declare(self, rules: list[tuple[str, str]], refusers: list[str],
+                hooks: list[str]) -> None:
+        """Make every series these can move exist at 0 (one already counting keeps its
+        count): (rule, mode) matches, refusals by rule (or `(hook name)`), failures by hook."""
+        for rule, mode in rules:
+            self._hot.declare(rule, mode)
+        for rule in refusers:
+            self.refusals.labels(rule)
+        for hook in hooks:
+            self.failures.labels(hook)
+
+    def reloaded(self, *, changed: bool) -> None:
+        """Count one reload that loaded: a new revision, or the one serving."""
+        (self.reloads if changed else self.reloads_unchanged).inc()
 
     def serving(self, revision: str) -> None:
         """Say which revision serves (value 1; a worker's earlier one goes to 0)."""
@@ -221,4 +265,5 @@ class Metrics:
             return generate_latest(self.registry)
         scrape = CollectorRegistry()
         scrape.register(_Workers())
+        scrape.register(PLATFORM_COLLECTOR)  # the same in every worker
         return generate_latest(scrape)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from the_loop.hooks.engine.chain import Chain
 from the_loop.hooks.engine.points import WorkItem
 from the_loop.hooks.executors import registry
 from the_loop.hooks.executors.policy import PolicyExecutor
@@ -53,6 +54,28 @@ def refusing_rule(executor: Any, rules: list[str]) -> str:
     return rules[0] if rules else f"(hook {_name(executor)})"
 
 
+def declared_series(executor: Any) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """What the served `executor` (or a `Chain`) declares, under the labels `record` counts
+    it by: every
+    policy rule and its mode; every rule that can refuse (enforce, `proceed: false`) and
+    `(hook <name>)` for each hook (its own refusal or a required failure); every hook."""
+    chain = executor if isinstance(executor, Chain) else getattr(executor, "chain", None)
+    members = ([(link.name, link.executor) for link in chain.links] if chain is not None
+               else [(_name(executor), executor)])
+    rules: list[tuple[str, str]] = []
+    refusers: list[str] = []
+    hooks: list[str] = []
+    for hook, member in members:
+        hooks.append(hook)
+        refusers.append(f"(hook {_name(member)})")
+        if isinstance(member, PolicyExecutor):
+            for rule in member.policy.rules:
+                rules.append((rule.name, rule.mode))
+                if not rule.audit and rule.set_raw.get("proceed") is False:
+                    refusers.append(rule.name)
+    return rules, refusers, hooks
+
+
 class Operations:
     """The decision log, masking and metrics of one server (see the module doc)."""
 
@@ -75,10 +98,13 @@ class Operations:
             self.writer = LogWriter(store, log, on_failed=self.metrics.log_failed.inc,
                                     keep_days=keep_days)
 
-    def serving(self, revision: str) -> None:
-        """Say which revision serves (the info metric, /health, each record)."""
+    def serving(self, revision: str, executor: Any = None) -> None:
+        """Say which revision serves (the info metric, /health, each record), and make the
+        series of every rule and hook `executor` declares exist at 0 (`declared_series`)."""
         self.revision = revision
         self.metrics.serving(revision)
+        if executor is not None:
+            self.metrics.declare(*declared_series(executor))
 
     def record(self, call: CallRecord) -> None:
         """The core's `on_call`: count the call, queue its record, tell the next listener."""
@@ -204,4 +230,4 @@ class Operations:
             self.writer.close()
 
 
-__all__ = ["Operations", "refusing_rule"]
+__all__ = ["Operations", "declared_series", "refusing_rule"]

@@ -153,7 +153,7 @@ class Reloader:
             new = self.serving
             if self.ops is not None:
                 self.ops.reload_failure = None
-                self.ops.metrics.reloads.inc()
+                self.ops.metrics.reloaded(changed=new != old)
             say(f"the-loop: reloaded ({why}): revision {new} serves"
                  f"{' (unchanged)' if new == old else f' (was {old})'}")
             return True
