@@ -142,6 +142,46 @@ def test_inner_double_quotes_in_a_when_name_the_rule_and_say_strings_take_single
         "\"contains(labels, 'x')\"")
 
 
+@pytest.mark.parametrize(("when", "says"), [
+    ('     when: "!terminal"', "mapping values are not allowed in this context (in rule "
+     "'quiet' → when). when: is indented 5 space(s), where on: on line 6 is at 4: YAML "
+     "places a key by its indentation, so indent when: 4 spaces to line it up with on:"),
+    ('   when: "!terminal"', "did not find expected '-' indicator (in rule 'quiet' → when). "
+     "when: is indented 3 space(s), where on: on line 6 is at 4: YAML places a key by its "
+     "indentation, so indent when: 4 spaces to line it up with on:"),
+    ('\twhen: "!terminal"', "(in rule 'quiet' → when). A tab indents this line: YAML "
+     "indents with spaces only; use spaces"),
+])
+def test_i30_18_an_indentation_slip_names_the_rule_and_the_key_to_line_up_with(
+    tmp_path: Path, when: str, says: str
+) -> None:
+    """YAML's own words ("did not find expected key") named no rule and gave no hint."""
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "r.yaml").write_text(
+        "rules:\n  - name: first\n    on: phase_changed\n    set: {notify: false}\n"
+        "  - name: quiet\n    on: phase_changed\n" + when + "\n    set: {notify: false}\n",
+        encoding="utf-8")
+    error = only_error(folder)
+    assert error.startswith(f"{folder / 'r.yaml'}: not valid YAML at line 7, column "), error
+    assert error.endswith(says), error
+
+
+def test_i30_18_a_value_indented_short_of_its_siblings_names_the_sibling(tmp_path: Path) -> None:
+    path = rule(tmp_path, """
+        - name: other
+          on: session_spawn
+          set:
+              proceed: false
+            reason: x
+    """)
+    assert only_error(tmp_path) == (
+        f"{path}: not valid YAML at line 7, column 7: did not find expected key (in rule "
+        "'other' → reason). reason: is indented 6 space(s), where proceed: on line 6 is at 8: "
+        "YAML places a key by its indentation, so indent reason: 8 spaces to line it up with "
+        "proceed:")
+
+
 def test_a_single_quoted_when_holding_single_quoted_strings_says_wrap_it_in_double_quotes(
     tmp_path: Path,
 ) -> None:
