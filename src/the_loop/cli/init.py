@@ -15,6 +15,16 @@ from the_loop.errors import LoopError, UsageError
 DEFAULT_DIR = ".the-loop"
 
 
+def rule_count(files: dict[str, str]) -> int:
+    """How many rules the rule files among `files` (`policies/*.yaml`) hold (it said how
+    many files: "4 rules" for five)."""
+    import yaml
+
+    return sum(len((yaml.safe_load(text) or {}).get("rules") or [])
+               for name, text in files.items()
+               if name.startswith("policies/") and name.count("/") == 1)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "init", help="write a cli-config.yaml, example policies with tests, an example hook",
@@ -87,7 +97,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         )
     write_all(folder, FILES)
     config = (folder / "cli-config.yaml").absolute()
-    rules = sum(1 for n in FILES if n.startswith("policies/") and n.count("/") == 1)
+    rules = rule_count(FILES)
     print(f"wrote {folder}/: cli-config.yaml, policies/ ({rules} rules, each with a test "
           "case in policies/tests/), hooks/example.py")
     found = config in {p.absolute() for p in lookup_paths()} and not os.environ.get(ENV_VAR)

@@ -154,10 +154,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     tracker, db = tracker_of(args, read=True)
     try:
         item = tracker.get(args.ref)
+        row = db.conn.execute("SELECT state, node FROM work WHERE ref=?",
+                              (item.ref,)).fetchone()
     finally:
         db.close()
+    work, node = (str(row[0]), str(row[1])) if row else ("", "")
     if args.json:
-        print_json(item.to_json())
+        # `work_state`, `node`, `at_gate`: where the loop has the item (null: never armed)
+        print_json({**item.to_json(), "work_state": work or None, "node": node or None,
+                    "at_gate": work == "gate"})
         return 0
     print(f"{item.ref}  {item.kind}  {item.state}")
     print(f"title:  {item.title}")
@@ -170,6 +175,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"branch: {p.head_repository}:{p.head or '-'} → {p.base or '-'}"
               + ("  (fork)" if p.fork else "") + ("  (draft)" if p.draft else ""))
     print(f"labels: {', '.join(item.labels) or '-'}")
+    if work:
+        gate = " (a human gate: it waits for /approve or /reject)" if work == "gate" else ""
+        print(f"loop:   {work}{f' at {node}' if node else ''}{gate}")
     if item.body:
         print(f"\n{item.body}")
     for c in item.comments:

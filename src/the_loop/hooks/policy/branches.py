@@ -115,9 +115,22 @@ class BranchCounter:
         return 100.0 * seen / total if total else 100.0
 
     def gaps(self) -> list[tuple[str, str, str]]:
-        """(rule, part, what was never seen) for each part not seen both ways, rule order."""
-        return [(name, part.text, said) for name, parts in self.rules.items()
-                for part in parts.values() if (said := part.missing()) is not None]
+        """(rule, part, what was never seen) for each part not seen both ways, rule order. A
+        part whose text the condition holds more than once says which use it is (`a ||
+        (b && a)`: two lines read the same otherwise)."""
+        out: list[tuple[str, str, str]] = []
+        for name, parts in self.rules.items():
+            texts = [part.text for part in parts.values()]
+            for i, part in enumerate(parts.values()):
+                said = part.missing()
+                if said is None:
+                    continue
+                uses = texts.count(part.text)
+                if uses > 1:
+                    said = f"(use {texts[:i + 1].count(part.text)} of {uses} in the condition) " \
+                        + said
+                out.append((name, part.text, said))
+        return out
 
     def to_json(self) -> dict[str, Any]:
         seen, total = self.outcomes()

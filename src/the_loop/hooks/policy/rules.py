@@ -126,6 +126,17 @@ def field_types(point: str) -> dict[str, str]:
     return {f.name: "object" if f.type == "WorkItem" else f.type for f in SPECS[point].fields}
 
 
+def _beside(folder: Path) -> str:
+    """' Did you mean policies/ (beside it)?' for a folder name one slip from a folder
+    that is there (`policy: polices` beside `policies/`), else ''."""
+    try:
+        there = [p.name for p in folder.parent.iterdir() if p.is_dir()]
+    except OSError:
+        return ""
+    hint = closest(folder.name, there)
+    return f" Did you mean {hint}/ (beside it)?" if hint else ""
+
+
 @collector_paused()
 def read_policy(
     folder: Path, *, reference: bool = False, lazy: bool = False,
@@ -139,8 +150,8 @@ def read_policy(
     """
     if not folder.exists():
         raise PolicyError([
-            f"{folder}: no such folder. A policy entry names a folder of rule files, relative "
-            "to the folder of cli-config.yaml"
+            f"{folder}: no such folder.{_beside(folder)} A policy entry names a folder of rule "
+            "files, relative to the folder of cli-config.yaml"
         ])
     if not folder.is_dir():
         raise PolicyError([f"{folder}: not a folder; name the folder that holds the rule files"])

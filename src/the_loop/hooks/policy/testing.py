@@ -4,7 +4,8 @@ Test files live in `<folder>/tests/*.yaml` with one key, `cases:`. Each case nam
 gives the context's fields as it enters the chain (`facts`; decisions such as the rendered
 `prompt` may be given too), and expects final decisions (`expect`) and, optionally, exactly
 the enforce rules that applied (`rules`) and the audit rules that matched (`audit`). A test
-file naming an unknown point, field, decision or rule is an error, never a pass.
+file naming an unknown point, field, decision or rule is an error, never a pass. A work item
+may be given by its ref (`work_item: github:acme/app#12`), as `policy eval --facts` takes it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from the_loop.hooks.engine.points import (
     SPECS,
     WORK_ITEM_FIELDS,
     WORK_ITEM_TYPES,
+    WorkItem,
     check_value,
     closest,
     context_from_json,
@@ -336,6 +338,7 @@ def _read_case(
     point = checked.get("point")
     if point is None:
         return None
+    checked["facts"] = refs_filled(point, checked["facts"])
     for wrong in fact_problems(point, checked["facts"]):
         fail("facts", wrong)
     expect = _check_expect(point, checked["expect"], fail) if "expect" in checked else {}
@@ -369,6 +372,18 @@ def data_problems(data: dict[str, Any], policy: Policy) -> list[str]:
         problem = check_data(value, str(name))
         if problem:
             out.append(problem)
+    return out
+
+
+def refs_filled(point: str, facts: dict[Any, Any]) -> dict[Any, Any]:
+    """`facts` with each work-item field given as a ref string (`work_item:
+    github:acme/app#12`) made the record that ref names, as `policy eval --facts` reads it
+    (`WorkItem.from_ref`: number, owner, repo, repository, host, url, id)."""
+    out = dict(facts)
+    for key, value in facts.items():
+        fs = SPECS[point].field(str(key))
+        if fs is not None and fs.type == "WorkItem" and isinstance(value, str):
+            out[key] = WorkItem.from_ref(value).to_json()
     return out
 
 
