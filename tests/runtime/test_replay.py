@@ -442,3 +442,51 @@ def test_written_cases_carry_only_the_facts_the_rules_at_their_point_read(run: R
     assert max(len(yaml.safe_dump(c).splitlines()) for c in starts) < 15
     code, out, err = run.ld.run("policy", "test", str(folder))
     assert code == 0 and " 0 failed" in out, out + err
+
+
+def _reworded(run: Run) -> Path:
+    """A copy of the declared policy folder whose frozen-items rule gives another reason."""
+    run.variant("reword")
+    folder = run.ld.root / "policies-reword"
+    rules = folder / "rules.yaml"
+    rules.write_text(rules.read_text("utf-8").replace(
+        "is frozen\"", "is frozen until Monday\""), "utf-8")
+    return folder
+
+
+def test_i30_19_policy_dir_keeps_the_declared_hooks_name_so_a_rule_shows_once(run: Run) -> None:
+    """`--policy DIR` replayed as hook `policy` while the log says `house-rules`: the one
+    rule showed twice, "would no longer set" and "would have set"."""
+    folder = _reworded(run)
+    data = run.replay_json("--policy", str(folder), "--point", "work_item_start")
+    [diff] = data["differences"]
+    [change] = diff["changes"]
+    assert change["decision"] == "reason"
+    assert change["before_by"] == change["after_by"] == {
+        "hook": "house-rules", "rules": ["frozen-items"], "error": ""}
+    effects = data["by_rule"]["frozen-items"]["effects"]
+    assert [e.get("side") for e in effects] == ["after"], effects
+    assert data["baseline"] == {"kind": "recorded", "revisions": {"(not recorded)": 3}}
+    code, out, _ = run.replay("--policy", str(folder), "--point", "work_item_start")
+    assert code == 0
+    assert f"through the policy folder {folder} (as hook 'house-rules')" in out
+    assert "baseline: the decisions as recorded when each point fired, by revision " \
+           "(not recorded) (3)" in out
+
+
+def test_i30_19_baseline_current_compares_with_the_declared_folder_as_it_is_today(
+    run: Run
+) -> None:
+    """Against the recorded decisions, everything the other hooks did shows as a change a
+    folder alone cannot make; against the declared entry's folder today, only the edit."""
+    folder = _reworded(run)
+    recorded = run.replay_json("--policy", str(folder))
+    current = run.replay_json("--policy", str(folder), "--baseline", "current")
+    assert recorded["changed"] > 1  # the stamp and compliance hooks are not in the folder
+    assert current["changed"] == 1
+    [diff] = current["differences"]
+    assert diff["point"] == "work_item_start" and diff["work_item"] == run.refs[2]
+    assert current["baseline"]["kind"] == "current"
+    assert "house-rules" in current["baseline"]["through"]
+    code, _, err = run.replay("--baseline", "current")
+    assert code == 2 and "--baseline current compares a --policy DIR" in err

@@ -55,6 +55,15 @@ def register(ps: Any) -> None:
     pr.add_argument("--policy", metavar="DIR", default="",
                     help="replay through this policy folder (as `hooks serve --policy` "
                          "serves it) instead of the hooks the config declares")
+    pr.add_argument("--name", metavar="NAME", default="",
+                    help="the hook name the --policy folder replays under (default: the "
+                         "declared policy entry it replaces, so its rules are compared with "
+                         "that entry's; `policy` with --log, as `hooks serve --policy` names "
+                         "it)")
+    pr.add_argument("--baseline", choices=("recorded", "current"), default="recorded",
+                    help="what the replay is compared with: the decisions as recorded when "
+                         "each point fired (default), or what the hooks the config declares "
+                         "today decide on the same points (with --policy: the change alone)")
     pr.add_argument("--fail-on-change", action="store_true",
                     help="exit 1 when any decision would change (for CI)")
     pr.add_argument("--call-all", "--call-remote", dest="call_all", action="store_true",
@@ -92,20 +101,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
     writer = CaseWriter(chain, Path(args.write_cases)) if args.write_cases else None
     if writer is not None:
         replayer.on_outcome = writer.add
-    report = replayer.run(read_points(source, since=since, point=args.point,
-                                      work_item=args.work_item,
-                                      problems=replayer.report.unreadable))
+    baseline = Baseline(args)
+    report = replayer.run(baseline.points(read_points(
+        source, since=since, point=args.point, work_item=args.work_item,
+        problems=replayer.report.unreadable)))
     written = writer.write() if writer is not None else None
     if not report.replayed:  # on stderr: stdout stays the report (or the JSON)
         print(f"the-loop: {_why_none(args, source)}", file=sys.stderr)
     if args.json:
         data = report.to_json()
+        data["baseline"] = baseline.to_json()
         if writer is not None:
             data["cases"] = {"file": str(written) if written else None,
                              "written": len(writer.cases), "skipped": writer.skipped}
         print_json(data)
     else:
-        _print_report(report.to_json(), config_name=through)
+        _print_report(report.to_json(), config_name=through, baseline=baseline.words())
         if writer is not None:
             _print_cases(writer.cases, writer.skipped, written, writer.folder)
     return 1 if args.fail_on_change and report.changed else 0
@@ -113,7 +124,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _chain(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
     """The chain to replay through, its stand-ins, and how the report names it."""
-    from the_loop.runtime.replay import policy_chain, replay_chain
+    from the_loop.runtime.replay import replay_chain
 
     if args.policy:
         require_path(args, args.policy, "--policy ", or_else="leave --policy out to replay "
@@ -122,10 +133,120 @@ def _chain(args: argparse.Namespace) -> tuple[Any, dict[str, Any], str]:
         if not folder.is_dir():
             raise UsageError(f"--policy {args.policy}: no policy folder there (expected a "
                              "folder of rule files)")
-        return policy_chain(folder), {}, f"the policy folder {args.policy}"
+        name, required, _ = _replaced_entry(args, folder)
+        return (_policy_as(folder, name, required), {},
+                f"the policy folder {args.policy} (as hook {name!r})")
     config = config_of(args)
     chain, stand_ins = replay_chain(config, call_all=args.call_all)
     return chain, stand_ins, f"the hooks of {config.path or '(no config)'}"
+
+
+def _policy_as(folder: Path, name: str, required: bool) -> Any:
+    """The policy folder as a one-hook chain named `name` (`required` as the entry it
+    replaces: a rule failing at run time then refuses)."""
+    from the_loop.hooks.engine.chain import Chain, Link
+    from the_loop.runtime.replay import policy_chain
+
+    chain = policy_chain(folder, name=name)
+    if not required:
+        return chain
+    return Chain([Link(link.name, link.executor, link.points, True) for link in chain.links],
+                 log=chain.log)
+
+
+def _replaced_entry(args: argparse.Namespace, folder: Path) -> tuple[str, bool, Path | None]:
+    """The hook name the --policy folder replays under, `required`, and the folder of the
+    declared entry it replaces (None: none). The entry: the declared policy entry named
+    --name, or whose folder it is, or the only one declared. The name: --name; with --log,
+    `policy` (what `hooks serve --policy` records); else the entry's; else `policy`.
+    Replayed under another name than the log's, each rule of the entry showed twice: "would
+    no longer set" under its old hook and "would have set" under the new."""
+    from the_loop.hooks.declaring.declaration import parse_hooks
+
+    config = config_of(args)
+    entries = [e for e in parse_hooks(config.hooks, config.folder) if e.kind == "policy"]
+    chosen = ([e for e in entries if e.name == args.name] if args.name else
+              [e for e in entries if Path(e.resolved).resolve() == folder.resolve()]
+              or (entries if len(entries) == 1 else []))
+    entry = chosen[0] if chosen else None
+    name = args.name or ("policy" if args.log or entry is None else entry.name)
+    return name, entry.required if entry else False, Path(entry.resolved) if entry else None
+
+
+class Baseline:
+    """What the replay compares with (`--baseline`), and what it saw of it.
+
+    `recorded`: each point's decisions as the log holds them, by whatever answered then (a
+    hook server's log names that revision; the loop's own log does not). `current` (with
+    --policy DIR): the declared policy entry DIR replaces, as its folder is today, run on
+    each point first; the point goes on with its decisions and steps as its record, so a
+    difference is the change from that folder to DIR alone.
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.kind = args.baseline
+        self.revisions: dict[str, int] = {}
+        self.through = ""
+        self._replayer: Any = None
+        if self.kind != "current":
+            return
+        from the_loop.runtime.replay import Replayer
+
+        if not args.policy:
+            raise UsageError("--baseline current compares a --policy DIR with the policy "
+                             "entry the config declares; without --policy both sides would "
+                             "be the declared hooks")
+        name, required, declared = _replaced_entry(args, Path(args.policy).expanduser())
+        if declared is None:
+            raise UsageError(f"--baseline current: the config declares no policy entry that "
+                             f"--policy {args.policy} replaces; name one with --name, or "
+                             "compare with the recorded decisions (--baseline recorded)")
+        self._replayer = Replayer(_policy_as(declared, name, required), {})
+        self.through = f"the declared entry {name!r} ({shown_path(declared)})"
+
+    def points(self, recorded: Any) -> Any:
+        """The recorded points, as the baseline has them."""
+        for rec in recorded:
+            if self._replayer is None:
+                key = rec.revision or "(not recorded)"
+                self.revisions[key] = self.revisions.get(key, 0) + 1
+                yield rec
+                continue
+            outcome = self._replayer.one(rec)
+            if outcome is not None:
+                yield _as_baseline(rec, outcome)
+
+    def words(self) -> str:
+        if self.kind == "current":
+            return (f"baseline: what {self.through} decides today on the same points "
+                    "(--baseline current)")
+        shown = ", ".join(f"{rev} ({n})" for rev, n in self.revisions.items())
+        return ("baseline: the decisions as recorded when each point fired"
+                + (f", by revision {shown}" if shown else ""))
+
+    def to_json(self) -> dict[str, Any]:
+        if self.kind == "current":
+            return {"kind": "current", "through": self.through}
+        return {"kind": "recorded", "revisions": dict(self.revisions)}
+
+
+def _as_baseline(rec: Any, outcome: Any) -> Any:
+    """`rec` with the baseline's decisions and steps as its record (masked where the log
+    masked the recorded ones, as the replayed side is)."""
+    import dataclasses
+
+    from the_loop.hooks.engine.points import SPECS
+    from the_loop.hooks.serving.masking import mask_value
+
+    paths = {m.partition(".")[2] for m in rec.masked if m.startswith(f"{rec.point}.")}
+    final = outcome.context.__dict__
+    decisions = {d.name: mask_value(final[d.name]) if d.name in paths else final[d.name]
+                 for d in SPECS[rec.point].decisions}
+    steps = [{"hook": s.hook, "status": s.status, "changed": dict(s.changed),
+              "rules": list(s.detail.get("rules", [])), "error": s.error}
+             for s in outcome.steps]
+    return dataclasses.replace(rec, decisions=decisions, steps=steps,
+                               refused_by=outcome.refused_by or "")
 
 
 def _source(args: argparse.Namespace) -> Path | str:
@@ -173,10 +294,11 @@ def _side(by: dict[str, Any] | None) -> str:
     return out
 
 
-def _print_report(data: dict[str, Any], *, config_name: str) -> None:
+def _print_report(data: dict[str, Any], *, config_name: str, baseline: str) -> None:
     stand_ins = data["stand_ins"]
     print(f"replayed {data['replayed']} recorded point(s) through {config_name}; "
           f"{data['changed']} would decide differently")
+    print(baseline)
     for what, n in data.get("masked", {}).items():
         print(f"masked in the log, not seen by the replay: {what} at {n} point(s)")
     hooks = ", ".join(stand_ins.get("hooks", ()))

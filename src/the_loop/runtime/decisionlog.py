@@ -233,6 +233,7 @@ class Recorded:
     decisions: dict[str, Any]
     refused_by: str = ""
     masked: list[str] = field(default_factory=list)  # values the log did not keep
+    revision: str = ""  # what answered it, where the log says (a hook server's records)
 
 
 def _decode(text: Any) -> Any:
@@ -333,7 +334,8 @@ def records(rows: Iterable[tuple[int, float, str, str, str]], source: str,
                 raise ValueError(f"record version {rec.get('v')!r}, expected {VERSION}")
             steps, decisions = expand(pt, rec)
             yield Recorded(row_id, at, pt, ref, rec["context"], steps, decisions,
-                           rec.get("refused_by", ""), list(rec.get("masked") or ()))
+                           rec.get("refused_by", ""), list(rec.get("masked") or ()),
+                           str(rec.get("revision") or ""))
         except (ValueError, KeyError, AttributeError, TypeError) as exc:
             what = exc if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             message = (f"{source}: decision log row {row_id} cannot be read ({what}); "
