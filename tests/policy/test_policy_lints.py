@@ -260,15 +260,29 @@ def test_i30_15_policy_check_json_carries_the_contradiction(
     assert "terminal and !terminal cannot both be true" in warning
 
 
-def test_i30_15_every_closed_value_set_is_a_str_fact_whose_doc_names_each_value() -> None:
-    """The catalog's value sets and its words agree (a value added to one is added to both)."""
-    from the_loop.hooks.engine.points import SPECS, WORK_ITEM_DOCS
-    from the_loop.hooks.engine.values import KNOWN_VALUES, RECORD_VALUES
+def test_i30_15_a_value_only_the_other_loop_sends_is_not_called_impossible(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The closed sets are the catalog's, with the other loop's where they differ: its
+    `source: verb` can match; `email` comes from no caller."""
+    folder = _folder(tmp_path, """\
+        rules:
+          - name: verbs
+            on: input_received
+            when: "source == 'verb'"
+            set: {proceed: false}
+          - name: mail
+            on: input_received
+            when: "source == 'email'"
+            set: {proceed: false}
+    """)
+    [warning] = _warnings(folder, capsys)
+    assert "rule 'mail'" in warning and "source is always one of 'api', 'comment', 'reply', " \
+        "'verb'" in warning
 
-    for point, facts in KNOWN_VALUES.items():
-        for name, values in facts.items():
-            spec = SPECS[point].field(name)
-            assert spec is not None and spec.role == "fact" and spec.type == "str", name
-            assert all(v in spec.doc for v in values), (point, name, spec.doc)
+
+def test_i30_15_the_record_kinds_are_the_catalogs_words() -> None:
+    from the_loop.hooks.engine.points import WORK_ITEM_DOCS
+    from the_loop.hooks.engine.values import RECORD_VALUES
+
     for name, values in RECORD_VALUES.items():
         assert all(v in WORK_ITEM_DOCS[name] for v in values), name

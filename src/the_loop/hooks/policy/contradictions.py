@@ -7,8 +7,8 @@ understands and says, in words, why no context makes it true — or returns "" w
 - a fact read as a condition: a boolean (`terminal`, `!terminal`), a string (`node`: non-empty).
 
 Each atom constrains one fact (a field of the context, or of a work-item record in it) to a
-set of values; the catalog's closed sets (`engine.values`) and a boolean's two values bound
-it. The condition is brought to disjunctive normal form (`!` pushed inward); a conjunction is
+set of values; the closed sets of every caller (`engine.values`) and a boolean's two values
+bound it. The condition is brought to disjunctive normal form (`!` pushed inward); a conjunction is
 impossible when some fact has no value left, and the condition is when every conjunction is.
 Any other part (a function call, `<`, a projection) is a fact of its own that may be true
 or false, so the check never calls satisfiable condition impossible. Past `MAX_TERMS`
