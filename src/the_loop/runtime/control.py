@@ -38,7 +38,7 @@ import os
 import queue
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -138,6 +138,21 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return None
 
+    def parse_request(self) -> bool:
+        """The stdlib's parse, then refuse a head whose body length is ambiguous: two
+        Content-Lengths, or any Transfer-Encoding (this server reads Content-Length only,
+        so the rest of such a body would be read as a second request). Answered 400 and the
+        connection closed, as `hooks serve`, uvicorn (h11) and gunicorn do."""
+        if not super().parse_request():
+            return False
+        why = framing_refusal(self.headers.get_all("Content-Length") or [],
+                              self.headers.get_all("Transfer-Encoding") or [])
+        if why:
+            self.close_connection = True
+            self._send(400, {"error": why})
+            return False
+        return True
+
     def _send(self, status: int, data: Any) -> None:
         body = json.dumps(data, ensure_ascii=False).encode("utf-8")
         head = (f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}\r\n"
@@ -184,12 +199,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         with self.server.borrow() as loop:
             try:
+                # Every string is redacted as the console shows it (loop.redact): a token
+                # someone pasted into a comment or a title is not handed on.
                 if path == "/items":
                     out = [dict(i.to_json(), loop=loop.work(i.ref)) for i in loop.tracker.items()]
-                    self._send(200, out)
+                    self._send(200, redacted(out, loop.redact))
                 elif path.startswith("/items/"):
                     ref = loop.tracker.resolve(urllib.parse.unquote(path[len("/items/"):]))
-                    self._send(200, dict(loop.tracker.get(ref).to_json(), loop=loop.work(ref)))
+                    self._send(200, redacted(dict(loop.tracker.get(ref).to_json(),
+                                                  loop=loop.work(ref)), loop.redact))
                 else:
                     self._send(404, {"error": f"no route GET {path}"})
             except LoopError as exc:
@@ -320,6 +338,27 @@ class _Handler(BaseHTTPRequestHandler):
                 deliver(loop, ref)
             return {"ref": ref, "done": "closed"}
         raise LoopError(f"unknown tracker event {event!r}; expected comment, closed or opened")
+
+
+def redacted(value: Any, redact: Callable[[str], str]) -> Any:
+    """`value` (JSON) with `redact` applied to every string in it, keys too."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(str(k)): redacted(v, redact) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redacted(v, redact) for v in value]
+    return value
+
+
+def framing_refusal(lengths: list[str], encodings: list[str]) -> str:
+    """Why a request head cannot be framed safely ('' when it can)."""
+    if encodings:
+        return ("Transfer-Encoding is not supported here; send the body with one "
+                "Content-Length header")
+    if len(lengths) > 1:
+        return "two Content-Length headers; send exactly one"
+    return ""
 
 
 def _agent_refusal(loop: Loop, ref: str, text: str, login: str, session: object) -> str:
