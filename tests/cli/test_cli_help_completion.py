@@ -68,7 +68,7 @@ def test_every_command_description_fits_a_terminal(parser: argparse.ArgumentPars
 
 
 @pytest.mark.parametrize(("argv", "names"), [
-    (["serve"], ["/console/", "serve.tokens", "serve.agents", "GET /health"]),
+    (["serve"], ["/console/", "serve.tokens", "$THE_LOOP_SESSION_TOKEN", "GET /health"]),
     (["hooks", "serve"], ["GET /health", "GET /ready", "GET /metrics", "--decision-log",
                           "policy replay", "SIGHUP"]),
     (["policy", "replay"], ["a hook server's with --log", "one policy folder (--policy DIR)"]),

@@ -21,7 +21,6 @@ from the_loop.runtime.service import Loop
 
 TOKEN = "alice-console-token-0123456789"
 OPERATOR = "operator-console-token-9876543210"
-AGENT = "agent-console-token-5555555555"
 MARKUP = '<script>alert(1)</script> "><img onerror=alert(2) src=x>'
 FAILING_HOOK = f"""\
 from the_loop.sdk.hooks import LifecycleHooks
@@ -41,10 +40,9 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Lo
     token; yields (the loop folder, the item's ref, the server's URL)."""
     monkeypatch.setenv("ALICE_TOKEN", TOKEN)
     monkeypatch.setenv("OPERATOR_TOKEN", OPERATOR)
-    monkeypatch.setenv("BOT_TOKEN", AGENT)
     ld = LoopDir(tmp_path)
     ld.write("hooks/loud.py", FAILING_HOOK)
-    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}, agents: {bot: BOT_TOKEN}, "
+    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}, "
                     "tokenEnv: OPERATOR_TOKEN}\n"
                     "hooks:\n  - {name: loud, path: hooks/loud.py}\n")
     ref = ld.add(f"Title {MARKUP}")
@@ -100,11 +98,17 @@ def test_no_console_page_answers_without_a_session(served: tuple[LoopDir, str, s
 
 def test_sign_in_sets_a_strict_httponly_expiring_cookie_and_a_wrong_token_gets_none(
         served: tuple[LoopDir, str, str]) -> None:
+    """A session's token (an agent's) is refused too."""
     _, _, url = served
     wrong = fetch(f"{url}/console/signin", data=b"token=not-a-token")
     assert wrong.status == 401 and "Set-Cookie" not in wrong.headers
     assert "not one this server knows" in wrong.body
-    agent = fetch(f"{url}/console/signin", data=f"token={AGENT}".encode())
+    ld, ref, url = served
+    ld.start(ref)
+    ld.poll()  # a session, and the token the loop handed it
+    [launched] = ld.launches()
+    agent = fetch(f"{url}/console/signin", data=urllib.parse.urlencode(
+        {"token": launched["env"]["THE_LOOP_SESSION_TOKEN"]}).encode())
     assert agent.status == 403 and "Set-Cookie" not in agent.headers
     assert "an agent&#39;s token does not open the console" in agent.body
     got = fetch(f"{url}/console/signin", data=urllib.parse.urlencode({"token": OPERATOR}).encode())

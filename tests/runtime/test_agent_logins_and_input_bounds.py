@@ -12,47 +12,52 @@ from test_runtime_daemons import Client
 from test_security_edges import at_gate
 
 from runtime_helpers import LoopDir, readline
+from the_loop.runtime.identity import agent_login
 
-TOKENS = {"ALICE_TOKEN": "alice-secret-20", "AGENT_TOKEN": "agentbot-secret-20"}
+TOKENS = {"ALICE_TOKEN": "alice-secret-20"}
+
+
+def session_token(ld: LoopDir, ref: str) -> str:
+    """The token the loop handed `ref`'s current session (as its harness saw it)."""
+    sid = ld.work(ref)["session_id"]
+    [token] = {r["env"]["THE_LOOP_SESSION_TOKEN"] for r in ld.launches()
+               if r["env"]["THE_LOOP_SESSION"] == sid}
+    return token
 
 
 def test_issue20_item1_an_agent_token_cannot_approve_and_acts_only_on_its_own_item(
         ld: LoopDir) -> None:
-    """`serve.agents` as docs/security.md sets it up: the agent's /approve is refused (403)
-    and the gate stays; its input goes only to the item whose current session it names,
-    written as `agent:<session>`; alice's /approve still passes the gate."""
-    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}, agents: {agentbot: AGENT_TOKEN}}\n")
+    """A session's token (issue 31 item 3: it replaced `serve.agents`): the agent's /approve
+    is refused (403) and the gate stays; its input goes only to its own item, written as its
+    agent login; alice's /approve still passes the gate."""
+    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}}\n")
     gate = at_gate(ld)
     running = ld.add("Still being written")
     ld.start(running)
     ld.poll()
     sid = ld.work(running)["session_id"]
     assert sid and ld.work(running)["state"] == "running"
+    at_gate_token, agent = session_token(ld, gate), session_token(ld, running)
+    gate_login = agent_login(ld.work(gate)["session_id"])
     proc = ld.popen("serve", "--port", "0", "--quiet", env=TOKENS)
     try:
         api = Client(readline(proc).split(" on ", 1)[1].strip())
-        agent = "agentbot-secret-20"
-        for body in ({"text": "/approve"}, {"text": "/approve", "session": sid},
-                     {"text": "/reject", "session": sid}):
-            status, answer = api.call("POST", "/items/1/input", body, token=agent)
+        for body in ({"text": "/approve"}, {"text": "/reject"}):
+            status, answer = api.call("POST", "/items/1/input", body, token=at_gate_token)
             assert status == 403, answer
-            assert answer["error"].startswith("you are agent:agentbot (from your token), an "
+            assert answer["error"].startswith(f"you are {gate_login} (from your token), an "
                                               "agent: an agent cannot answer a gate"), answer
-        status, answer = api.call("POST", "/items/1/input", {"text": "fine", "session": sid},
-                                  token=agent)
+        status, answer = api.call("POST", "/items/1/input", {"text": "fine"},
+                                  token=at_gate_token)
         assert status == 403 and "a human gate" in answer["error"], answer
         assert ld.work(gate)["state"] == "gate"
-        # Its own item, its own session: written as that session's agent, as the CLI would.
+        # Its own item: written as that session's agent, as the CLI would.
         status, answer = api.call("POST", f"/items/{running.rsplit('#', 1)[1]}/input",
                                   {"text": "half done", "session": sid}, token=agent)
-        assert (status, answer) == (200, {"ref": running, "actor": f"agent:{sid}",
+        assert (status, answer) == (200, {"ref": running, "actor": agent_login(sid),
                                           "done": "recorded"})
-        status, answer = api.call("POST", f"/items/{running.rsplit('#', 1)[1]}/input",
-                                  {"text": "half done"}, token=agent)
+        status, answer = api.call("POST", "/items/1/input", {"text": "x"}, token=agent)
         assert status == 403 and "acts only on its own work item" in answer["error"], answer
-        status, answer = api.call("POST", f"/items/{running.rsplit('#', 1)[1]}/input",
-                                  {"text": "x", "session": "s-someone-else"}, token=agent)
-        assert status == 403 and "is not" in answer["error"], answer
         assert api.call("POST", "/webhook", {"event": "closed", "ref": gate},
                         token=agent)[0] == 403
         assert api.call("POST", "/items/1/input", {"text": "/approve"},
@@ -65,31 +70,32 @@ def test_issue20_item1_an_agent_token_cannot_approve_and_acts_only_on_its_own_it
     assert ld.work(gate)["state"] == "done"
     assert [c["author"] for c in ld.item(gate)["comments"]].count("alice") == 1
     log = (ld.state / "events.jsonl").read_text()
-    assert not any(t in log for t in TOKENS.values())
+    assert not any(t in log for t in (*TOKENS.values(), agent, at_gate_token))
 
 
 def test_an_agent_token_cannot_read_another_items_session_and_act_on_it(ld: LoopDir) -> None:
-    """Two running items: an agent token reads no item (403), so it cannot learn item B's
-    session id from GET /items and then comment on or /stop item B as B's agent; a person's
-    token still reads both."""
-    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}, agents: {agentbot: AGENT_TOKEN}}\n")
+    """Two running items: a session's token reads no item (403), its own included; a
+    person's token still reads both."""
+    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}}\n")
     mine, other = ld.add("The agent's own"), ld.add("Someone else's")
     ld.start(mine)
     ld.start(other)
     ld.poll()
     theirs = ld.work(other)["session_id"]
+    login = agent_login(ld.work(mine)["session_id"])
     proc = ld.popen("serve", "--port", "0", "--quiet", env=TOKENS)
     try:
         api = Client(readline(proc).split(" on ", 1)[1].strip())
         for path in ("/items", f"/items/{other.rsplit('#', 1)[1]}",
-                     f"/items/{mine.rsplit('#', 1)[1]}"):
-            status, answer = api.call("GET", path, token="agentbot-secret-20")
+                     f"/items/{mine.rsplit('#', 1)[1]}", "/metrics"):
+            status, answer = api.call("GET", path, token=session_token(ld, mine))
             assert status == 403, answer
-            assert answer["error"].startswith("you are agent:agentbot (from your token), an "
+            assert answer["error"].startswith(f"you are {login} (from your token), an "
                                               "agent: an agent's token reads no work item"), answer
             assert theirs not in json.dumps(answer)
         status, listed = api.call("GET", "/items", token="alice-secret-20")
         assert status == 200 and {i["ref"] for i in listed} == {mine, other}
+        assert not any("session_key" in i["loop"] for i in listed)
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
@@ -99,30 +105,32 @@ def test_an_agent_token_cannot_read_another_items_session_and_act_on_it(ld: Loop
 
 def test_an_agent_token_cannot_guess_another_items_session_from_its_ref(ld: LoopDir) -> None:
     """A session id was sha256 of its launch step's key (`launch:enter:<ref>:<arm>:<epoch>`),
-    so an agent token could work out any item's session and comment on it or /stop it as its
-    agent. Ids are salted per launch now: the guess is refused (403), the item keeps running,
-    and a redo of the same launch still gets the same id (tests/runtime/test_graph_complete_
-    after_crash.py)."""
-    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}, agents: {agentbot: AGENT_TOKEN}}\n")
-    other = ld.add("Someone else's")
+    so an agent could work out any item's session. Ids are salted per launch (the guess is
+    not the id), and naming any session but its own is refused (403) whatever it is; the
+    item keeps running. A redo of the same launch still gets the same id
+    (tests/runtime/test_graph_complete_after_crash.py)."""
+    ld.write_config("serve: {tokens: {alice: ALICE_TOKEN}}\n")
+    mine, other = ld.add("Mine"), ld.add("Someone else's")
+    ld.start(mine)
     ld.start(other)
     ld.poll()
-    [key] = [r["key"] for r in ld.query("SELECT key FROM steps WHERE kind='launch'")]
-    assert key == f"launch:enter:{other}:1:1"
+    key = f"launch:enter:{other}:1:1"
+    assert ld.query("SELECT key FROM steps WHERE key=?", key)
     guess = "s-" + hashlib.sha256(key.encode()).hexdigest()[:12]
     assert ld.work(other)["session_id"] != guess
     proc = ld.popen("serve", "--port", "0", "--quiet", env=TOKENS)
     try:
         api = Client(readline(proc).split(" on ", 1)[1].strip())
-        status, answer = api.call("POST", f"/items/{other.rsplit('#', 1)[1]}/input",
-                                  {"text": "/stop", "session": guess},
-                                  token="agentbot-secret-20")
-        assert status == 403 and f"session {guess} is not" in answer["error"], answer
+        for where in (other, mine):
+            status, answer = api.call("POST", f"/items/{where.rsplit('#', 1)[1]}/input",
+                                      {"text": "/stop", "session": guess},
+                                      token=session_token(ld, mine))
+            assert status == 403 and "your token belongs to " in answer["error"], answer
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert ld.work(other)["state"] == "running"
+    assert ld.work(other)["state"] == ld.work(mine)["state"] == "running"
 
 
 def test_issue20_item1_a_login_that_is_both_a_person_and_an_agent_is_a_config_error(

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from runtime_helpers import LoopDir
+from the_loop.runtime.identity import agent_login
 
 HOLDER = """\
 import fcntl, json, os, subprocess, sys
@@ -60,7 +61,7 @@ def test_issue11_rule2_an_agent_whose_session_is_not_recorded_yet_is_still_the_a
     code, err = _reply_from_a_session(ld, mode)
     assert code == 2
     assert err == (f"the-loop: this command runs inside agent session {SID}: what it writes is "
-                   f"the agent's (agent:{SID}); --actor cannot name another person\n")
+                   f"the agent's ({agent_login(SID)}); --actor cannot name another person\n")
 
 
 def test_issue11_rule2_removing_the_lock_file_does_not_make_an_agent_the_operator(

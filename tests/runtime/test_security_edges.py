@@ -20,6 +20,7 @@ from test_runtime_daemons import Client
 
 from runtime_helpers import LoopDir, readline, until
 from serving_helpers import free_port, handler_server
+from the_loop.runtime.identity import agent_login
 
 ONLY_ALICE_APPROVES = """
 rules:
@@ -174,9 +175,9 @@ def test_issue11_rule2_an_agent_cannot_name_another_actor_nor_answer_a_gate(
         assert ld.work(ref)["state"] == "gate"
         [step] = ld.query("SELECT payload, outcome, detail FROM steps WHERE kind='input'")
         sid = ld.query("SELECT id FROM sessions")[0]["id"]
-        assert json.loads(step["payload"])["actor"] == f"agent:{sid}"
+        assert json.loads(step["payload"])["actor"] == agent_login(sid)
         assert step["outcome"] == "ignored"
-        assert (f"`/approve` from agent:{sid} ignored: an agent cannot answer a gate."
+        assert (f"`/approve` from {agent_login(sid)} ignored: an agent cannot answer a gate."
                 in ld.comments(ref))
         authors = {c["author"] for c in ld.item(ref)["comments"]}
         assert "alice" not in authors

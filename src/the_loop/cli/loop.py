@@ -178,7 +178,8 @@ def cmd_reply(args: argparse.Namespace) -> int:
         too_long = input_refusal(args.text)
         if too_long:
             raise UsageError(f"{ref}: not posted: {too_long}")
-        cid = loop.tracker.comment(ref, args.text, author=actor, source="reply")
+        text = loop.redact(args.text) if actor.startswith("agent:") else args.text
+        cid = loop.tracker.comment(ref, text, author=actor, source="reply")
         target, _ = input_target(loop, ref)
         if (loop.work(target) or {}).get("state") not in ACTIVE:
             print(f"{ref}: comment {cid} posted as {actor}; {target} is not an active work "

@@ -22,9 +22,9 @@ def register(sub: Any) -> None:
                     "tracker webhook (/webhook) and a read-only console in a browser at "
                     "/console/ (docs/console.md). Every caller brings a token: the "
                     "operator's (--token-env or serve.tokenEnv), a person's (serve.tokens; "
-                    "it also signs in to the console) or an isolated agent harness's "
-                    "(serve.agents: its own session's item only, never the console). "
-                    "GET /health is open.")
+                    "it also signs in to the console) or a session's own "
+                    "($THE_LOOP_SESSION_TOKEN, handed to each session: its own item only, "
+                    "never the console). GET /health is open.")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8700)
     s.add_argument("--token-env", default="", metavar="VAR",
@@ -43,14 +43,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     token_env = args.token_env or loop.settings.serve_token_env
     if token_env:  # a token named on the command line is a secret like any other
         loop.settings.secret_names = loop.settings.secret_names | {token_env}
-    if not token_env and not loop.settings.serve_tokens and not loop.settings.serve_agents:
+    if loop.settings.serve_agents:
+        loop.db.close()
+        logins = ", ".join(sorted(loop.settings.serve_agents))
+        raise UsageError(f"refusing to start: serve.agents ({logins}) is a token every "
+                         "session would share, which cannot be bound to one session; remove "
+                         "it: each session is handed a token of its own "
+                         "($THE_LOOP_SESSION_TOKEN), its bearer here (docs/security.md)")
+    if not token_env and not loop.settings.serve_tokens:
         loop.db.close()
         raise UsageError("refusing to start: the control plane authenticates every caller "
                          "(on loopback too); give people tokens under serve.tokens "
                          "({alice: ALICE_TOKEN}) and/or the operator one with --token-env VAR "
                          "or serve.tokenEnv")
-    missing = sorted(v for v in [token_env, *loop.settings.serve_tokens.values(),
-                                 *loop.settings.serve_agents.values()]
+    missing = sorted(v for v in [token_env, *loop.settings.serve_tokens.values()]
                      if v and not os.environ.get(v))
     if missing:
         loop.db.close()

@@ -19,11 +19,11 @@
 Every request but /health is authenticated: `serve.tokens` maps each person's login to the
 variable holding their token, and the login comes from the token, never from the body. The
 operator's token (`serve.tokenEnv` / `--token-env`) may act for a named person, as the CLI
-does, and is the only one a tracker's webhook may use. An agent harness's token
-(`serve.agents`) gives exactly an in-session agent's rights: its input names its session
-(`"session": "$THE_LOOP_SESSION"`), is accepted only while that session is its item's
-current one at an agent node, is written as `agent:<session>`, and never answers a gate;
-it reads no item (an item's loop state names its session, the key an agent acts with).
+does, and is the only one a tracker's webhook may use. An agent's token is the one the loop
+handed its session (`$THE_LOOP_SESSION_TOKEN`, runtime/identity.py), bound to that session:
+it gives exactly that in-session agent's rights — input to its own item only, while the
+session is the item's current one at an agent node, written as its `agent_login`, never
+answering a gate — and reads no item; anything else from it is a 403.
 Requests run concurrently: each takes a loop (its own database connection) from a pool; a
 work item's steps are serialised by its claim, not by a lock around the server. A body that
 is not Unicode text (not UTF-8, or a lone surrogate: `wire.read_json`) is a 400 naming why,
@@ -48,7 +48,7 @@ from the_loop.console.app import Console
 from the_loop.errors import InputTooLong, LoopError
 from the_loop.hooks.serving.metrics import CONTENT_TYPE as METRICS_TYPE
 from the_loop.hooks.serving.wire import NotUnicode, read_json
-from the_loop.runtime.identity import AGENT_PREFIX
+from the_loop.runtime.identity import AGENT_PREFIX, agent_login, token_digest
 from the_loop.runtime.pointmetrics import metrics
 from the_loop.runtime.poller import classify, deliver, reply
 from the_loop.runtime.service import Loop
@@ -69,7 +69,6 @@ class ControlServer(ThreadingHTTPServer):
         self.config: Config = loop.config
         self.token_env = token_env
         self.tokens = dict(loop.settings.serve_tokens)
-        self.agents = dict(loop.settings.serve_agents)
         self._pool: queue.SimpleQueue[Loop] = queue.SimpleQueue()
         self._all: list[Loop] = [loop]
         self._pool.put(loop)
@@ -104,13 +103,11 @@ class ControlServer(ThreadingHTTPServer):
 
     def who(self, header: str) -> tuple[str, bool] | None:
         """(login, may act for others) for a bearer header; None when it matches no token.
-        An agent's login comes back as `agent:<login>`. Every configured token is compared,
-        in constant time."""
+        A session's token gives that session's `agent:` login. Every configured token is
+        compared, in constant time."""
         found: tuple[str, bool] | None = None
         given = header.encode()
-        logins = [(login, var) for login, var in sorted(self.tokens.items())] + [
-            (AGENT_PREFIX + login, var) for login, var in sorted(self.agents.items())]
-        for login, var in logins:
+        for login, var in sorted(self.tokens.items()):
             token = os.environ.get(var, "")
             if token and hmac.compare_digest(given, f"Bearer {token}".encode()):
                 found = (login, False)
@@ -118,7 +115,18 @@ class ControlServer(ThreadingHTTPServer):
             token = os.environ.get(self.token_env, "")
             if token and hmac.compare_digest(given, f"Bearer {token}".encode()):
                 found = (OPERATOR, True)
+        if found is None and (bound := self.session_of(header)) is not None:
+            found = (agent_login(bound[1]), False)
         return found
+
+    def session_of(self, header: str) -> tuple[str, str] | None:
+        """(work item, session) when the bearer is the token of an item's current session
+        (looked up by its digest: the loop keeps no token), else None."""
+        scheme, _, token = header.partition(" ")
+        if scheme != "Bearer" or not 32 <= len(token) <= 64:
+            return None
+        with self.borrow() as loop:
+            return loop.store.keyed_session(token_digest(token))
 
     def close_loops(self) -> None:
         for loop in self._all:
@@ -202,12 +210,13 @@ class _Handler(BaseHTTPRequestHandler):
                 # Every string is redacted as the console shows it (loop.redact): a token
                 # someone pasted into a comment or a title is not handed on.
                 if path == "/items":
-                    out = [dict(i.to_json(), loop=loop.work(i.ref)) for i in loop.tracker.items()]
+                    out = [dict(i.to_json(), loop=_state(loop, i.ref))
+                           for i in loop.tracker.items()]
                     self._send(200, redacted(out, loop.redact))
                 elif path.startswith("/items/"):
                     ref = loop.tracker.resolve(urllib.parse.unquote(path[len("/items/"):]))
                     self._send(200, redacted(dict(loop.tracker.get(ref).to_json(),
-                                                  loop=loop.work(ref)), loop.redact))
+                                                  loop=_state(loop, ref)), loop.redact))
                 else:
                     self._send(404, {"error": f"no route GET {path}"})
             except LoopError as exc:
@@ -290,11 +299,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         actor = named or login
         if login.startswith(AGENT_PREFIX):
-            why = _agent_refusal(loop, ref, text, login, data.get("session"))
+            header = self.headers.get("Authorization", "")
+            bound = self.server.session_of(header)
+            why = _agent_refusal(loop, ref, text, login, bound, data.get("session"))
             if why:
                 self._send(403, {"error": why})
                 return
-            actor = AGENT_PREFIX + str(data["session"])
+            # Its own token is never posted, even when the agent pastes it itself.
+            text = text.replace(header.partition(" ")[2], "[redacted]")
         self._send(200, {"ref": ref, "actor": actor,
                          "done": reply(loop, ref, text, actor=actor, source="api")})
 
@@ -340,6 +352,14 @@ class _Handler(BaseHTTPRequestHandler):
         raise LoopError(f"unknown tracker event {event!r}; expected comment, closed or opened")
 
 
+def _state(loop: Loop, ref: str) -> dict[str, Any] | None:
+    """An item's loop state as the API shows it (not its session token's digest)."""
+    w = loop.work(ref)
+    if w is not None:
+        w.pop("session_key", None)
+    return w
+
+
 def redacted(value: Any, redact: Callable[[str], str]) -> Any:
     """`value` (JSON) with `redact` applied to every string in it, keys too."""
     if isinstance(value, str):
@@ -361,18 +381,26 @@ def framing_refusal(lengths: list[str], encodings: list[str]) -> str:
     return ""
 
 
-def _agent_refusal(loop: Loop, ref: str, text: str, login: str, session: object) -> str:
-    """Why an agent harness's token may not give this input ('' when it may): an agent
-    acts only on its own item, while its session is the current one at an agent node, and
-    never answers a gate -- the rights of an agent inside a session (runtime/identity.py)."""
+def _agent_refusal(loop: Loop, ref: str, text: str, login: str,
+                   bound: tuple[str, str] | None, named: object) -> str:
+    """Why a session's token may not give this input ('' when it may): it acts only on
+    its own item, as its own session, while that session is the item's current one at an
+    agent node, and never answers a gate -- the rights of an agent inside that session
+    (runtime/identity.py)."""
+    me = f"you are {login} (from your token), an agent"
     if classify(text) in ("approve", "reject"):
-        return (f"you are {login} (from your token), an agent: an agent cannot answer a "
-                f"gate (/{classify(text)}); a person does")
-    if not isinstance(session, str) or not session:
-        return (f"you are {login} (from your token), an agent: an agent acts only on its own "
-                "work item; send {\"text\": …, \"session\": \"$THE_LOOP_SESSION\"}")
+        return f"{me}: an agent cannot answer a gate (/{classify(text)}); a person does"
+    if bound is None:  # its session moved on between who() and now
+        return f"{me}: your session is no longer its work item's current one"
+    mine, sid = bound
+    if named is not None and named != sid:
+        return (f"{me}: your token belongs to one session and acts as no other (you named "
+                f"{str(named)[:40]!r}); leave session out")
+    if ref != mine:
+        return (f"{me}: your token belongs to the session of {mine}; an agent acts only on "
+                "its own work item")
     try:
-        loop.agent_turn(ref, session)
+        loop.agent_turn(ref, sid)
     except LoopError as exc:
-        return f"you are {login} (from your token), an agent: {exc}"
+        return f"{me}: {exc}"
     return ""

@@ -90,15 +90,17 @@ ADDED: dict[int, tuple[tuple[str, str, str], ...]] = {
         ("sessions", "host", "TEXT NOT NULL DEFAULT ''"),
         ("sessions", "lost", "INTEGER NOT NULL DEFAULT 0")),
     3: ITEM_COLUMNS_V3,  # the tracker's (runtime/trackerschema.py)
+    # Version 4: the sha256 of the token handed to the item's current session (identity.py).
+    4: (("work", "session_key", "TEXT NOT NULL DEFAULT ''"),),
 }
 #: version → its tables (made before that version's added columns), and its indexes (after).
-TABLES = {1: SCHEMA, 2: LEASES, 3: ""}
+TABLES = {1: SCHEMA, 2: LEASES, 3: "", 4: ""}
 INDEXES = {1: "", 2: "CREATE INDEX IF NOT EXISTS sessions_live ON sessions(host, exited)",
-           3: ""}
+           3: "", 4: ""}
 #: version → a statement run after its columns exist (what older rows' new columns hold).
 FILLS = {3: FILL_V3}
 #: The schema this version of the-loop reads and writes.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class Fenced(LoopError):

@@ -3,14 +3,21 @@
 The CLI belongs to the operator (the operating system authenticated them), so `--actor` and
 `--author` name the person the operator acts for. A command run from inside an agent
 session — its environment names the session, or its process session is a live harness's —
-is the agent's: attributed to `agent:<session>`, it cannot name anyone else, and the loop
-never lets it answer a gate. Keeping an agent from bypassing the CLI (writing the state
-folder itself) takes OS isolation: see docs/security.md.
+is the agent's: attributed to `agent:<alias>` (`agent_login`: named after its session
+without naming it), it cannot name anyone else, and the loop never lets it answer a gate.
+Keeping an agent from bypassing the CLI (writing the state folder itself) takes OS
+isolation: see docs/security.md.
+
+Each session is handed a secret of its own (`THE_LOOP_SESSION_TOKEN`, made at launch:
+`session_token`): the control plane's only agent credential, bound to that one session.
+The loop keeps its sha256 (`token_digest`), never the token.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 from pathlib import Path
 
 from the_loop.errors import UsageError
@@ -19,6 +26,25 @@ from the_loop.runtime.harness import held_session, session_alive
 from the_loop.runtime.lease import host_id
 
 AGENT_PREFIX = "agent:"
+#: The variable holding a session's own control-plane token (in its environment only).
+SESSION_TOKEN_ENV = "THE_LOOP_SESSION_TOKEN"
+
+
+def agent_login(sid: str) -> str:
+    """The login a session's agent writes as: stable for the session, and not its id
+    (an id is what a comment must never show: docs/security.md)."""
+    return AGENT_PREFIX + "a-" + hashlib.sha256(f"agent {sid}".encode()).hexdigest()[:12]
+
+
+def token_digest(token: str) -> str:
+    """What the loop stores of a session token: its sha256, in hex."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def session_token() -> tuple[str, str]:
+    """A new session token and its digest (256 random bits)."""
+    token = secrets.token_urlsafe(32)
+    return token, token_digest(token)
 
 
 def agent_session(db: Database, sessions_dir: Path) -> str:
@@ -50,7 +76,7 @@ def acting_as(db: Database, state_dir: Path, named: str | None, default: str,
     operator named (or `default`)."""
     sid = agent_session(db, state_dir / "sessions")
     if sid:
-        me = AGENT_PREFIX + sid
+        me = agent_login(sid)
         if named and named != me:
             raise UsageError(f"this command runs inside agent session {sid}: what it writes is "
                              f"the agent's ({me}); {flag} cannot name another person")

@@ -17,6 +17,7 @@ from the_loop.errors import LoopError
 from the_loop.hooks.engine.points import SessionSpawn, SessionSpawned
 from the_loop.runtime import harness as harness_mod
 from the_loop.runtime import workspace
+from the_loop.runtime.identity import SESSION_TOKEN_ENV, session_token
 from the_loop.runtime.lease import HOST_ENV
 from the_loop.runtime.service import Decided, Loop, failpoint, pausepoint
 from the_loop.runtime.stepkinds import StepKind, salted
@@ -167,11 +168,15 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
     # The session is the item's current one before its process exists: an agent that runs
     # `graph complete` at once, even if this process dies before registering it, is
     # answering for its own item's node (the previous session has ended by now).
-    loop.set_work(step.ref, session_id=sid, host=loop.store.host)
+    # Its token (the control plane's agent credential) is bound to it from the same moment;
+    # the loop keeps only the digest, and the token lives only in the session's environment.
+    token, digest = session_token()
+    loop.set_work(step.ref, session_id=sid, host=loop.store.host, session_key=digest)
     h = loop.settings.harnesses[loop.settings.harness]
     env = harness_mod.harness_env(h.env, set(loop.settings.secret_names))
     env["THE_LOOP_NODE"] = str(step.payload["node"])
     env[HOST_ENV] = loop.store.host  # its one-shot commands act for this host
+    env[SESSION_TOKEN_ENV] = token
     try:
         launched, proc = harness_mod.launch(
             h.command, prompt=prompt, cwd=path, config_path=loop.config.path,  # type: ignore[arg-type]

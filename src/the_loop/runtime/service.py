@@ -31,7 +31,7 @@ from the_loop.runtime.channels import Channels
 from the_loop.runtime.db import open_database, private_dir
 from the_loop.runtime.decisionlog import DecisionLog
 from the_loop.runtime.graph import load_graph
-from the_loop.runtime.identity import AGENT_PREFIX
+from the_loop.runtime.identity import AGENT_PREFIX, SESSION_TOKEN_ENV
 from the_loop.runtime.lease import Heartbeat, check_host_id
 from the_loop.runtime.pointmetrics import observe
 from the_loop.runtime.record import point_record
@@ -166,8 +166,9 @@ class Loop:
 
     # ------------------------------------------------------------------ secrets
     def secrets(self) -> list[str]:
-        """Current values of every variable a tokenEnv names (never logged)."""
-        return [v for n in self.settings.secret_names
+        """Current values of every variable a tokenEnv names, and (inside a session) the
+        session's own token (never logged)."""
+        return [v for n in (*self.settings.secret_names, SESSION_TOKEN_ENV)
                 if len(v := os.environ.get(n, "")) >= 4]
 
     def redact(self, text: str) -> str:

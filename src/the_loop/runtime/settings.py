@@ -69,8 +69,8 @@ class Settings:
     decision_keep_days: float = 30.0  # decisionLog.keepDays: how long fired points are kept
     #: login → the environment variable holding that person's control-plane token
     serve_tokens: dict[str, str] = field(default_factory=dict)
-    #: login → the variable holding an agent harness's control-plane token: a caller with
-    #: it has an in-session agent's rights, never a person's
+    #: login → a variable: an agent token shared by every session, no longer taken (`serve`
+    #: refuses to start with one; each session has its own, runtime/identity.py)
     serve_agents: dict[str, str] = field(default_factory=dict)
     database: str = ""  # a postgresql:// URL, or '' for SQLite in stateDir
     max_sessions: int = 8  # maxSessions: harness sessions this host runs at once
@@ -251,8 +251,9 @@ SERVE = Mapping(
                      "token, e.g. {alice: ALICE_TOKEN}"), default=dict),
         "agents": Field(DictOf(
             key=Str(pattern=LOGIN_PATTERN, expected="a login"), value=ENV_NAME,
-            expected="a mapping of an agent harness's login to the NAME of the variable "
-                     "holding its token, e.g. {agentbot: AGENT_TOKEN}"), default=dict),
+            expected="a mapping of login to variable name (no longer taken: `serve` "
+                     "refuses to start with it; a session brings $THE_LOOP_SESSION_TOKEN)"),
+            default=dict),
         "tokenEnv": Field(Str(pattern=f"^({ENV_PATTERN[1:-1]})?$",
                               expected="an environment variable name (the operator's token)"),
                           default=""),

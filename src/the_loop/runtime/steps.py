@@ -166,7 +166,8 @@ def question(loop: Loop, step: Step) -> None:
     d = loop.decide(step, lambda: WaitingForInput(
         **loop.base(ref), kind="question", session_id=p["session_id"], node=node.name,
         phase=node.phase, question=p["question"], summary=p["summary"]))
-    body = f"**Question from the agent** (session `{p['session_id']}`)\n\n{d['question']}"
+    # No session id: anyone who reads the tracker reads this (docs/security.md).
+    body = f"**Question from the agent** at {node.name}\n\n{d['question']}"
     if d["summary"]:
         body += f"\n\n_Summary:_ {d['summary']}"
     loop.post_once(ref, step.key, body)

@@ -21,7 +21,7 @@ from typing import Any
 
 from the_loop.errors import InputTooLong
 from the_loop.runtime.db import Database
-from the_loop.runtime.identity import AGENT_PREFIX
+from the_loop.runtime.identity import AGENT_PREFIX, agent_login
 from the_loop.runtime.input_bound import LAUNCH_FULL
 from the_loop.runtime.lease import host_id, owner_dead_here, owner_id, process_owner
 from the_loop.runtime.stepkinds import StepKind, step_kind
@@ -212,15 +212,16 @@ class Store:
 
     def queued_by(self, ref: str, sid: str, node: str, epoch: int) -> set[StepKind]:
         """What session `sid` of `ref` queued of what an agent can: a question it asked,
-        input it wrote (as `agent:<sid>`), its `graph complete` of `node` at `epoch` (still
-        pending). Any of them proves that the session ran."""
+        input it wrote (as its `agent_login`; as `agent:<sid>` before), its `graph complete`
+        of `node` at `epoch` (still pending). Any of them proves that the session ran."""
         kinds: set[StepKind] = set()
         for row in self.db.conn.execute(
                 "SELECT kind, payload, state FROM steps WHERE ref=? AND kind IN (?, ?, ?)",
                 (ref, StepKind.QUESTION.value, StepKind.INPUT.value, StepKind.DONE.value)):
             p, kind = json.loads(row["payload"]), StepKind(row["kind"])
             asked = kind is StepKind.QUESTION and p.get("session_id") == sid
-            wrote = kind is StepKind.INPUT and p.get("actor") == AGENT_PREFIX + sid
+            wrote = kind is StepKind.INPUT and p.get("actor") in (agent_login(sid),
+                                                                    AGENT_PREFIX + sid)
             done = (kind is StepKind.DONE and row["state"] == "pending"
                     and p.get("node") == node and int(p.get("epoch", -1)) == epoch)
             if asked or wrote or done:
@@ -293,6 +294,12 @@ class Store:
         return n
 
     # ------------------------------------------------------------------ sessions
+    def keyed_session(self, digest: str) -> tuple[str, str] | None:
+        """(work item, session) whose current session's token has this digest."""
+        row = self.db.conn.execute("SELECT ref, session_id FROM work WHERE session_key=? AND "
+                                   "session_id<>''", (digest,)).fetchone()
+        return (str(row["ref"]), str(row["session_id"])) if row else None
+
     def session(self, sid: str) -> dict[str, Any] | None:
         row = self.db.conn.execute("SELECT * FROM sessions WHERE id=?", (sid,)).fetchone()
         return dict(row) if row else None
