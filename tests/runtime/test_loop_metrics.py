@@ -69,7 +69,8 @@ def test_serve_metrics_count_the_points_it_fired_behind_the_token(ld: LoopDir) -
 def test_serve_host_id_names_the_host_its_heartbeat_renews(ld: LoopDir) -> None:
     with approved_through_serve(ld, "--host-id", "host-s"):
         hosts = {r["id"]: r["owner"] for r in ld.query("SELECT id, owner FROM hosts")}
-    assert str(hosts.get("host-s", "")).startswith("host-s"), hosts  # its heartbeat's host
+    owner = json.loads(hosts["host-s"])  # its heartbeat's host, and which instance it is
+    assert owner["process"].startswith("host-s/") and owner["dir"] == str(ld.state), hosts
 
 
 def test_i30_13_serve_metrics_have_every_declared_rule_and_hook_at_0_from_the_start(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 from the_loop.cli._common import add_json, config_of, positive_seconds, print_json, seconds
@@ -224,7 +225,8 @@ def cmd_poll(args: argparse.Namespace) -> int:
     from the_loop.runtime.poller import poll_once, run_forever
 
     loop = daemon(args, "poll")
-    loop.start_heartbeat()
+    stop = threading.Event()
+    loop.start_heartbeat(on_clash=stop.set)  # refuses while another instance has our host id
     try:
         if args.once:
             report = poll_once(loop)
@@ -238,7 +240,9 @@ def cmd_poll(args: argparse.Namespace) -> int:
         if not args.quiet:
             loop.log.on_emit = narrator(sys.stdout)
         print(f"polling every {args.interval:g} s (Ctrl-C to stop)", flush=True)
-        why = run_forever(loop, args.interval)
+        why = run_forever(loop, args.interval, stop)
+        if loop.heartbeat is not None and loop.heartbeat.clash:
+            return 1  # said on stderr when it was found
         print(f"poller stopped ({why})", file=sys.stderr)
         return 0
     finally:

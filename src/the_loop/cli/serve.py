@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import Any
 
-from the_loop.errors import UsageError
+from the_loop.errors import LoopError, UsageError
 
 
 def register(sub: Any) -> None:
@@ -72,7 +72,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         loop.db.close()
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") \
             from None
-    loop.start_heartbeat()
+    try:  # refused while another instance holds this host id
+        loop.start_heartbeat(
+            on_clash=lambda: threading.Thread(target=server.shutdown, daemon=True).start())
+    except LoopError:
+        server.server_close()
+        loop.db.close()
+        raise
     loop.log.emit("serve.started", url=server.url)
     print(f"the-loop control plane on {server.url}\nthe-loop console on {server.url}/console/ "
           "(sign in with a token from serve.tokens, or the operator's)", flush=True)
@@ -88,7 +94,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server.serve_forever()
     finally:
         server.server_close()
+        clash = loop.heartbeat is not None and bool(loop.heartbeat.clash)
         loop.stop_heartbeat()
         loop.log.emit("serve.stopped")
         server.close_loops()
-    return 0
+    return 1 if clash else 0

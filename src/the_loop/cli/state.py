@@ -14,11 +14,15 @@ def register(sub: Any) -> None:
     m = s.add_parser("migrate", help="create or upgrade the schema (every daemon also does "
                                      "at start)")
     m.set_defaults(func=cmd_migrate)
-    c = s.add_parser("check", help="connectivity, schema version, clock skew, and leases "
-                                   "held by hosts not seen lately; exit 1 on a problem")
+    c = s.add_parser("check", help="connectivity, schema version, clock skew, leases held "
+                                   "by hosts not seen lately, and this host id held by "
+                                   "another machine; exit 1 on a problem")
     c.add_argument("--max-skew", type=seconds, default=2.0, metavar="S",
                    help="the clock difference from the database that counts as a problem "
                         "(default: %(default)s)")
+    from the_loop.cli.loop import add_host_id
+
+    add_host_id(c)
     add_json(c)
     c.set_defaults(func=cmd_check)
 
@@ -42,8 +46,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from the_loop.runtime.lease import set_host_id
     from the_loop.runtime.settings import settings_of
     from the_loop.runtime.statecheck import check_state
+
+    if args.host_id:
+        set_host_id(args.host_id)
 
     findings = check_state(settings_of(config_of(args)), max_skew=args.max_skew)
     if args.json:

@@ -7,19 +7,31 @@ host a claim whose process has died is taken over at once. A daemon's `Heartbeat
 renews, every `heartbeat` seconds, the expiry of every claim its process holds and its host's
 row in `hosts` — the row other hosts read to decide whether the sessions this host runs are
 still alive.
+
+That row also records which *instance* owns the host id (`host_owner`): this machine's boot,
+its process namespace and the state folder, the things daemons sharing one id must share
+(they judge each other's sessions by the folder's locks and by pids). A second live instance
+with the same id — a cloned machine, containers with one fixed name, two folders — is a
+clash: the daemon that finds the row held by another instance that is still beating refuses
+to start (`HostClash`), and `state check` reports it.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import re
 import socket
 import sys
 import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from the_loop.errors import UsageError
+from the_loop.errors import LoopError, UsageError
 from the_loop.runtime.harness import process_start_time
 
 HOST_ENV = "THE_LOOP_HOST_ID"
@@ -79,27 +91,113 @@ def owner_dead_here(owner: str) -> bool:
     return process_start_time(pid) != start or start == ""
 
 
-class Heartbeat:
-    """A daemon thread renewing this process's claims and its host's `seen` time."""
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="ascii", errors="replace").strip()
+    except OSError:
+        return ""
 
-    def __init__(self, store: Any, interval: float) -> None:
+
+def instance_of(state_dir: Path) -> str:
+    """This machine's boot, this process namespace and this state folder, as a short hash:
+    the daemons that may share a host id are those with the same instance."""
+    try:
+        pidns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pidns = ""
+    try:
+        st = os.stat(state_dir)
+        folder = f"{st.st_dev}:{st.st_ino}"
+    except OSError:
+        folder = str(state_dir)
+    parts = (_read("/proc/sys/kernel/random/boot_id"), pidns, folder)
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def host_owner(state_dir: Path) -> str:
+    """What a daemon writes as its host row's owner (JSON): its instance, the process, and
+    where it runs (for the message another instance shows)."""
+    return json.dumps({"instance": instance_of(state_dir), "process": process_owner(),
+                       "node": socket.gethostname(), "dir": str(state_dir)}, sort_keys=True)
+
+
+def owner_record(text: str) -> dict[str, str] | None:
+    """A host row's owner as `host_owner` wrote it (None: an older version's, or none)."""
+    try:
+        got = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(got, dict) and isinstance(got.get("instance"), str):
+        return {str(k): str(v) for k, v in got.items()}
+    return None
+
+
+def clashes(theirs: str, mine: str) -> bool:
+    """Whether two host-row owners are different instances (unknown owners never clash)."""
+    a, b = owner_record(theirs), owner_record(mine)
+    return a is not None and b is not None and a["instance"] != b["instance"]
+
+
+class HostClash(LoopError):
+    """Another live instance holds this host id."""
+
+
+def clash_message(host: str, owner: str, ago: float) -> str:
+    other = owner_record(owner) or {}
+    pid = other.get("process", "").rsplit("/", 2)[-2:-1] or ["?"]
+    return (f"host id {host!r} is in use by another live loop process (pid {pid[0]} on "
+            f"{other.get('node', '?')}, state folder {other.get('dir', '?')}, seen "
+            f"{max(ago, 0):.1f} s ago), on another machine or with another state folder: two "
+            "hosts with one id take each other's sessions for dead. Give each host its own "
+            f"id: --host-id ID, or ${HOST_ENV} (the default is the host's name)")
+
+
+class Heartbeat:
+    """A daemon thread renewing this process's claims and its host's `seen` time.
+
+    `owner` (`host_owner`): the first beat refuses to start (`HostClash`) while another
+    instance keeps the host's row beating; a clash found later (this process was paused
+    past its lease and another instance took the id) is said, kept in `clash`, and
+    `on_clash` is called once."""
+
+    def __init__(self, store: Any, interval: float, owner: str = "",
+                 on_clash: Callable[[], None] | None = None) -> None:
         self.store = store
         self.interval = interval
+        self.owner = owner
+        self.on_clash = on_clash
+        self.clash = ""
         self.stop = threading.Event()
         self.failures = 0
         self.thread = threading.Thread(target=self._run, name="the-loop heartbeat",
                                        daemon=True)
 
     def start(self) -> Heartbeat:
-        self.store.beat()
+        held = self.store.beat(self.owner)
+        if held is not None:  # alive, or a dead one whose row has not lapsed yet: watch it
+            first = held["seen"]
+            deadline = time.monotonic() + self.store.expiry + self.interval
+            while held is not None and held["seen"] == first and time.monotonic() < deadline:
+                time.sleep(min(0.2, self.interval))
+                held = self.store.beat(self.owner)
+            if held is not None:
+                self.store.db.close()
+                why = clash_message(self.store.host, held["owner"], float(held["ago"]))
+                raise HostClash(f"refusing to start: {why}")
         self.thread.start()
         return self
 
     def _run(self) -> None:
         while not self.stop.wait(self.interval):
             try:
-                self.store.beat()
+                held = self.store.beat(self.owner)
                 self.failures = 0
+                if held is not None and not self.clash:
+                    self.clash = clash_message(self.store.host, held["owner"],
+                                               float(held["ago"]))
+                    sys.stderr.write(f"the-loop: stopping: {self.clash}\n")
+                    if self.on_clash is not None:
+                        self.on_clash()
             except Exception as exc:  # the database is away: the next beat tries again
                 self.failures += 1
                 if self.failures == 1:

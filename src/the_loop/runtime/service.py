@@ -32,7 +32,7 @@ from the_loop.runtime.db import open_database, private_dir
 from the_loop.runtime.decisionlog import DecisionLog
 from the_loop.runtime.graph import load_graph
 from the_loop.runtime.identity import AGENT_PREFIX, SESSION_TOKEN_ENV
-from the_loop.runtime.lease import Heartbeat, check_host_id
+from the_loop.runtime.lease import Heartbeat, check_host_id, host_owner
 from the_loop.runtime.pointmetrics import observe
 from the_loop.runtime.record import point_record
 from the_loop.runtime.settings import Settings, settings_of
@@ -151,13 +151,16 @@ class Loop:
         self.proc_refs: dict[str, str] = {}  # session id → work item, launched here
         self.heartbeat: Heartbeat | None = None
 
-    def start_heartbeat(self) -> None:
+    def start_heartbeat(self, on_clash: Callable[[], None] | None = None) -> None:
         """A daemon's: renew this process's claims and its host's `seen` time in the
-        background (its own connection), every `lease.heartbeatSeconds`."""
+        background (its own connection), every `lease.heartbeatSeconds`. Raises HostClash
+        when another live instance holds this host id (lease.py); `on_clash`: called when
+        one is found later."""
         if self.heartbeat is None:
             store = Store(open_database(self.settings.db_target),
                           expiry=self.settings.lease_expiry)
-            self.heartbeat = Heartbeat(store, self.settings.heartbeat).start()
+            self.heartbeat = Heartbeat(store, self.settings.heartbeat,
+                                       host_owner(self.settings.state_dir), on_clash).start()
 
     def stop_heartbeat(self) -> None:
         if self.heartbeat is not None:

@@ -1,5 +1,6 @@
 """`the-loop state check`: is the loop's database reachable, its schema current, this host's
-clock close to the database's, and is any claim or session held by a host not seen lately?
+clock close to the database's, is any claim or session held by a host not seen lately, and
+is this host's id held by another live instance (another machine or state folder)?
 
 Each check is a `Finding` (its name, ok or not, one sentence); `check_state` returns them all
 and never raises for what it finds — an unreachable database is a finding too.
@@ -13,7 +14,7 @@ from typing import Any
 
 from the_loop.errors import LoopError
 from the_loop.runtime.db import SCHEMA_VERSION, Database, open_database
-from the_loop.runtime.lease import owner_host
+from the_loop.runtime.lease import clash_message, clashes, host_id, host_owner, owner_host
 from the_loop.runtime.settings import Settings
 
 
@@ -41,6 +42,7 @@ def check_state(settings: Settings, *, max_skew: float) -> list[Finding]:
             return found
         found.append(_skew(db, max_skew))
         found.extend(_stale(db, settings.lease_expiry))
+        found.append(_host_id(db, settings))
         return found
     finally:
         db.close()
@@ -95,3 +97,19 @@ def _stale(db: Database, expiry: float) -> list[Finding]:
     else:
         out.append(Finding("leases", True, "every claim and session belongs to a live host"))
     return out
+
+
+def _host_id(db: Database, settings: Settings) -> Finding:
+    """Whether this host's id is held by another instance that beat within the lease: the
+    clash a daemon started here would refuse to start on (lease.py)."""
+    me = host_id()
+    row = db.conn.execute(f"SELECT owner, {db.dialect.now} - seen AS ago FROM hosts WHERE id=?",
+                          (me,)).fetchone()
+    if row is None:
+        return Finding("host-id", True, f"{me!r} is not in use yet")
+    ago = float(row["ago"])
+    if ago < settings.lease_expiry and clashes(str(row["owner"]),
+                                               host_owner(settings.state_dir)):
+        return Finding("host-id", False, clash_message(me, str(row["owner"]), ago))
+    return Finding("host-id", True, f"{me!r} is this machine's and this state folder's "
+                                    "(or free)")

@@ -23,7 +23,7 @@ from the_loop.errors import InputTooLong
 from the_loop.runtime.db import Database
 from the_loop.runtime.identity import AGENT_PREFIX, agent_login
 from the_loop.runtime.input_bound import LAUNCH_FULL
-from the_loop.runtime.lease import host_id, owner_dead_here, owner_id, process_owner
+from the_loop.runtime.lease import clashes, host_id, owner_dead_here, owner_id, process_owner
 from the_loop.runtime.stepkinds import StepKind, step_kind
 from the_loop.sqldb import Conn
 
@@ -147,15 +147,23 @@ class Store:
             conn.execute("UPDATE work SET claim='', claim_until=0 WHERE ref=? AND claim=?",
                          (ref, self.me))
 
-    def beat(self) -> None:
-        """Renew every claim this process holds, and say this host is alive."""
+    def beat(self, owner: str = "") -> dict[str, Any] | None:
+        """Renew every claim this process holds, and say this host is alive -- unless its
+        row is held by another instance (lease.host_owner) that beat within the lease:
+        then that row (`owner`, `seen`, `ago`) comes back, a clash, and is left alone."""
         prefix = process_owner() + "#"
         with self.db.transaction() as conn:
             conn.execute(f"UPDATE work SET claim_until={self.now} + ? WHERE substr(claim, 1, ?)=?",
                          (self.expiry, len(prefix), prefix))
+            row = conn.execute(f"SELECT owner, seen, {self.now} - seen AS ago FROM hosts "
+                               f"WHERE id=?{self.db.dialect.for_update}", (self.host,)).fetchone()
+            if row is not None and float(row["ago"]) < self.expiry and clashes(
+                    str(row["owner"]), owner):
+                return dict(row)
             conn.execute(f"INSERT INTO hosts(id, seen, owner) VALUES (?, {self.now}, ?) "
                          "ON CONFLICT(id) DO UPDATE SET seen=excluded.seen, owner=excluded.owner",
-                         (self.host, process_owner()))
+                         (self.host, owner or process_owner()))
+        return None
 
     def host_alive(self, host: str) -> bool:
         """Whether `host` renewed its heartbeat within the lease expiry (this host: yes)."""
