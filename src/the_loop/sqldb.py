@@ -12,6 +12,10 @@ What other modules rely on (the loop's state, and a served decision log):
   takes a fresh connection when the server dropped the old one (a restart), so a caller
   that retries its statement reconnects. `.execute(sql, params)` takes `?` placeholders like
   sqlite3; `.transaction()` is BEGIN … COMMIT.
+- `transient(exc)`: whether an error is the database being away for a moment (a restart, a
+  dropped connection, a server starting up), not a mistake; `retrying(run, what)` runs `run`
+  again with backoff (0.25 s doubling to 4 s) while it fails so, within a bound (30 s, or
+  `$THE_LOOP_DB_RETRY_SECONDS`), said once on stderr, and then raises a `LoopError` naming it.
 - `SQLITE` / `POSTGRESQL` (`Dialect`): `now` (the database clock in epoch seconds),
   `for_update` / `skip_locked` (row locks; empty on SQLite, whose writers are serialised
   anyway), `ddl(text)` (SQLite DDL → this dialect), `xact_lock(key)` (a transaction-scoped
@@ -22,22 +26,84 @@ What other modules rely on (the loop's state, and a served decision log):
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import sqlite3
+import sys
 import threading
+import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from the_loop.errors import ConfigError
+from the_loop.errors import ConfigError, LoopError
 
-__all__ = ["POSTGRESQL", "SQLITE", "Conn", "Dialect", "PgConnection", "check_dsn",
-           "connect_sqlite", "is_postgresql", "shown_dsn"]
+__all__ = ["POSTGRESQL", "SQLITE", "Conn", "Dialect", "PgConnection", "Unreachable",
+           "check_dsn", "connect_sqlite", "is_postgresql", "retrying", "shown_dsn",
+           "transient"]
+
+T = TypeVar("T")
+RETRY_ENV = "THE_LOOP_DB_RETRY_SECONDS"
+DEFAULT_RETRY = 30.0
+#: PostgreSQL's own codes for "not now": admin_shutdown, crash_shutdown, cannot_connect_now
+#: (a server starting or stopping); class 08 is every connection exception.
+_AWAY = ("57P01", "57P02", "57P03")
+
+
+class Unreachable(ConfigError):
+    """The database server could not be reached just now (it may be restarting)."""
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether `exc` is the database being away for a moment rather than a mistake (a wrong
+    password, a missing database, bad SQL): worth trying again."""
+    if isinstance(exc, Unreachable):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(exc, psycopg.OperationalError):
+        state = getattr(exc, "sqlstate", None)
+        return state is None or state.startswith("08") or state in _AWAY
+    return False
+
+
+def retry_bound() -> float:
+    """How long a one-shot command keeps retrying the database (seconds)."""
+    raw = os.environ.get(RETRY_ENV, "")
+    try:
+        return max(0.0, float(raw)) if raw else DEFAULT_RETRY
+    except ValueError:
+        return DEFAULT_RETRY
+
+
+def retrying(run: Callable[[], T], what: str, *, bound: float | None = None) -> T:
+    """`run()`, run again with backoff while the database is away (`transient`), for at
+    most `bound` seconds (default `retry_bound()`); the wait is said once on stderr. When
+    the bound is spent, a LoopError says so (the last error's first line)."""
+    limit = retry_bound() if bound is None else bound
+    deadline = time.monotonic() + limit
+    delay, told = 0.25, False
+    while True:
+        try:
+            return run()
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            why = (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
+            if time.monotonic() + delay > deadline:
+                raise LoopError(f"{what}: the database is still unreachable after {limit:g} s "
+                                f"({why}); run it again once the database is back") from None
+            if not told:
+                sys.stderr.write(f"the-loop: {what}: the database is unreachable ({why}); "
+                                 f"retrying for up to {limit:g} s\n")
+                sys.stderr.flush()
+                told = True
+        time.sleep(delay)
+        delay = min(delay * 2, 4.0)
 
 PREFIXES = ("postgresql://", "postgres://")
 EXTRA = "pip install 'the-loop[postgresql]'"
@@ -157,11 +223,12 @@ def pool_for(dsn: str, *, max_size: int = 8) -> Any:
             psycopg.connect(dsn, connect_timeout=10).close()
         except psycopg.Error as exc:
             why = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-            raise ConfigError(f"database: cannot reach PostgreSQL at {shown_dsn(dsn)}: {why}; "
-                              "check the URL, that the server runs, and PGPASSWORD or "
-                              "~/.pgpass") from None
+            error = Unreachable if transient(exc) else ConfigError
+            raise error(f"database: cannot reach PostgreSQL at {shown_dsn(dsn)}: {why}; "
+                        "check the URL, that the server runs, and PGPASSWORD or "
+                        "~/.pgpass") from None
         pool = psycopg_pool.ConnectionPool(
-            dsn, min_size=1, max_size=max_size, open=True, timeout=60.0,
+            dsn, min_size=1, max_size=max_size, open=True, timeout=max(1.0, retry_bound()),
             kwargs={"autocommit": True, "row_factory": dict_row},
             check=psycopg_pool.ConnectionPool.check_connection, name="the-loop")
         _POOLS[dsn] = pool

@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from the_loop.cli._common import add_json, config_of, positive_seconds, print_json, seconds
@@ -165,11 +166,35 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_reply(args: argparse.Namespace) -> int:
-    """Write the input on the work item; the daemon holding the hooks delivers it."""
+    """Write the input on the work item; the daemon holding the hooks delivers it. A
+    database that is away for a moment is retried (sqldb.retrying), the comment written
+    once."""
+    from the_loop.sqldb import retrying
+
+    since = time.time()
+    posted = retrying(lambda: _post_reply(args, since), "reply")
+    if posted is None or not args.wait:
+        return 0
+    ref, cid = posted
+
+    def wait() -> int:
+        from the_loop.runtime.stepkinds import StepKind
+
+        loop = one_shot(args, "reply")
+        try:
+            return _wait_for(loop, StepKind.INPUT.key(ref, cid), ref, args.wait)
+        finally:
+            loop.close()
+
+    return retrying(wait, "reply --wait")
+
+
+def _post_reply(args: argparse.Namespace, since: float) -> tuple[str, int] | None:
+    """Post the reply (unless an earlier try of this command already did: `since`); the
+    item and comment to wait for, or None when there is nothing to wait for (said)."""
     from the_loop.runtime.identity import acting_as
     from the_loop.runtime.input_bound import input_refusal
     from the_loop.runtime.poller import input_target
-    from the_loop.runtime.stepkinds import StepKind
     from the_loop.runtime.store import ACTIVE
 
     loop = one_shot(args, "reply")
@@ -180,26 +205,26 @@ def cmd_reply(args: argparse.Namespace) -> int:
         if too_long:
             raise UsageError(f"{ref}: not posted: {too_long}")
         text = loop.redact(args.text) if actor.startswith("agent:") else args.text
-        cid = loop.tracker.comment(ref, text, author=actor, source="reply")
+        # A try that failed after its write reached the database has posted it already.
+        cid = next((c.id for c in loop.tracker.get(ref).comments if c.author == actor
+                    and c.body == text and c.created >= since), 0) or \
+            loop.tracker.comment(ref, text, author=actor, source="reply")
         target, _ = input_target(loop, ref)
         if (loop.work(target) or {}).get("state") not in ACTIVE:
             print(f"{ref}: comment {cid} posted as {actor}; {target} is not an active work "
                   "item, so nothing acts on it")
-            return 0
+            return None
         broken = unmended(loop, f"comment {cid}")  # a running daemon may still deliver it
         if not args.wait:
             then = ("no daemon can start to deliver it until the hooks declaration loads"
                     if broken else "the poller delivers it (--wait to see what happened)")
             print(f"{ref}: comment {cid} posted as {actor}; {then}")
-            return 0
-        return _wait_for(loop, StepKind.INPUT.key(ref, cid), ref, args.wait)
+        return ref, cid
     finally:
         loop.close()
 
 
 def _wait_for(loop: Loop, key: str, ref: str, timeout: float) -> int:
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         step = loop.store.step(key)
@@ -251,39 +276,52 @@ def cmd_poll(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    """Queue the question; the daemon runs waiting_for_input and posts the final text."""
+    """Queue the question; the daemon runs waiting_for_input and posts the final text. A
+    database that is away for a moment is retried (sqldb.retrying)."""
     from the_loop.runtime.identity import agent_session
+    from the_loop.sqldb import retrying
 
-    loop = one_shot(args, "ask")
-    try:
-        ref = loop.tracker.resolve(_work_item(args))
-        loop.ask(ref, args.text, summary=args.summary,
-                 session_id=agent_session(loop.db, loop.settings.state_dir / "sessions"))
-        if unmended(loop, "your question"):
-            print(f"asked: your question on {ref} is queued; no daemon can start to post it "
-                  "until the hooks declaration loads")
-            return 0
-    finally:
-        loop.close()
+    def ask() -> tuple[str, bool]:
+        loop = one_shot(args, "ask")
+        try:
+            ref = loop.tracker.resolve(_work_item(args))
+            loop.ask(ref, args.text, summary=args.summary,
+                     session_id=agent_session(loop.db, loop.settings.state_dir / "sessions"))
+            return ref, unmended(loop, "your question")
+        finally:
+            loop.close()
+
+    ref, broken = retrying(ask, "ask")
+    if broken:
+        print(f"asked: your question on {ref} is queued; no daemon can start to post it "
+              "until the hooks declaration loads")
+        return 0
     print(f"asked: the loop posts your question on {ref}; answers resume this work")
     return 0
 
 
 def cmd_graph_complete(args: argparse.Namespace) -> int:
-    """Queue the node's completion; the daemon follows the `done` edge of its graph."""
+    """Queue the node's completion; the daemon follows the `done` edge of its graph. A
+    database that is away for a moment is retried (sqldb.retrying): the completion is
+    keyed by the node's epoch, so it is queued once however many tries reach it."""
     from the_loop.runtime.identity import acting_as, agent_session
+    from the_loop.sqldb import retrying
 
-    loop = one_shot(args, "graph")
-    try:
-        ref = loop.tracker.resolve(_work_item(args))
-        sid = agent_session(loop.db, loop.settings.state_dir / "sessions")
-        actor = acting_as(loop.db, loop.settings.state_dir, None, "agent")
-        node = loop.graph_complete(ref, summary=args.summary, actor=actor, session_id=sid)
-        if unmended(loop, f"{node}'s completion"):
-            print(f"{node} done; nothing moves {ref} on until the hooks declaration loads (no "
-                  "daemon can start on it)")
-            return 0
-    finally:
-        loop.close()
+    def complete() -> tuple[str, str, bool]:
+        loop = one_shot(args, "graph")
+        try:
+            ref = loop.tracker.resolve(_work_item(args))
+            sid = agent_session(loop.db, loop.settings.state_dir / "sessions")
+            actor = acting_as(loop.db, loop.settings.state_dir, None, "agent")
+            node = loop.graph_complete(ref, summary=args.summary, actor=actor, session_id=sid)
+            return ref, node, unmended(loop, f"{node}'s completion")
+        finally:
+            loop.close()
+
+    ref, node, broken = retrying(complete, "graph complete")
+    if broken:
+        print(f"{node} done; nothing moves {ref} on until the hooks declaration loads (no "
+              "daemon can start on it)")
+        return 0
     print(f"{node} done; the loop moves {ref} on")
     return 0

@@ -29,9 +29,10 @@ from the_loop.runtime.service import (
 from the_loop.runtime.stepkinds import StepKind, UnknownStepKind, salted
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback, ingest
 from the_loop.runtime.store import Step
+from the_loop.sqldb import transient
 from the_loop.wakeup import Wakeup
 
-__all__ = ["Report", "classify", "deliver", "feedback", "poll_once", "reply", "run_forever"]
+__all__ = ["Away", "Report", "classify", "deliver", "feedback", "poll_once", "reply", "run_forever"]
 
 #: A step that raised this many times is given up: its item is blocked with a comment.
 MAX_ATTEMPTS = 3
@@ -96,9 +97,10 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
         try:
             RUN[step.kind](loop, step)
         except BaseException as exc:  # a step's failure is the step's
-            if is_real_interrupt(exc) or isinstance(exc, Fenced):
+            if is_real_interrupt(exc) or isinstance(exc, Fenced) or transient(exc):
                 raise  # a real Ctrl-C of a one-shot `poll --once` (the_loop/interrupt.py),
-                # or another owner has the item now: this process writes nothing more for it
+                # or another owner has the item now: this process writes nothing more for
+                # it, or the database is away: not the step's failure (the cycle retries)
             _step_failed(loop, step, exc)
             return n
         if report is not None:
@@ -298,6 +300,31 @@ def wait_sessions(loop: Loop, timeout: float = 60.0) -> None:
             break
 
 
+class Away:
+    """The poller's view of a database that is away: the next cycle comes after a backoff
+    (0.25 s doubling to 5 s) instead of the interval, said once when it goes and once when
+    it is back."""
+
+    def __init__(self) -> None:
+        self.since = 0.0
+        self.delay = 0.25
+
+    def gone(self, exc: BaseException) -> float:
+        if not self.since:
+            self.since = time.monotonic()
+            why = (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
+            sys.stderr.write(f"the-loop poll: the database is unreachable ({why}); retrying "
+                             "with backoff\n")
+        pause, self.delay = self.delay, min(self.delay * 2, 5.0)
+        return pause
+
+    def back(self) -> None:
+        if self.since:
+            sys.stderr.write(f"the-loop poll: the database is back after "
+                             f"{time.monotonic() - self.since:.1f} s\n")
+            self.since, self.delay = 0.0, 0.25
+
+
 def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None,
                 say: Any = None) -> str:
     """The poller daemon's loop; returns why it stopped. Nothing one cycle or one work
@@ -307,9 +334,12 @@ def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None
     stop = stop or threading.Event()
     why = "stopped"
     wakeup = Wakeup((signal.SIGTERM, signal.SIGINT)).start()
+    away = Away()
     while not stop.is_set():
+        pause = interval
         try:
             report = poll_once(loop)
+            away.back()
             if say is not None:
                 say(report)
         except BaseException as exc:  # one bad cycle never ends the daemon
@@ -317,11 +347,14 @@ def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None
                 break
             try:
                 loop.log.emit("poll.failed", error=f"{type(exc).__name__}: {exc}")
-                sys.stderr.write(f"the-loop poll: a cycle failed ({type(exc).__name__}: "
-                                 f"{exc}); polling goes on\n")
+                if transient(exc):  # the database is away: back off, say it once
+                    pause = away.gone(exc)
+                else:
+                    sys.stderr.write(f"the-loop poll: a cycle failed ({type(exc).__name__}: "
+                                     f"{exc}); polling goes on\n")
             except Exception:
                 pass
-        came = _pause(wakeup, stop, interval)
+        came = _pause(wakeup, stop, pause)
         if came:
             why = signal.Signals(min(came)).name
             break
