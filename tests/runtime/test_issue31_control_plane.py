@@ -1,6 +1,7 @@
-"""Issue 31, items 11 and 16, through a real `serve` on port 0: a request head whose body
-length is ambiguous is refused before anything is read as a second request, and the JSON API
-redacts a token someone pasted into a comment as the console does."""
+"""Issue 31, items 11, 16 and 18, through a real `serve` on port 0: a request head whose body
+length is ambiguous is refused before anything is read as a second request, the JSON API
+redacts a token someone pasted into a comment as the console does, and redaction is literal,
+as docs/security.md says."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from test_runtime_daemons import Client
 
@@ -108,3 +110,35 @@ def test_issue31_item16_the_api_redacts_a_token_pasted_into_a_comment(ld: LoopDi
     assert one["title"] == every[0]["title"] == "Rotate [redacted] soon"
     assert "deploy-key-31-abcdef" not in repr(one) + repr(every)
 
+
+
+SHOUTING_HOOK = '''\
+import os
+from the_loop.sdk.hooks import LifecycleHooks
+
+
+class Shout(LifecycleHooks):
+    def work_item_start(self, ctx):
+        token = os.environ["DEPLOY_TOKEN"]
+        ctx.proceed = False
+        ctx.reason = f"as is: {token}; shouted: {token.upper()}"
+        return ctx
+'''
+
+
+def test_issue31_item18_redaction_is_literal_as_docs_security_says(ld: LoopDir) -> None:
+    """A declared hook that quotes another entry's token as it is and upper-cased: the
+    refusal comment shows `[redacted]` for the first and the upper-cased token as written,
+    the limit docs/security.md states."""
+    ld.write("hooks/shout.py", SHOUTING_HOOK)
+    ld.write_config("hooks:\n  - {name: shout, path: hooks/shout.py}\n",
+                    channels="channels:\n  - {kind: webhook, url: 'http://127.0.0.1:9/hook', "
+                             "tokenEnv: DEPLOY_TOKEN}\n")
+    ref = ld.add("Refused")
+    ld.start(ref)
+    ld.poll(env=TOKENS)
+    [comment] = ld.comments(ref)
+    assert comment == ("The start of this work item was refused by hook `shout` at "
+                       "`work_item_start`: as is: [redacted]; shouted: DEPLOY-KEY-31-ABCDEF")
+    doc = (Path(__file__).parents[2] / "docs" / "security.md").read_text(encoding="utf-8")
+    assert "**Redaction is literal.**" in doc and "upper-cases another entry's token" in doc
