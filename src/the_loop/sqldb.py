@@ -56,7 +56,12 @@ _AWAY = ("57P01", "57P02", "57P03")
 
 
 class Unreachable(ConfigError):
-    """The database server could not be reached just now (it may be restarting)."""
+    """The database server could not be reached just now (it may be restarting); `why` is
+    the driver's own first line."""
+
+    def __init__(self, message: str, why: str = "") -> None:
+        super().__init__(message)
+        self.why = why or message
 
 
 def transient(exc: BaseException) -> bool:
@@ -86,22 +91,23 @@ def retrying(run: Callable[[], T], what: str, *, bound: float | None = None) -> 
     the bound is spent, a LoopError says so (the last error's first line)."""
     limit = retry_bound() if bound is None else bound
     deadline = time.monotonic() + limit
-    delay, told = 0.25, False
+    delay, tries = 0.25, 0
     while True:
         try:
             return run()
         except Exception as exc:
             if not transient(exc):
                 raise
-            why = (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
-            if time.monotonic() + delay > deadline:
-                raise LoopError(f"{what}: the database is still unreachable after {limit:g} s "
-                                f"({why}); run it again once the database is back") from None
-            if not told:
+            tries += 1
+            why = exc.why if isinstance(exc, Unreachable) else str(exc).strip()
+            why = (why or type(exc).__name__).splitlines()[0][:200]
+            if tries == 1:
                 sys.stderr.write(f"the-loop: {what}: the database is unreachable ({why}); "
                                  f"retrying for up to {limit:g} s\n")
                 sys.stderr.flush()
-                told = True
+            elif time.monotonic() + delay > deadline:  # tried twice at least
+                raise LoopError(f"{what}: the database is still unreachable after {limit:g} s "
+                                f"({why}); run it again once the database is back") from None
         time.sleep(delay)
         delay = min(delay * 2, 4.0)
 
@@ -223,10 +229,11 @@ def pool_for(dsn: str, *, max_size: int = 8) -> Any:
             psycopg.connect(dsn, connect_timeout=10).close()
         except psycopg.Error as exc:
             why = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-            error = Unreachable if transient(exc) else ConfigError
-            raise error(f"database: cannot reach PostgreSQL at {shown_dsn(dsn)}: {why}; "
-                        "check the URL, that the server runs, and PGPASSWORD or "
-                        "~/.pgpass") from None
+            message = (f"database: cannot reach PostgreSQL at {shown_dsn(dsn)}: {why}; check "
+                       "the URL, that the server runs, and PGPASSWORD or ~/.pgpass")
+            if transient(exc):
+                raise Unreachable(message, why) from None
+            raise ConfigError(message) from None
         pool = psycopg_pool.ConnectionPool(
             dsn, min_size=1, max_size=max_size, open=True, timeout=max(1.0, retry_bound()),
             kwargs={"autocommit": True, "row_factory": dict_row},

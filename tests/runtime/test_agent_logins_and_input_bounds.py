@@ -1,6 +1,6 @@
-"""Issue 20, items 1 and 2, through a real `serve` on port 0: an agent harness's token has an
-in-session agent's rights and no more, and one huge comment is refused alone, early, without
-blocking its work item."""
+"""Issue 20, items 1 and 2, through a real `serve` on port 0: an agent's token (its session's,
+since issue 31 item 3) has an in-session agent's rights and no more, and one huge comment is
+refused alone, early, without blocking its work item."""
 
 from __future__ import annotations
 
