@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -120,29 +121,39 @@ def test_issue31_item5_one_shots_and_the_poller_ride_out_a_4s_outage(
     ld.cli("poll", "--once")
     sessions = {ref: ld.work(ref)["session_id"] for ref in (a, b, c)}
     poller = ld.popen("poll", "--interval", "0.2", "--quiet")
+    commands: list[subprocess.Popen[str]] = []
     try:
         until(lambda: any(f"/{poller.pid}/" in r["owner"] for r in pg_query(
             pg_dsn, "SELECT owner FROM hosts")), timeout=30, what="the poller's heartbeat")
         proxy.down()
-        commands = [
-            ld.popen("ask", "Which users?", "--work-item", a,
-                     env={"THE_LOOP_SESSION": sessions[a]}),
-            ld.popen("graph", "complete", "--work-item", b,
-                     env={"THE_LOOP_SESSION": sessions[b]}),
-            ld.popen("reply", c, "Only admins, please.", "--actor", "alice"),
-        ]
-        # Each command has met the outage (the poller too, at least once), then 4 s more.
-        until(lambda: proxy.refused >= 4, timeout=60, what="every command refused once")
+        runs = [(("ask", "Which users?", "--work-item", a), {"THE_LOOP_SESSION": sessions[a]}),
+                (("graph", "complete", "--work-item", b), {"THE_LOOP_SESSION": sessions[b]}),
+                (("reply", c, "Only admins, please.", "--actor", "alice"), {})]
+        errs = [ld.root / f"command-{i}.err" for i in range(len(runs))]
+        for (argv, env), err_path in zip(runs, errs, strict=True):
+            with err_path.open("w") as err_file:
+                commands.append(subprocess.Popen(
+                    ld.argv(*argv), cwd=ld.root, env=ld.env(env), stdout=subprocess.PIPE,
+                    stderr=err_file, text=True))
+        # Each command has met the outage and said so; then 4 s more.
+        until(lambda: all(RETRYING in e.read_text() for e in errs), timeout=120,
+              what="every command waiting for the database")
         time.sleep(4.0)
         proxy.up()
-        for proc in commands:
-            out, err = proc.communicate(timeout=60)
+        for proc, err_path in zip(commands, errs, strict=True):
+            out, _ = proc.communicate(timeout=60)
+            err = err_path.read_text()
             assert proc.returncode == 0, (proc.args, out, err)
             assert err.count(RETRYING) == 1 and "retrying for up to 30 s" in err, err
         until(lambda: ld.work(a)["state"] == "waiting" and ld.work(b)["state"] == "gate"
               and ld.work(c)["session_id"] != sessions[c], timeout=60,
               what="every command taken in")
     finally:
+        proxy.up()
+        for proc in commands:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate(timeout=60)
         poller.send_signal(signal.SIGTERM)
         _, err = poller.communicate(timeout=60)
     assert poller.returncode == 0, err

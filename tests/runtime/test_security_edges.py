@@ -107,8 +107,9 @@ def test_issue11_rule1_graph_complete_leaves_the_launch_to_the_daemon(ld: LoopDi
     assert len(ld.query("SELECT * FROM sessions")) == 1
     good = ld.config.read_text()
     ld.config.write_text(good + "  - {name: broken, path: hooks/nowhere.py}\n")
-    assert ld.cli("graph", "complete", "--work-item", ref).stdout.strip() == \
-        f"draft done; the loop moves {ref} on"
+    assert ld.cli("graph", "complete", "--work-item", ref).stdout.strip() == (
+        f"draft done; nothing moves {ref} on until the hooks declaration loads (no daemon "
+        "can start on it)")
     assert len(ld.query("SELECT * FROM sessions")) == 1
     ld.config.write_text(good)
     ld.poll()
