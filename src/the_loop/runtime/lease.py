@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import socket
 import sys
 import threading
 from typing import Any
@@ -28,7 +27,7 @@ HOST_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 def host_id() -> str:
     """This host's id: $THE_LOOP_HOST_ID, else the host's name."""
-    return os.environ.get(HOST_ENV, "") or socket.gethostname()
+    return os.environ.get(HOST_ENV, "") or os.uname().nodename  # gethostname(), no socket
 
 
 def set_host_id(value: str, flag: str = "--host-id") -> None:

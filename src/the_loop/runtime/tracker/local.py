@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from the_loop.errors import quote
-from the_loop.hooks.engine.points import WorkItem
 from the_loop.runtime.db import Database
 from the_loop.runtime.tracker.base import Comment, Item, PullRequest, TrackerError
+
+if TYPE_CHECKING:
+    from the_loop.hooks.engine.points import WorkItem
 
 REF_RE = re.compile(r"^local:(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)#(?P<n>\d+)$")
 KINDS = ("issue", "pull-request")
@@ -63,6 +65,8 @@ class LocalTracker:
         return int(row["id"]), repository, int(m["n"])
 
     def work_item(self, ref: str) -> WorkItem:
+        from the_loop.hooks.engine.points import WorkItem
+
         item_id, repository, number = self._row(ref)
         row = self.db.conn.execute(
             "SELECT kind, author, base, head, head_repository, draft FROM items WHERE id=?",
