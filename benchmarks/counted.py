@@ -27,6 +27,9 @@ import time
 from typing import Any
 
 COUNTS = {"statements": 0, "transactions": 0, "lock_wait": 0.0}
+#: With $LOOP_BENCH_SQL set: how often each statement text ran (written beside the counts).
+TEXTS: dict[str, int] = {}
+_KEEP_TEXTS = bool(os.environ.get("LOOP_BENCH_SQL"))
 T0 = time.perf_counter()
 
 
@@ -37,6 +40,8 @@ class _Counted(sqlite3.Connection):
 
     def _traced(self, sql: str) -> None:
         COUNTS["statements"] += 1
+        if _KEEP_TEXTS:
+            TEXTS[sql[:120]] = TEXTS.get(sql[:120], 0) + 1
         head = sql.lstrip()[:8].upper()
         if head.startswith("BEGIN") or not (self.in_transaction or head.startswith(
                 ("COMMIT", "ROLLBACK", "END"))):
@@ -74,6 +79,9 @@ def _patch_psycopg() -> None:
     def counting(method: Any) -> Any:
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             COUNTS["statements"] += 1
+            if _KEEP_TEXTS and args:
+                text = str(args[0])[:120]
+                TEXTS[text] = TEXTS.get(text, 0) + 1
             conn = self.connection
             if depth.get(id(conn), 0) == 0 and conn.autocommit and (
                     conn.info.transaction_status == TransactionStatus.IDLE):
@@ -112,7 +120,7 @@ def _report() -> None:
         "role": os.environ.get("LOOP_BENCH_ROLE") or next(
             (a for a in sys.argv[1:] if not a.startswith("-") and not a.endswith(".yaml")), ""),
         "pid": os.getpid(), **COUNTS, "cpu": usage.ru_utime + usage.ru_stime,
-        "wall": time.perf_counter() - T0}) + "\n"
+        "wall": time.perf_counter() - T0, **({"texts": TEXTS} if _KEEP_TEXTS else {})}) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line.encode())

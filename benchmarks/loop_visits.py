@@ -161,6 +161,8 @@ def walk(src: Path | None, items: int, pollers: int, pg: Database | None) -> dic
         subprocess.run([sys.executable, COUNTED, "--config", str(config), "poll", "--once"],
                        env=idle_env, cwd=root, capture_output=True, check=True, timeout=120)
         rows = [json.loads(line) for line in counts.read_text().splitlines()]
+    if os.environ.get("LOOP_BENCH_SQL"):  # which statements, by role, for whoever reads it
+        Path(os.environ["LOOP_BENCH_SQL"]).write_text(json.dumps(rows, indent=1))
     return summarise(rows, items, xacts, sampler.seconds if pg else 0.0)  # type: ignore[union-attr]
 
 
