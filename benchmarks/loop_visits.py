@@ -4,7 +4,8 @@ N items go through `write` (agent) → `check` (agent) → done: each node is a 
 harness is a real `the-loop graph complete` process. Every the-loop process (the pollers and
 each harness) runs under benchmarks/counted.py, which counts its statements, transactions,
 seconds waiting for SQLite's write lock, and CPU. On PostgreSQL the server's side is read
-too: transactions from pg_stat_database (every process of the run, on a database of its own)
+too: transactions from pg_stat_database (every process of the run, on a database of its own;
+this script's own reads of it are counted and taken off)
 and the CPU of the backends serving it (sampled from /proc every 50 ms; a backend that lives
 less than that is missed). Then one `poll --once` runs on the folder with nothing to do.
 
@@ -27,13 +28,12 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from baseline import checkout, describe, env_for
-from loop_hosts import Database, cli
+from loop_hosts import BackendCpu, Database, cli
 
 HERE = Path(__file__).resolve().parent
 COUNTED = str(HERE / "counted.py")
@@ -61,47 +61,6 @@ def folder(root: Path, database: str) -> Path:
         "    env: [LOOP_BENCH_COUNTS]\ngraph: graph.yaml\nmaxSessions: 8\n",
         encoding="utf-8")
     return config
-
-
-class BackendCpu:
-    """The CPU of the PostgreSQL backends serving database `name` (sampled from /proc)."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        self.best: dict[int, float] = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.tick = os.sysconf("SC_CLK_TCK")
-
-    def _sample(self, conn: Any) -> None:
-        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = "
-                            "current_database() AND pid <> pg_backend_pid()").fetchall()
-        for (pid,) in rows:
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                cpu = (int(fields[11]) + int(fields[12])) / self.tick
-                self.best[pid] = max(self.best.get(pid, 0.0), cpu)
-
-    def _run(self) -> None:
-        import psycopg
-
-        with psycopg.connect(self.db.dsn, autocommit=True) as conn:
-            while not self.stop.is_set():
-                self._sample(conn)
-                self.stop.wait(0.05)
-            self._sample(conn)
-
-    def __enter__(self) -> BackendCpu:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join()
-
-    @property
-    def seconds(self) -> float:
-        return sum(self.best.values())
 
 
 def server_xacts(db: Database) -> int:
@@ -143,20 +102,25 @@ def walk(src: Path | None, items: int, pollers: int, pg: Database | None) -> dic
                  "--quiet", "--host-id", f"host-{i}"], env=env, cwd=root,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 for i in range(pollers)]
+            own = 0  # this process's queries on the database, taken off the server's count
             try:
                 deadline = time.monotonic() + 600
-                while (len(pg.query("SELECT ref FROM work WHERE state='done'")) if pg
-                       else done_count(config, "")) < items:
+                while True:
+                    own += 1
+                    if (len(pg.query("SELECT ref FROM work WHERE state='done'")) if pg
+                            else done_count(config, "")) >= items:
+                        break
                     if time.monotonic() > deadline:
                         raise RuntimeError("not done in 600 s")
-                    time.sleep(0.05)
+                    time.sleep(0.25)
             finally:
                 for proc in procs:
                     proc.send_signal(signal.SIGTERM)
                 errors = [proc.communicate(timeout=60)[1] for proc in procs]
         if any("Traceback" in e for e in errors):
             raise RuntimeError("a poller failed:\n" + "\n".join(errors))
-        xacts = server_xacts(pg) - xacts0 if pg else 0
+        # one more for the read of xacts0 itself
+        xacts = server_xacts(pg) - xacts0 - own - sampler.queries - 1 if pg else 0  # type: ignore[union-attr]
         idle_env = {**env, "LOOP_BENCH_ROLE": "idle"}
         subprocess.run([sys.executable, COUNTED, "--config", str(config), "poll", "--once"],
                        env=idle_env, cwd=root, capture_output=True, check=True, timeout=120)
