@@ -1,5 +1,5 @@
-"""The loop on PostgreSQL with 1, 2 and 4 hosts (issue 24, Measure): `loop_throughput.py
---backend postgresql` runs this.
+"""The loop on PostgreSQL with 1, 2 and 4 hosts, or those `--hosts` names (issue 24, Measure;
+8 hosts: issue 34): `loop_throughput.py --backend postgresql` runs this.
 
 Each host is a folder of its own (its stateDir, `--host-id host-N`) and one `poll --interval
 0.1` daemon on one shared database, with the same `maxSessions`. A session is a shell that
@@ -9,6 +9,8 @@ marker, and the shell exits. The graph is one agent node, then done. The clock r
 arming of `--items` items until every one is done. Then: sessions per item (must be 1) and
 starts per item (must be 1). Claim latency is measured apart: N processes (one per host)
 claim and release items of one table for `--claim-seconds`, each timing every `claim()`.
+CPU per item: the pollers with their sessions (this process's children), and the database
+backends serving the run (sampled from /proc, see BackendCpu).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import io
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -38,12 +41,17 @@ nodes:
 edges:
   - {from: work, outcome: done, to: done}
 """
+#: A session: sleep, leave a marker, then wait (blocked on a FIFO, no CPU) until the agents'
+#: stand-in has completed the node. (It polled for the marker's removal every 20 ms: with 32
+#: sessions that was 1,600 `sleep` processes a second, the machine's bound at 8 hosts.)
 SLEEPER = """\
 #!/bin/sh
 sleep "$1"
+mkfifo "$2/$THE_LOOP_SESSION.fifo"
 echo "$THE_LOOP_WORK_ITEM" > "$2/$THE_LOOP_SESSION.tmp"
 mv "$2/$THE_LOOP_SESSION.tmp" "$2/$THE_LOOP_SESSION"
-while [ -e "$2/$THE_LOOP_SESSION" ]; do sleep 0.02; done
+read _ < "$2/$THE_LOOP_SESSION.fifo"
+rm -f "$2/$THE_LOOP_SESSION.fifo"
 """
 
 
@@ -98,6 +106,49 @@ class Database:
             conn.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
 
 
+class BackendCpu:
+    """The CPU of the PostgreSQL backends serving database `name` (sampled from /proc)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.best: dict[int, float] = {}
+        self.queries = 0  # its own transactions on the database, taken off the server's
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _sample(self, conn: Any) -> None:
+        self.queries += 1
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = "
+                            "current_database() AND pid <> pg_backend_pid()").fetchall()
+        for (pid,) in rows:
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                cpu = (int(fields[11]) + int(fields[12])) / self.tick
+                self.best[pid] = max(self.best.get(pid, 0.0), cpu)
+
+    def _run(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.db.dsn, autocommit=True) as conn:
+            while not self.stop.is_set():
+                self._sample(conn)
+                self.stop.wait(0.05)
+            self._sample(conn)
+
+    def __enter__(self) -> BackendCpu:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.best.values())
+
+
 def host_folder(root: Path, dsn: str, name: str, *, sleep: float, max_sessions: int,
                 markers: Path) -> Path:
     d = root / name
@@ -116,9 +167,11 @@ def host_folder(root: Path, dsn: str, name: str, *, sleep: float, max_sessions: 
 
 
 def run(admin: str, hosts: int, items: int, *, sleep: float,
-        max_sessions: int) -> tuple[float, dict[str, int]]:
-    """Seconds from arming to every item done, and the duplicate counts (all must be 0)."""
+        max_sessions: int) -> tuple[float, dict[str, int], dict[str, float]]:
+    """Seconds from arming to every item done, the duplicate counts (all must be 0), and
+    CPU seconds per item: the pollers with their sessions, and the database's backends."""
     db = Database(admin)
+    cpu: dict[str, float] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="loop-hosts-") as tmp:
             root = Path(tmp)
@@ -135,6 +188,8 @@ def run(admin: str, hosts: int, items: int, *, sleep: float,
             t0 = time.perf_counter()
             for ref in refs:
                 cli(configs[0], "start", ref, "--actor", "alice")
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            sampler = BackendCpu(db).__enter__()
             procs = [subprocess.Popen(
                 [sys.executable, "-m", "the_loop", "--config", str(c), "poll", "--interval",
                  "0.1", "--quiet", "--host-id", f"host-{i}"], env=env,
@@ -151,7 +206,12 @@ def run(admin: str, hosts: int, items: int, *, sleep: float,
                 stop.set()
                 agent.join()
                 stop_pollers(procs)
-            return elapsed, duplicates(db, items)
+                sampler.__exit__()
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu["pollers"] = (after.ru_utime + after.ru_stime - before.ru_utime
+                              - before.ru_stime) / items
+            cpu["server"] = sampler.seconds / items
+            return elapsed, duplicates(db, items), cpu
     finally:
         db.drop()
 
@@ -174,14 +234,30 @@ def complete_marked(config: Path, markers: Path, stop: threading.Event) -> None:
         with contextlib.suppress(LoopError):  # the item moved on meanwhile
             local.loop.graph_complete(marker.read_text().strip(), summary="ok")
         marker.unlink()
+        release(marker.with_suffix(".fifo"))
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         while not stop.is_set():
             for marker in markers.iterdir():
-                if marker.suffix != ".tmp" and marker.name not in taken:
+                if marker.suffix not in (".tmp", ".fifo") and marker.name not in taken:
                     taken.add(marker.name)
                     pool.submit(complete, marker)
             stop.wait(0.02)
+
+
+def release(fifo: Path) -> None:
+    """Let the session waiting on `fifo` end (it may not be reading yet: retry a while)."""
+    for _ in range(500):
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # no reader yet (ENXIO), or the session is gone
+            time.sleep(0.01)
+            continue
+        try:
+            os.write(fd, b"done\n")
+        finally:
+            os.close(fd)
+        return
 
 
 def duplicates(db: Database, items: int) -> dict[str, int]:
@@ -243,13 +319,15 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def report(admin: str, *, items: int, sleep: float, max_sessions: int, repeat: int,
-           claim_seconds: float) -> None:
-    counts = (1, 2, 4)
+           claim_seconds: float, counts: tuple[int, ...] = (1, 2, 4)) -> None:
     best: dict[int, float] = {}
     dups: dict[int, dict[str, int]] = {}
+    cpus: dict[int, dict[str, float]] = {}
     for _ in range(repeat):
         for n in counts:
-            elapsed, d = run(admin, n, items, sleep=sleep, max_sessions=max_sessions)
+            elapsed, d, cpu = run(admin, n, items, sleep=sleep, max_sessions=max_sessions)
+            if elapsed < best.get(n, float("inf")):
+                cpus[n] = cpu
             best[n] = min(best.get(n, elapsed), elapsed)
             dups[n] = {k: max(v, dups.get(n, {}).get(k, 0)) for k, v in d.items()}
     latencies = {n: claim_latency(admin, n, seconds=claim_seconds) for n in counts}
@@ -258,8 +336,9 @@ def report(admin: str, *, items: int, sleep: float, max_sessions: int, repeat: i
           f"maxSessions {max_sessions} per host, best of {repeat}; one host's ideal is "
           f"{ideal:.1f} s\n")
     print("| hosts | seconds | items/s | ratio (÷ 1 host) | target (0.8·N) | duplicate "
-          "starts / sessions / completions | claim p50 | claim p99 |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "starts / sessions / completions | claim p50 | claim p99 | loop CPU / item | "
+          "db server CPU / item |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in counts:
         rate = items / best[n]
         ratio = rate / (items / best[1])
@@ -267,7 +346,8 @@ def report(admin: str, *, items: int, sleep: float, max_sessions: int, repeat: i
         d = dups[n]
         print(f"| {n} | {best[n]:.2f} | {rate:.2f} | {ratio:.2f} | {0.8 * n:.1f} | "
               f"{d['starts']} / {d['sessions']} / {d['completions']} | "
-              f"{percentile(lat, 50) * 1e3:.2f} ms | {percentile(lat, 99) * 1e3:.2f} ms |")
+              f"{percentile(lat, 50) * 1e3:.2f} ms | {percentile(lat, 99) * 1e3:.2f} ms | "
+              f"{cpus[n]['pollers'] * 1e3:.0f} ms | {cpus[n]['server'] * 1e3:.0f} ms |")
 
 
 if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--claimer":

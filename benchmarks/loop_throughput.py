@@ -125,6 +125,7 @@ def main() -> int:
     ap.add_argument("--sleep", type=float, default=2.0, help="postgresql: a session's sleep")
     ap.add_argument("--max-sessions", type=int, default=4, help="postgresql: per host")
     ap.add_argument("--claim-seconds", type=float, default=3.0)
+    ap.add_argument("--hosts", default="1,2,4", help="postgresql: the host counts to run")
     args = ap.parse_args()
     items, repeat = (8, 1) if args.quick else (args.items, args.repeat)
     if args.backend == "postgresql":
@@ -153,9 +154,11 @@ def hosts_report(args: argparse.Namespace, items: int, repeat: int) -> int:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.system()} "
           f"{platform.release()}, Python {platform.python_version()}, load {load:.1f} at start")
     print(f"command: python benchmarks/loop_throughput.py --backend postgresql --items {items} "
-          f"--repeat {repeat} --sleep {args.sleep:g} --max-sessions {args.max_sessions}")
+          f"--repeat {repeat} --sleep {args.sleep:g} --max-sessions {args.max_sessions} "
+          f"--hosts {args.hosts}")
     report(args.dsn, items=items, sleep=args.sleep, max_sessions=args.max_sessions,
-           repeat=repeat, claim_seconds=args.claim_seconds)
+           repeat=repeat, claim_seconds=args.claim_seconds,
+           counts=tuple(int(n) for n in args.hosts.split(",")))
     return 0
 
 

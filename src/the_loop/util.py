@@ -8,8 +8,6 @@ reader and the CLI can all use them without importing each other.
 from __future__ import annotations
 
 import contextlib
-import difflib
-import ipaddress
 import json
 import os
 import sys
@@ -32,6 +30,8 @@ def shown_path(path: str | os.PathLike[str]) -> str:
 
 def closest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
     """The valid name a typo most likely meant, or None."""
+    import difflib
+
     found = difflib.get_close_matches(name, list(valid), n=1, cutoff=0.6)
     return found[0] if found else None
 
@@ -65,6 +65,8 @@ def is_loopback(host: str) -> bool:
     if name == "localhost":
         return True
     try:
+        import ipaddress
+
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False

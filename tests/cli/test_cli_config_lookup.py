@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import pkgutil
 from pathlib import Path
@@ -146,9 +147,19 @@ def test_read_commands_with_no_config_create_nothing(tmp_path: Path, run_cli: An
 
 
 def test_every_command_module_is_listed_in_the_command_table() -> None:
-    listed = set(app.COMMANDS) | set(app.POLICY_SUBCOMMANDS)
+    listed = {c.module for c in app.COMMANDS} | {m for m, _ in app.POLICY_SUBCOMMANDS}
     for info in pkgutil.iter_modules(cli_pkg.__path__):
         module = __import__(f"the_loop.cli.{info.name}", fromlist=["register"])
         register = getattr(module, "register", None)
         if callable(register) and info.name != "app":
-            assert register in listed, f"the_loop.cli.{info.name}.register is not in COMMANDS"
+            assert info.name in listed, f"the_loop.cli.{info.name} is not in COMMANDS"
+
+
+def test_the_command_table_lists_each_command_as_its_module_registers_it() -> None:
+    """`the-loop --help` lists commands from the table without importing their modules:
+    the table's name and line must be what each module's register() adds."""
+    sub = next(a for a in app.build_parser()._actions
+               if isinstance(a, argparse._SubParsersAction))
+    assert [(c.dest, c.help) for c in sub._choices_actions] == [
+        (c.name, c.help) for c in app.COMMANDS]
+    assert list(sub.choices) == [c.name for c in app.COMMANDS]

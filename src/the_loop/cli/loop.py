@@ -97,7 +97,10 @@ def one_shot(args: argparse.Namespace, source: str) -> Loop:
 def unmended(loop: Loop, what: str) -> bool:
     """Whether the hooks declaration fails to load, so no daemon can start to act on `what`
     (said on stderr with the error, and recorded as hooks.load_failed: R3.6, abuse case 6).
-    Loads it as a daemon would, firing nothing; a load that works records nothing."""
+    Loads it as a daemon would, firing nothing; a load that works records nothing. A config
+    that declares no hook has nothing to load (nor to import the loader for)."""
+    if loop.config.data.get("hooks", []) == []:
+        return False
     from the_loop.events import EventLog
     from the_loop.hooks.declaring.loading import chain_from_config
 

@@ -6,7 +6,6 @@ import contextlib
 import fcntl
 import os
 import subprocess
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,8 @@ class Launched:
 
 
 def new_session_id() -> str:
+    import uuid
+
     return "s-" + uuid.uuid4().hex[:12]
 
 

@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import re
-import socket
 import sys
 import threading
 import time
@@ -40,7 +39,7 @@ HOST_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 def host_id() -> str:
     """This host's id: $THE_LOOP_HOST_ID, else the host's name."""
-    return os.environ.get(HOST_ENV, "") or socket.gethostname()
+    return os.environ.get(HOST_ENV, "") or os.uname().nodename  # gethostname(), no socket
 
 
 def set_host_id(value: str, flag: str = "--host-id") -> None:
@@ -118,7 +117,7 @@ def host_owner(state_dir: Path) -> str:
     """What a daemon writes as its host row's owner (JSON): its instance, the process, and
     where it runs (for the message another instance shows)."""
     return json.dumps({"instance": instance_of(state_dir), "process": process_owner(),
-                       "node": socket.gethostname(), "dir": str(state_dir)}, sort_keys=True)
+                       "node": os.uname().nodename, "dir": str(state_dir)}, sort_keys=True)
 
 
 def owner_record(text: str) -> dict[str, str] | None:

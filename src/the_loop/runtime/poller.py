@@ -16,6 +16,8 @@ from typing import Any
 
 from the_loop.errors import InputTooLong
 from the_loop.interrupt import is_real as is_real_interrupt
+from the_loop.runtime import cycle
+from the_loop.runtime.cycle import Snapshot
 from the_loop.runtime.db import Fenced
 from the_loop.runtime.input_bound import input_refusal
 from the_loop.runtime.launching import has_room
@@ -153,26 +155,31 @@ def check_session(loop: Loop, ref: str, report: Report) -> None:
     run_steps(loop, ref, report)
 
 
-def reap(loop: Loop) -> list[str]:
-    """Record sessions whose process ended (asked of the session's lock, not its pid)."""
+def reap(loop: Loop, snap: Snapshot | None = None) -> list[str]:
+    """Record sessions whose process ended (asked of the session's lock, not its pid).
+    `snap`: this cycle's snapshot (read here when not given), told what ended."""
+    snap = snap if snap is not None else cycle.read(loop.store)
     ended: list[str] = []
     codes: dict[str, int | None] = {}
     for sid, proc in list(loop.procs.items()):
         if proc.poll() is not None:
             codes[sid] = proc.returncode
             del loop.procs[sid]
-    for row in loop.store.live_sessions():
+    for row in snap.live:
         sid = str(row["id"])
-        if loop.session_alive(sid):
+        if loop.session_alive(sid, row):
             continue
         code = codes.get(sid)
         if loop.store.session_ended(sid, code):
             loop.log.emit("session.exited", session_id=sid, code=code)
             ended.append(sid)
-    for host in loop.store.sweep_lost():
+    swept = set()
+    for host in loop.store.sweep_lost(snap.lapsed):
         loop.log.emit("host.lost", host=host)
-    for row in loop.store.lost_here():  # this host was away and its items were taken over
-        if loop.session_alive(str(row["id"])):
+        swept |= {str(r["session_id"]) for r in snap.active.values() if r["host"] == host}
+    snap.ended(set(ended) | swept)
+    for row in snap.lost_here:  # this host was away and its items were taken over
+        if loop.session_alive(str(row["id"]), row):
             loop.log.emit("session.fenced", session_id=row["id"], work_item=row["ref"])
             loop.end_session(str(row["id"]))
     return ended
@@ -210,10 +217,12 @@ def fenced_out(loop: Loop, ref: str, exc: Fenced) -> None:
             loop.end_session(sid, pid=proc.pid)
 
 
-def work_on(loop: Loop, ref: str, report: Report, *, wait: float = 0.0) -> bool:
+def work_on(loop: Loop, ref: str, report: Report, *, wait: float = 0.0,
+            seen: dict[str, Any] | None = None) -> bool:
     """Claim `ref`, run what it is owed, release it; False when another process holds it
-    (or its session runs on another live host)."""
-    w = loop.work(ref)
+    (or its session runs on another live host). `seen`: its work row as this cycle's
+    snapshot read it (read here when not given)."""
+    w = seen if seen is not None else loop.work(ref)
     if w is not None and not ours(loop, w):
         report.busy += 1
         return False
@@ -234,31 +243,42 @@ def work_on(loop: Loop, ref: str, report: Report, *, wait: float = 0.0) -> bool:
 
 
 def poll_once(loop: Loop) -> Report:
+    """One cycle, decided from one read (runtime/cycle.py: the sessions to reap, the open
+    items with their labels, every active item's work row, which items have new comments
+    and which have pending steps). It claims only the items that owe something: a running
+    item whose session runs and that has no pending step is left alone (issue 34: claiming
+    it cost two transactions a cycle for nothing). An idle cycle is that one statement."""
     report = Report()
-    report.exited = reap(loop)
-    open_items = loop.tracker.items(state="open")  # once a cycle, not once an item
+    snap = cycle.read(loop.store)
+    report.exited = reap(loop, snap)
     if loop.settings.arm_label:
-        for item in open_items:
+        for item in snap.open_items:
             if loop.settings.arm_label in item.labels and loop.work(item.ref) is None:
                 # Who added the label is not known: no login stands in for them (a real
                 # login such as `label` would match rules about that person).
                 loop.arm(item.ref, actor="", source="label")
+                snap.pending.append(item.ref)
     pulls: dict[str, list[str]] = {}
-    for item in open_items:
+    for item in snap.open_items:
         if item.parent:
             pulls.setdefault(item.parent, []).append(item.ref)
-    for ref in loop.store.refs(*ACTIVE):
-        w = loop.work(ref) or {}
-        item = loop.tracker.get(ref, comments=False)
-        if item.state == "closed":
-            loop.store.queue(StepKind.COMPLETE.key(ref, w.get("arm_seq", 0)), ref,
-                             StepKind.COMPLETE,
-                             {"source": "tracker", "actor": item.closed_by or "someone"})
-            continue
-        ingest(loop, ref, pulls.get(ref, []))
-    todo = dict.fromkeys(loop.store.pending_refs() + loop.store.refs("running"))
-    for ref in todo:
-        work_on(loop, ref, report)
+    is_open = {item.ref for item in snap.open_items}
+    for ref, w in snap.active.items():
+        if ref not in is_open:  # closed (or gone: get() says which)
+            item = loop.tracker.get(ref, comments=False)
+            if item.state == "closed":
+                loop.store.queue(StepKind.COMPLETE.key(ref, w.get("arm_seq", 0)), ref,
+                                 StepKind.COMPLETE,
+                                 {"source": "tracker", "actor": item.closed_by or "someone"})
+                snap.pending.append(ref)
+                continue
+        said = ref in snap.commented or any(pr in snap.commented for pr in pulls.get(ref, []))
+        if said and ingest(loop, ref, pulls.get(ref, [])):
+            snap.pending.append(ref)
+    running = [ref for ref, w in snap.active.items()
+               if w["state"] == "running" and w["session_exited"] != 0]
+    for ref in dict.fromkeys(snap.pending + running):
+        work_on(loop, ref, report, seen=snap.active.get(ref))
     loop.log.emit("poll.cycle", started=report.started, inputs=report.inputs,
                   refused=report.refused, closed=report.closed)
     return report

@@ -12,33 +12,33 @@ the daemon. The SQL lives in store.py; this module keeps the orchestration.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import functools
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from the_loop.config import Config
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
-from the_loop.hooks.declaring.loading import chain_once
-from the_loop.hooks.engine.chain import Chain, Outcome
-from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.runtime import harness as harness_mod
-from the_loop.runtime.channels import Channels
 from the_loop.runtime.db import open_database, private_dir
-from the_loop.runtime.decisionlog import DecisionLog
 from the_loop.runtime.graph import load_graph
 from the_loop.runtime.identity import AGENT_PREFIX, SESSION_TOKEN_ENV
 from the_loop.runtime.lease import Heartbeat, check_host_id, host_owner
-from the_loop.runtime.pointmetrics import observe
-from the_loop.runtime.record import point_record
 from the_loop.runtime.settings import Settings, settings_of
 from the_loop.runtime.stepkinds import StepKind
 from the_loop.runtime.store import ACTIVE, Step, Store
 from the_loop.runtime.tracker import LocalTracker
+
+if TYPE_CHECKING:  # the hooks, the channels and the decision log load when first used: a
+    # one-shot command (`graph complete`, `ask`) runs none of them (issue 34)
+    import subprocess
+
+    from the_loop.hooks.engine.chain import Chain, Outcome
+    from the_loop.hooks.engine.points import Context
+    from the_loop.runtime.channels import Channels
+    from the_loop.runtime.decisionlog import DecisionLog
 
 LOOP_AUTHOR = "the-loop"
 FAILPOINT_ENV = "THE_LOOP_FAILPOINT"
@@ -80,6 +80,8 @@ def session_id_for(step_key: str, salt: str = "") -> str:
     """A launch step's session id: the same on every redo of the step, and not to be worked
     out from the item's ref (the step's payload holds a random `salt`: stepkinds.salted), as
     an agent's token acts with the id of the session it names."""
+    import hashlib
+
     return "s-" + hashlib.sha256((salt + step_key).encode()).hexdigest()[:12]
 
 
@@ -91,6 +93,8 @@ class Decided:
 
     @classmethod
     def of(cls, outcome: Outcome) -> Decided:
+        from the_loop.hooks.engine.points import SPECS
+
         names = [d.name for d in SPECS[outcome.context.POINT].decisions]
         return cls({
             "decisions": {n: outcome.context.__dict__[n] for n in names},
@@ -137,19 +141,28 @@ class Loop:
         self.store = Store(self.db, redact=self.redact, expiry=self.settings.lease_expiry)
         self.tracker = LocalTracker(self.db, self.settings.repository)
         self.graph = load_graph(self.settings.graph)
-        self.channels = Channels(self.settings.channels, self.log)
         self.strict_hooks = strict_hooks
         self.source = source
         self._chain: Chain | None = None
         if self.settings.database:  # its own copy of the decision log (the console's)
             private_dir(self.settings.state_dir)
             os.close(os.open(self.settings.db_path, os.O_WRONLY | os.O_CREAT, 0o600))
-        self.decision_log = DecisionLog(self.settings.db_path,
-                                        keep_days=self.settings.decision_keep_days, log=self.log,
-                                        database=self.settings.database)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.proc_refs: dict[str, str] = {}  # session id → work item, launched here
         self.heartbeat: Heartbeat | None = None
+
+    @functools.cached_property
+    def channels(self) -> Channels:
+        from the_loop.runtime.channels import Channels
+
+        return Channels(self.settings.channels, self.log)
+
+    @functools.cached_property
+    def decision_log(self) -> DecisionLog:
+        from the_loop.runtime.decisionlog import DecisionLog
+
+        return DecisionLog(self.settings.db_path, keep_days=self.settings.decision_keep_days,
+                           log=self.log, database=self.settings.database)
 
     def start_heartbeat(self, on_clash: Callable[[], None] | None = None) -> None:
         """A daemon's: renew this process's claims and its host's `seen` time in the
@@ -185,11 +198,16 @@ class Loop:
     def chain(self) -> Chain:
         """Loaded on first use, at most once per process."""
         if self._chain is None:
+            from the_loop.hooks.declaring.loading import chain_once
+
             self._chain = chain_once(self.config, strict=self.strict_hooks, log=self.log)
         return self._chain
 
     def fire(self, ctx: Context) -> Outcome:
         """Run the chain at ctx's point and record that the point fired."""
+        from the_loop.runtime.pointmetrics import observe
+        from the_loop.runtime.record import point_record
+
         started = time.perf_counter()
         outcome = self.chain.invoke(ctx)
         observe(outcome, self.chain, time.perf_counter() - started)
@@ -360,10 +378,11 @@ class Loop:
             return session_id_for(f"{step_key}@{self.store.host}", salt)
         return session_id_for(step_key, salt)
 
-    def session_alive(self, sid: str) -> bool:
+    def session_alive(self, sid: str, row: dict[str, Any] | None = None) -> bool:
         """Asked of the session's lock on its own host; another host's session lives while
-        it is not known to have ended and its host's heartbeat does."""
-        row = self.store.session(sid)
+        it is not known to have ended and its host's heartbeat does. (`row`: the session's
+        row, when the caller has just read it.)"""
+        row = row if row is not None else self.store.session(sid)
         if row is not None and row.get("host") not in ("", self.store.host):
             return not row["exited"] and self.store.host_alive(str(row["host"]))
         pid = int(row["pid"]) if row else 0
@@ -392,6 +411,8 @@ class Loop:
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and alive():
             time.sleep(0.05)
+        import signal
+
         for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
             if not alive():
                 return
@@ -410,6 +431,8 @@ class Loop:
 
     def close(self, *, wait: float = 0.0) -> None:
         """Close the database; with `wait`, first let this process's sessions finish."""
+        import subprocess
+
         for proc in self.procs.values():
             if wait and proc.poll() is None:
                 with contextlib.suppress(subprocess.TimeoutExpired):

@@ -364,8 +364,6 @@ def secret_names(data: dict[str, object]) -> set[str]:
     kind lists under `secrets`: tokenEnv, secretEnv), a channel's and serve's tokenEnv.
 
     Read from the raw file, so an entry the hooks loader rejects still counts."""
-    from the_loop.hooks.executors import registry  # the executor kinds: only when asked
-
     names: set[str] = set()
     for section in ("hooks", "channels"):
         entries = data.get(section)
@@ -373,6 +371,9 @@ def secret_names(data: dict[str, object]) -> set[str]:
             if not isinstance(entry, dict):
                 continue
             if section == "hooks":  # each kind says which of its keys name secrets
+                # imported only for a config with hook entries (issue 34: start-up)
+                from the_loop.hooks.executors import registry
+
                 names.update(registry.secret_names(entry))
             elif isinstance(entry.get("tokenEnv"), str):
                 names.add(entry["tokenEnv"])

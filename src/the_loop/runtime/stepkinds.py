@@ -11,7 +11,6 @@ that every kind has a runner, an event in the catalog and a narrated line.
 from __future__ import annotations
 
 import enum
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -103,4 +102,6 @@ def salted(payload: dict[str, Any]) -> dict[str, Any]:
     """A launch step's payload with a random salt for its session id (service.session_id_for):
     kept with the step, so a redo gets the same id, and unknown to anyone who knows only the
     item's ref and the step's key."""
+    import secrets
+
     return {**payload, "salt": secrets.token_hex(16)}

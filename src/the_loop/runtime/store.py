@@ -113,8 +113,24 @@ class Store:
     # ------------------------------------------------------------------ claims
     def claim(self, ref: str) -> bool:
         """Take the right to run `ref`'s steps; False while another owner's lease lives
-        (or another process is taking it at this very moment: SKIP LOCKED, no waiting)."""
+        (or another process is taking it at this very moment: SKIP LOCKED, no waiting).
+
+        One statement when the claim is free, lapsed or already ours (the usual case); the
+        longer path reads the holder first, to ask whether it is a dead process of this host.
+        """
         me = self.me
+        rows = self.db.conn.execute(
+            f"UPDATE work SET claim=?, claim_until={self.now} + ?, "
+            "fence=fence + CASE WHEN claim=? THEN 0 ELSE 1 END WHERE ref IN (SELECT ref FROM "
+            f"work WHERE ref=? AND (claim=? OR claim='' OR claim_until <= {self.now})"
+            f"{self.db.dialect.skip_locked}) RETURNING fence",
+            (me, self.expiry, me, ref, me)).fetchall()  # all: the statement ends, and commits
+        if rows:
+            self.db.hold(ref, me, int(rows[0]["fence"]))
+            return True
+        return self._claim_held(ref, me)
+
+    def _claim_held(self, ref: str, me: str) -> bool:
         with self.db.transaction() as conn:
             row = conn.execute(f"SELECT claim, claim_until, fence, {self.now} AS now FROM work "
                                f"WHERE ref=?{self.db.dialect.skip_locked}", (ref,)).fetchone()
@@ -143,9 +159,8 @@ class Store:
     def release(self, ref: str) -> None:
         """Give the claim up (nothing is written when a newer owner has it)."""
         self.db.drop(ref)
-        with self.db.transaction() as conn:
-            conn.execute("UPDATE work SET claim='', claim_until=0 WHERE ref=? AND claim=?",
-                         (ref, self.me))
+        self.db.conn.execute("UPDATE work SET claim='', claim_until=0 WHERE ref=? AND claim=?",
+                             (ref, self.me))  # one statement: it guards itself
 
     def beat(self, owner: str = "") -> dict[str, Any] | None:
         """Renew every claim this process holds, and say this host is alive -- unless its
@@ -361,14 +376,15 @@ class Store:
             self.set_work(ref, conn, host="")
         return int(cur.rowcount)
 
-    def sweep_lost(self) -> list[str]:
+    def sweep_lost(self, lapsed: list[str] | None = None) -> list[str]:
         """Mark lost the sessions recorded as running on hosts whose heartbeat lapsed (an
-        item that finished just before its host died is claimed by no one again)."""
-        hosts = [str(r["host"]) for r in self.db.conn.execute(
-            "SELECT DISTINCT host FROM sessions WHERE exited=0 AND host NOT IN ('', ?)",
-            (self.host,))]
-        gone = [h for h in hosts if not self.host_alive(h)]
-        for host in gone:
+        item that finished just before its host died is claimed by no one again).
+        `lapsed`: those hosts, when the caller has read them (runtime/cycle.py)."""
+        gone = lapsed if lapsed is not None else [str(r["host"]) for r in self.db.conn.execute(
+            "SELECT DISTINCT s.host AS host FROM sessions s LEFT JOIN hosts h ON h.id=s.host "
+            f"WHERE s.exited=0 AND s.host NOT IN ('', ?) AND (h.seen IS NULL OR "
+            f"h.seen <= {self.now} - ?) ORDER BY s.host", (self.host, self.expiry))]
+        for host in gone:  # lapsed by the same rule as host_alive
             with self.db.transaction() as conn:
                 conn.execute("UPDATE sessions SET exited=1, lost=1 WHERE host=? AND exited=0",
                              (host,))

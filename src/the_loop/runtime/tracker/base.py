@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from the_loop.errors import TrackerError as TrackerError
-from the_loop.hooks.engine.points import WorkItem
+
+if TYPE_CHECKING:
+    from the_loop.hooks.engine.points import WorkItem
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from the_loop.errors import quote
-from the_loop.hooks.engine.points import WorkItem
 from the_loop.runtime.db import Database
 from the_loop.runtime.tracker.base import Comment, Item, PullRequest, TrackerError
+
+if TYPE_CHECKING:
+    from the_loop.hooks.engine.points import WorkItem
 
 REF_RE = re.compile(r"^local:(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)#(?P<n>\d+)$")
 KINDS = ("issue", "pull-request")
@@ -63,52 +65,70 @@ class LocalTracker:
         return int(row["id"]), repository, int(m["n"])
 
     def work_item(self, ref: str) -> WorkItem:
-        item_id, repository, number = self._row(ref)
+        from the_loop.hooks.engine.points import WorkItem
+
+        canon, repository, number = self._parts(ref)
         row = self.db.conn.execute(
-            "SELECT kind, author, base, head, head_repository, draft FROM items WHERE id=?",
-            (item_id,)).fetchone()
+            "SELECT id, kind, author, base, head, head_repository, draft FROM items WHERE "
+            "repository=? AND number=?", (repository, number)).fetchone()
+        if row is None:
+            raise TrackerError(f"no work item {canon}; list them with `the-loop items list`")
         owner, repo = repository.split("/", 1)
-        canon = f"local:{repository}#{number}"
-        pull = _pull(row, repository) or PullRequest("")  # a ticket: no branches, no fork
+        pull = pull_of(row, repository) or PullRequest("")  # a ticket: no branches, no fork
         return WorkItem(
             ref=canon, tracker="local", host="", owner=owner, repo=repo,
             repository=repository, number=number, kind=str(row["kind"]),
-            url=f"local://{repository}/{number}", id=str(item_id), author=str(row["author"]),
+            url=f"local://{repository}/{number}", id=str(row["id"]), author=str(row["author"]),
             base=pull.base, head=pull.head, head_repository=pull.head_repository,
             fork=pull.fork, draft=pull.draft,
         )
 
-    def get(self, ref: str, *, comments: bool = True) -> Item:
-        item_id, _, _ = self._row(ref)
-        row = self.db.conn.execute("SELECT * FROM items WHERE id=?", (item_id,)).fetchone()
-        return self._item(row, comments=comments)
+    def _parts(self, ref: str) -> tuple[str, str, int]:
+        canon = self.resolve(ref)
+        m = REF_RE.match(canon)
+        assert m is not None
+        return canon, f"{m['owner']}/{m['repo']}", int(m["n"])
 
-    def _item(self, row: object, *, comments: bool) -> Item:
-        r = row  # a row by column name (sqlite3.Row, or a dict on PostgreSQL)
-        item_id = r["id"]  # type: ignore[index]
-        labels = [
-            str(x["label"]) for x in self.db.conn.execute(
-                "SELECT label FROM labels WHERE item=? ORDER BY label", (item_id,))
-        ]
+    #: An item's row with one of its labels per row (NULL: none); ordered by id, then label.
+    _WITH_LABELS = ("SELECT i.*, l.label AS label FROM items i LEFT JOIN labels l ON "
+                    "l.item = i.id")
+
+    def get(self, ref: str, *, comments: bool = True) -> Item:
+        """One query for the item and its labels (a second for its comments)."""
+        canon, repository, number = self._parts(ref)
+        rows = self.db.conn.execute(
+            f"{self._WITH_LABELS} WHERE i.repository=? AND i.number=? ORDER BY l.label",
+            (repository, number)).fetchall()
+        if not rows:
+            raise TrackerError(f"no work item {canon}; list them with `the-loop items list`")
+        return self._item(rows, comments=comments)
+
+    def _item(self, rows: list[Any], *, comments: bool) -> Item:
+        """An item from its rows of `_WITH_LABELS` (sqlite3.Row, or dicts on PostgreSQL)."""
+        r = rows[0]
+        labels = [str(x["label"]) for x in rows if x["label"] is not None]
         cs = [
             Comment(int(c["id"]), str(c["author"]), str(c["body"]), float(c["created"]),
                     str(c["source"]))
             for c in self.db.conn.execute(
-                "SELECT * FROM comments WHERE item=? ORDER BY id", (item_id,))
+                "SELECT * FROM comments WHERE item=? ORDER BY id", (r["id"],))
         ] if comments else []
         return Item(
-            ref=f"local:{r['repository']}#{r['number']}",  # type: ignore[index]
-            kind=str(r["kind"]), title=str(r["title"]), body=str(r["body"]),  # type: ignore[index]
-            state=str(r["state"]), labels=labels, comments=cs,  # type: ignore[index]
-            parent=str(r["parent"]), closed_by=str(r["closed_by"]),  # type: ignore[index]
-            created=float(r["created"]),  # type: ignore[index]
-            author=str(r["author"]), pull=_pull(r, str(r["repository"])),  # type: ignore[index]
+            ref=f"local:{r['repository']}#{r['number']}", kind=str(r["kind"]),
+            title=str(r["title"]), body=str(r["body"]), state=str(r["state"]), labels=labels,
+            comments=cs, parent=str(r["parent"]), closed_by=str(r["closed_by"]),
+            created=float(r["created"]), author=str(r["author"]),
+            pull=pull_of(r, str(r["repository"])),
         )
 
     def items(self, *, state: str | None = None) -> list[Item]:
-        sql = "SELECT * FROM items" + (" WHERE state=?" if state else "") + " ORDER BY id"
-        rows = self.db.conn.execute(sql, (state,) if state else ()).fetchall()
-        return [self._item(r, comments=False) for r in rows]
+        """Every item (in `state`), with its labels, in one query."""
+        sql = (self._WITH_LABELS + (" WHERE i.state=?" if state else "")
+               + " ORDER BY i.id, l.label")
+        by_id: dict[int, list[Any]] = {}
+        for row in self.db.conn.execute(sql, (state,) if state else ()).fetchall():
+            by_id.setdefault(int(row["id"]), []).append(row)
+        return [self._item(rows, comments=False) for rows in by_id.values()]
 
     def add(self, title: str, *, body: str = "", kind: str = "issue", parent: str = "",
             labels: list[str] | None = None, author: str = "",
@@ -197,7 +217,7 @@ class LocalTracker:
         return str(row["body"]) if row else ""
 
 
-def _pull(row: object, repository: str) -> PullRequest | None:
+def pull_of(row: object, repository: str) -> PullRequest | None:
     """A pull request row's branches (None for a ticket)."""
     r: Any = row  # sqlite3.Row, or a dict on PostgreSQL
     if r["kind"] != "pull-request":

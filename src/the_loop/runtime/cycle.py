@@ -1,0 +1,114 @@
+"""What a poll cycle reads, in one statement: the snapshot the cycle decides from (issue 34).
+
+One `UNION ALL` of tagged rows, each branch's row a JSON object, so the whole read is one
+statement (one round trip and one transaction on PostgreSQL, one consistent snapshot on
+either backend): this host's live sessions and its sessions another host declared lost,
+the hosts whose heartbeat lapsed while sessions were recorded on them, the open items with
+their labels, every active item's work row (whether it has a pending step, whether its
+session ended), the open items with a comment past their input cursor, and the items with
+pending steps. An idle cycle costs this one statement.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from the_loop.runtime.store import ACTIVE, Store
+from the_loop.runtime.tracker.base import Item
+from the_loop.runtime.tracker.local import pull_of
+
+_WORK_COLUMNS = ("ref", "state", "arm_seq", "node", "session_id", "actor", "source",
+                 "respawns", "updated", "epoch", "claim", "claim_until", "fence", "host")
+_SESSION_COLUMNS = ("id", "ref", "endpoint", "harness", "pid", "node", "started", "exited",
+                    "code", "log", "step", "host", "lost")
+_ITEM_COLUMNS = ("id", "repository", "number", "kind", "title", "body", "state", "parent",
+                 "author", "created", "closed_by", "base", "head", "head_repository", "draft")
+
+
+def _obj(json_object: str, alias: str, columns: tuple[str, ...], *extra: str) -> str:
+    pairs = [f"'{c}', {alias}.{c}" for c in columns] + list(extra)
+    return f"{json_object}({', '.join(pairs)})"
+
+
+def snapshot_sql(store: Store) -> str:
+    """The cycle's one statement; parameters: host, host, host, expiry, *ACTIVE."""
+    jo = "json_build_object" if store.db.dialect.name == "postgresql" else "json_object"
+    marks = ",".join("?" * len(ACTIVE))
+    ref = "'local:' || i.repository || '#' || i.number"
+    item = _obj(jo, "i", _ITEM_COLUMNS, "'label', l.label")
+    work = _obj(jo, "w", _WORK_COLUMNS, "'session_exited', s.exited",
+                "'pending', (SELECT COUNT(*) FROM steps p WHERE p.ref=w.ref AND "
+                "p.state='pending')")
+    return " UNION ALL ".join((
+        f"SELECT 'live' AS what, {_obj(jo, 's', _SESSION_COLUMNS)} AS r FROM sessions s "
+        "WHERE s.exited=0 AND s.host IN ('', ?)",
+        f"SELECT 'lost_here', {_obj(jo, 's', _SESSION_COLUMNS)} FROM sessions s "
+        "WHERE s.lost=1 AND s.host=?",
+        f"SELECT 'lapsed', {jo}('host', x.host) FROM (SELECT DISTINCT s.host AS host FROM "
+        "sessions s LEFT JOIN hosts h ON h.id=s.host WHERE s.exited=0 AND s.host NOT IN "
+        f"('', ?) AND (h.seen IS NULL OR h.seen <= {store.now} - ?)) AS x",
+        f"SELECT 'open', {item} FROM items i "
+        "LEFT JOIN labels l ON l.item=i.id WHERE i.state='open'",
+        f"SELECT 'active', {work} FROM work w LEFT JOIN sessions s "
+        f"ON s.id=w.session_id AND w.session_id<>'' WHERE w.state IN ({marks})",
+        f"SELECT 'commented', {jo}('ref', x.ref) FROM (SELECT DISTINCT {ref} AS ref FROM "
+        "comments c JOIN items i ON i.id=c.item LEFT JOIN cursors k ON "
+        f"k.ref={ref} WHERE i.state='open' AND c.id > COALESCE(k.last, 0)) AS x",
+        f"SELECT 'pending', {jo}('ref', x.ref, 'first', x.first) FROM (SELECT ref, MIN(seq) "
+        "AS first FROM steps WHERE state='pending' GROUP BY ref) AS x",
+    ))
+
+
+@dataclass
+class Snapshot:
+    """A poll cycle's view of the loop, read in one statement (see the module docstring)."""
+
+    live: list[dict[str, Any]] = field(default_factory=list)
+    lost_here: list[dict[str, Any]] = field(default_factory=list)
+    lapsed: list[str] = field(default_factory=list)
+    open_items: list[Item] = field(default_factory=list)
+    active: dict[str, dict[str, Any]] = field(default_factory=dict)
+    commented: set[str] = field(default_factory=set)
+    pending: list[str] = field(default_factory=list)
+
+    def ended(self, sids: set[str]) -> None:
+        """Sessions this cycle saw end (or lost with their host): their items owe a check."""
+        for w in self.active.values():
+            if w["session_id"] in sids:
+                w["session_exited"] = 1
+
+
+def read(store: Store) -> Snapshot:
+    rows = store.db.conn.execute(snapshot_sql(store), (
+        store.host, store.host, store.host, store.expiry, *ACTIVE)).fetchall()
+    by: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        value = row["r"]
+        by.setdefault(str(row["what"]), []).append(
+            json.loads(value) if isinstance(value, str) else dict(value))
+    items: dict[int, dict[str, Any]] = {}
+    for r in sorted(by.get("open", []), key=lambda r: (r["id"], r["label"] or "")):
+        item = items.setdefault(int(r["id"]), {**r, "labels": []})
+        if r["label"] is not None:
+            item["labels"].append(str(r["label"]))
+    active = sorted(by.get("active", []), key=lambda r: (float(r["updated"]), str(r["ref"])))
+    return Snapshot(
+        live=sorted(by.get("live", []), key=lambda r: float(r["started"])),
+        lost_here=by.get("lost_here", []),
+        lapsed=sorted(str(r["host"]) for r in by.get("lapsed", [])),
+        open_items=[_item(r) for r in items.values()],
+        active={str(r["ref"]): r for r in active},
+        commented={str(r["ref"]) for r in by.get("commented", [])},
+        pending=[str(r["ref"]) for r in sorted(by.get("pending", []),
+                                               key=lambda r: int(r["first"]))],
+    )
+
+
+def _item(r: dict[str, Any]) -> Item:
+    return Item(ref=f"local:{r['repository']}#{r['number']}", kind=str(r["kind"]),
+                title=str(r["title"]), body=str(r["body"]), state=str(r["state"]),
+                labels=list(r["labels"]), comments=[], parent=str(r["parent"]),
+                closed_by=str(r["closed_by"]), created=float(r["created"]),
+                author=str(r["author"]), pull=pull_of(r, str(r["repository"])))
