@@ -69,7 +69,7 @@ def test_demo_closes_its_work_item_prints_each_point_and_leaves_a_readable_log(
 
     # The folder is a starting point afterwards: from inside it, with no flags (issue 15).
     check = the_loop("policy", "check", home=tmp_path, cwd=folder)
-    assert check.returncode == 0 and f"\n{folder / 'policies'}: 9 rule" in check.stdout
+    assert check.returncode == 0 and f"\n{folder / 'policies'}: 11 rule" in check.stdout
     tested = the_loop("policy", "test", "--min-coverage", "100", home=tmp_path, cwd=folder)
     assert tested.returncode == 0, tested.stdout
     assert the_loop("events", "--event", "item.*", home=tmp_path, cwd=folder).stdout
