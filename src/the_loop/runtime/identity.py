@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 from pathlib import Path
 
 from the_loop.errors import UsageError
@@ -43,6 +42,8 @@ def token_digest(token: str) -> str:
 
 def session_token() -> tuple[str, str]:
     """A new session token and its digest (256 random bits)."""
+    import secrets  # only a launch makes one: agent commands start without it
+
     token = secrets.token_urlsafe(32)
     return token, token_digest(token)
 
