@@ -230,7 +230,7 @@ def test_gunicorn_workers_sharing_a_metrics_folder_answer_every_scrape_with_all_
 
 
 def _until(url: str, ok: Any) -> dict[tuple[str, tuple[Any, ...]], float]:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a reload on a loaded machine
     while True:
         m = scrape(url, AUTH)
         if ok(m) or time.monotonic() > deadline:

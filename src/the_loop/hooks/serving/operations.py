@@ -68,8 +68,9 @@ def declared_series(executor: Any) -> tuple[list[tuple[str, str]], list[str], li
     for hook, member in members:
         hooks.append(hook)
         refusers.append(f"(hook {_name(member)})")
-        if isinstance(member, PolicyExecutor):
-            for rule in member.policy.rules:
+        policy = getattr(member, "policy", None)  # a policy executor's checked rules
+        if policy is not None:
+            for rule in policy.rules:
                 rules.append((rule.name, rule.mode))
                 if not rule.audit and rule.set_raw.get("proceed") is False:
                     refusers.append(rule.name)
