@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from serving_helpers import Served, get, gunicorn, post
+from the_loop.decisions.looplog import read_points
 from the_loop.hooks.policy.files import revision
-from the_loop.runtime.decisionlog import read_points
 
 TOKEN = "tok-3f9a61c2e8b04d7f"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -364,7 +364,7 @@ def _old_rows(target: str | Path, days_ago: list[float], *, prefix: str = "old",
               record: str = '{"v":2,"served":true}') -> None:
     """Rows written as a server writes them, `days_ago` each (before the server starts);
     with `record` '{"v":2}', as a loop writes its own."""
-    from the_loop.hooks.serving.logstore import open_store
+    from the_loop.decisions.stores import open_store
 
     store = open_store(str(target))
     store.prepare()
@@ -431,7 +431,8 @@ def test_keep_days_zero_keeps_every_record_and_a_bad_value_is_refused_by_name(
 
 def test_a_log_weeks_past_its_keep_time_is_pruned_in_slices_between_batches(
         tmp_path: Path, monkeypatch: Any) -> None:
-    from the_loop.hooks.serving import logstore, logwriter
+    from the_loop.decisions import stores as logstore
+    from the_loop.decisions import writer as logwriter
 
     monkeypatch.setattr(logstore, "PRUNE_SLICE", 100)
     monkeypatch.setattr(logwriter, "PRUNE_SLICE", 100)
@@ -549,7 +550,7 @@ def test_a_prune_with_nothing_old_reads_none_of_the_logs_rows(tmp_path: Path) ->
     the table: it runs on the writer's thread, and a scan of a log of millions of records
     holds every record queued meanwhile (lost past 10,000). Counted in SQLite's virtual
     machine steps, not in time: a scan of 20,000 rows takes some eighty thousand."""
-    from the_loop.hooks.serving.logstore import SQLiteStore
+    from the_loop.decisions.stores import SQLiteStore
 
     log = tmp_path / "log.db"
     _old_rows(log, [0.5] * 19_990 + [40.0] * 10)
@@ -674,7 +675,8 @@ def test_records_a_stalled_store_did_not_take_by_the_stop_are_counted_and_said(
     """A server stopping while its store is stalled (another process holds SQLite's write
     lock) waits a bounded time; the records still waiting then are lost, so they are
     counted and said on stderr, not dropped in silence with the process."""
-    from the_loop.hooks.serving import logstore, logwriter
+    from the_loop.decisions import stores as logstore
+    from the_loop.decisions import writer as logwriter
 
     log = tmp_path / "log.db"
     store = logstore.SQLiteStore(log)
@@ -748,7 +750,8 @@ def test_records_arriving_while_a_batch_is_written_wait_to_share_the_next_batch(
     """A store whose write takes round trips (PostgreSQL: 1 ms here) must not be handed the
     two or three records that came during the previous write, one batch after another: at
     2,000 records a second, batches average in the tens (they averaged 2.5 before)."""
-    from the_loop.hooks.serving import logstore, logwriter
+    from the_loop.decisions import stores as logstore
+    from the_loop.decisions import writer as logwriter
 
     store = logstore.open_store(str(tmp_path / "log.db"))
     store.prepare()

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from the_loop.console import charts, reads, views
+from the_loop.console import charts, views
+from the_loop.decisions import reads
 from the_loop.errors import LoopError
 from the_loop.hooks.policy.rules import read_policy
 

@@ -15,14 +15,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from the_loop.console import charts, reads
+from the_loop.console import charts
+from the_loop.decisions import reads
+from the_loop.decisions.looplog import Recorded
 from the_loop.errors import LoopError
 from the_loop.hooks.engine.chain import Link
 from the_loop.hooks.engine.points import POINTS, SPECS
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.policy.rules import Policy
 from the_loop.hooks.policy.testing import run_tests
-from the_loop.runtime.decisionlog import Recorded
 from the_loop.runtime.service import Loop
 
 ITEMS_PER_PAGE = 50

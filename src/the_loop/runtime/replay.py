@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.config import Config
+from the_loop.decisions.looplog import Recorded
+from the_loop.decisions.masking import mask_value
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.declaration import parse_hooks
@@ -34,8 +36,6 @@ from the_loop.hooks.executors.kind import CALL, RECORDED, REPLAY_DOES
 from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 from the_loop.hooks.policy.rules import AFFIXES
 from the_loop.hooks.serving.dialect import unsent
-from the_loop.hooks.serving.masking import mask_value
-from the_loop.runtime.decisionlog import Recorded
 from the_loop.runtime.rebuild import rebuild
 
 __all__ = ["RecordedAnswer", "Replayer", "Report", "policy_chain", "rebuild", "replay_chain"]

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from the_loop.config import Config
+from the_loop.decisions.looplog import DecisionLog
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.loading import chain_once
@@ -29,7 +30,6 @@ from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.runtime import harness as harness_mod
 from the_loop.runtime.channels import Channels
 from the_loop.runtime.db import open_database, private_dir
-from the_loop.runtime.decisionlog import DecisionLog
 from the_loop.runtime.graph import load_graph
 from the_loop.runtime.identity import AGENT_PREFIX
 from the_loop.runtime.lease import Heartbeat, check_host_id

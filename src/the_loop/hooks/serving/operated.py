@@ -13,6 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from the_loop.config import Config
+from the_loop.decisions.masking import Masker
+from the_loop.decisions.stores import KEEP_DAYS as KEEP_DAYS
+from the_loop.decisions.stores import shown
 from the_loop.errors import LoopError
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.policy.files import revision
@@ -20,9 +23,6 @@ from the_loop.hooks.policy.maskpaths import check
 from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.hosted import ChainExecutor
 from the_loop.hooks.serving.jsonrpc import AnyExecutor
-from the_loop.hooks.serving.logstore import KEEP_DAYS as KEEP_DAYS
-from the_loop.hooks.serving.logstore import shown
-from the_loop.hooks.serving.masking import Masker
 from the_loop.hooks.serving.operations import Operations
 from the_loop.hooks.serving.reload import Reloader
 from the_loop.hooks.serving.revisions import sources

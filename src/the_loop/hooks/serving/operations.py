@@ -19,16 +19,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from the_loop.decisions.encoding import VERSION, context_json, encode_record
+from the_loop.decisions.masking import Masker
+from the_loop.decisions.stores import Row, is_url, item_key, open_store, shown
+from the_loop.decisions.writer import LogWriter
 from the_loop.hooks.engine.chain import Chain
 from the_loop.hooks.engine.points import WorkItem
 from the_loop.hooks.executors import registry
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.serving.jsonrpc import CallRecord, OnCall
-from the_loop.hooks.serving.logstore import Row, is_url, item_key, open_store, shown
-from the_loop.hooks.serving.logwriter import LogWriter
-from the_loop.hooks.serving.masking import Masker
 from the_loop.hooks.serving.metrics import Metrics
-from the_loop.hooks.serving.records import VERSION, context_json, encode_record
 from the_loop.hooks.serving.wire import read_json
 
 

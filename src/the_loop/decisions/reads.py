@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from the_loop.runtime.decisionlog import READS, Recorded, expand
+from the_loop.decisions.looplog import READS, Recorded, expand
 
 
 @dataclass(frozen=True)

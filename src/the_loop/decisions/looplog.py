@@ -25,15 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from the_loop.decisions.encoding import context_json as context_json
+from the_loop.decisions.encoding import encode_record
+from the_loop.decisions.stores import TABLE as TABLE
+from the_loop.decisions.stores import PostgresStore, item_key, read_pg
 from the_loop.errors import LoopError
 from the_loop.events import EventLog, redact
 from the_loop.hooks.engine.chain import Chain, Outcome
 from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.hooks.executors import registry
-from the_loop.hooks.serving.logstore import TABLE as TABLE
-from the_loop.hooks.serving.logstore import PostgresStore, item_key, read_pg
-from the_loop.hooks.serving.records import context_json as context_json
-from the_loop.hooks.serving.records import encode_record
 from the_loop.runtime.pointmetrics import kept
 
 __all__ = ["TABLE", "DecisionLog", "Recorded", "count_points", "read_points"]
