@@ -19,7 +19,7 @@ import pytest
 
 from browser_helpers import CHROMIUM_ARGS
 from console_helpers import serving
-from the_loop.decisions.looplog import read_points
+from the_loop.decisions.reads import read_points
 from the_loop.demo.scenario import TOKEN_ENV, run_demo
 from the_loop.hooks.engine.points import POINTS
 from the_loop.hooks.policy.testing import run_tests

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from serving_helpers import Served, get, gunicorn, post
-from the_loop.decisions.looplog import read_points
+from the_loop.decisions.reads import read_points
 from the_loop.hooks.policy.files import revision
 
 TOKEN = "tok-3f9a61c2e8b04d7f"
@@ -369,7 +369,7 @@ def _old_rows(target: str | Path, days_ago: list[float], *, prefix: str = "old",
     store = open_store(str(target))
     store.prepare()
     now = time.time()
-    store.write([(now - d * 86_400, "session_spawn", f"{prefix}#{i}", record)
+    store.write([(now - d * 86_400, "session_spawn", f"{prefix}#{i}", record, "", "", 0)
                  for i, d in enumerate(days_ago)])
     store.close()
 
@@ -449,7 +449,7 @@ def test_a_log_weeks_past_its_keep_time_is_pruned_in_slices_between_batches(
         deadline = time.monotonic() + 10
         while writer.pruned < 450:
             assert time.monotonic() < deadline
-            writer.put((time.time(), "session_spawn", "new", '{"v":2}'))  # writing goes on
+            writer.put((time.time(), "session_spawn", "new", '{"v":2}', "", "", 0))  # goes on
             time.sleep(0.01)
         assert writer.flush()
     finally:
@@ -686,13 +686,13 @@ def test_records_a_stalled_store_did_not_take_by_the_stop_are_counted_and_said(
     blocker.execute("BEGIN IMMEDIATE")  # the writer's INSERT waits for it
     try:
         for n in range(5):
-            writer.put((time.time(), "session_spawn", f"first#{n}", '{"v":2}'))
+            writer.put((time.time(), "session_spawn", f"first#{n}", '{"v":2}', "", "", 0))
         deadline = time.monotonic() + 10
         while writer._taken != 5:  # until the writer took them (and waits on the lock)
             assert time.monotonic() < deadline
             time.sleep(0.01)
         for n in range(3):
-            writer.put((time.time(), "session_spawn", f"then#{n}", '{"v":2}'))
+            writer.put((time.time(), "session_spawn", f"then#{n}", '{"v":2}', "", "", 0))
         writer.close(timeout=0.3)
     finally:
         blocker.execute("ROLLBACK")
@@ -768,7 +768,7 @@ def test_records_arriving_while_a_batch_is_written_wait_to_share_the_next_batch(
     try:
         end = time.monotonic() + 1.0
         while time.monotonic() < end:
-            writer.put((time.time(), "session_spawn", "r#1", '{"v":2}'))
+            writer.put((time.time(), "session_spawn", "r#1", '{"v":2}', "", "", 0))
             time.sleep(0.0005)
         assert writer.flush()
     finally:

@@ -18,7 +18,8 @@ import pytest
 from runtime_helpers import LoopDir
 from serving_helpers import free_port
 from the_loop.config import read_config
-from the_loop.decisions.looplog import DecisionLog, read_points
+from the_loop.decisions.looplog import DecisionLog
+from the_loop.decisions.reads import read_points
 from the_loop.errors import ConfigError, LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain

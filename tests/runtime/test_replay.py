@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from runtime_helpers import LoopDir
-from the_loop.decisions.looplog import read_points
+from the_loop.decisions.reads import read_points
 from the_loop.demo.hooks import STAMP_HOOK, Compliance
 from the_loop.hooks.engine.points import POINTS
 from the_loop.hooks.serving.server import HookServer

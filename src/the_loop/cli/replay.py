@@ -88,7 +88,7 @@ def parse_since(text: str, now: float) -> float | None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from the_loop.decisions.looplog import read_points
+    from the_loop.decisions.reads import read_points
     from the_loop.runtime.cases import CaseWriter
     from the_loop.runtime.replay import Replayer
 

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from the_loop.decisions.looplog import Recorded
+from the_loop.decisions.layout import Recorded
 from the_loop.hooks.engine.points import POINTS
 
 WIDTH = 900  # the time axis's drawing width (pixels, after the row labels)

@@ -1,16 +1,16 @@
-"""Where decision records are stored: one `decision_log` table in SQLite or PostgreSQL.
+"""Where decision records are stored: the `decision_log` table in SQLite or PostgreSQL.
 
-The layout is the loop's own decision log's (`runtime.decisionlog` reads and writes the
-same table in loop.db): `id, at, point, work_item, record`, the record a JSON object. So one
-reader serves the loop's log and a hook server's. `open_store(target)` takes a file path
-(SQLite, created 0600) or a `postgresql://` URL (psycopg 3, imported only then); a store
-writes a batch of rows in one transaction and reads rows back for `policy replay`.
+The layout is `layout.TABLE`, one for the loop's records and a hook server's. `open_store(
+target)` takes a file path (SQLite, created 0600) or a `postgresql://` URL (refused when it
+carries a password: libpq's `PGPASSWORD` or `~/.pgpass` supply it); `prepare` creates the
+table, or brings one an earlier version made up to this layout. A store writes a batch of
+rows in one transaction and prunes old ones. Connections and errors come from `sqldb`: a
+driver's error leaves a store as a `StoreError`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import sqlite3
 import time
@@ -18,37 +18,30 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from the_loop.decisions.layout import COLUMNS, FIELDS, INDEXES, TABLE, Row, recorded, rules_text
 from the_loop.errors import LoopError
-
-#: `id` is the rowid (no AUTOINCREMENT: its bookkeeping cost a served record a sixth of its
-#: insert); ids grow with each row, as replay's order needs, since pruning removes the
-#: oldest rows, never the newest.
-TABLE = """
-CREATE TABLE IF NOT EXISTS decision_log(
-    id INTEGER PRIMARY KEY, at REAL NOT NULL, point TEXT NOT NULL,
-    work_item TEXT NOT NULL, record TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS decision_log_at ON decision_log(at);
-CREATE INDEX IF NOT EXISTS decision_log_item ON decision_log(work_item, at);
-"""
-PG_TABLE = (
-    "CREATE TABLE IF NOT EXISTS decision_log(id BIGSERIAL PRIMARY KEY, "
-    "at DOUBLE PRECISION NOT NULL, point TEXT NOT NULL, work_item TEXT NOT NULL, "
-    "record TEXT NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS decision_log_at ON decision_log(at)",
-    "CREATE INDEX IF NOT EXISTS decision_log_item ON decision_log(work_item, at)",
+from the_loop.sqldb import (
+    POSTGRESQL,
+    StoreError,
+    check_dsn,
+    connect_pg,
+    connect_sqlite,
+    converted,
+    is_postgresql,
+    shown_dsn,
 )
-_INSERT = "INSERT INTO decision_log(at, point, work_item, record) VALUES ({0}, {0}, {0}, {0})"
+
+_INSERT = (f"INSERT INTO decision_log({', '.join(FIELDS)}) VALUES "
+           "({0}, {0}, {0}, {0}, {0}, {0}, {0})")
 #: A served log's SQLite page: a record of a few KB is a row too big for two to share a
 #: 4 KB page, so at SQLite's default each took a page of its own, half empty, and every
 #: byte was written twice (WAL, then checkpoint). At 32 KB a 2 KB record takes 2.2 KB of
 #: file and half the CPU to insert (kernel time most of it); records of 9 KB cost as at 4 KB.
 PAGE_SIZE = 32768
-#: Rows per SQLite INSERT: 4 values a row, under the 999 bound of SQLite before 3.32.
-_ROWS_PER_INSERT = 200
+#: Rows per SQLite INSERT: 7 values a row, under the 999 bound of SQLite before 3.32.
+_ROWS_PER_INSERT = 140
 _COPY_SLICE = 50  # rows a PostgreSQL writer formats between two yields of the lock
-_COPY = "COPY decision_log(at, point, work_item, record) FROM STDIN"
-#: One row: (at, point, work_item, record as JSON text).
-Row = tuple[float, str, str, str]
+_COPY = f"COPY decision_log({', '.join(FIELDS)}) FROM STDIN"
 #: One row read back: (id, at, point, work_item, record text).
 ReadRow = tuple[int, float, str, str, str]
 #: Seconds a PostgreSQL connection attempt may take before the batch counts as failed.
@@ -58,42 +51,18 @@ CONNECT_TIMEOUT = 5
 @functools.lru_cache(maxsize=16)
 def _insert(rows: int) -> str:
     """An INSERT of `rows` rows into the SQLite log (the few sizes a writer uses, cached)."""
-    return _INSERT.format("?") + ", (?, ?, ?, ?)" * (rows - 1)
-
-
-#: Characters of an item ref the item column keeps as they are. PostgreSQL's index on the
-#: column takes at most 2,704 bytes a row: one call with a longer ref (a body may hold 1 MiB)
-#: cost its whole batch, every other caller's records with it.
-ITEM_KEY_MAX = 512
-
-
-def item_key(ref: str) -> str:
-    """The item column's value for `ref` (a key to filter by; the record keeps the ref as
-    received): the ref itself, a NUL shown as U+FFFD (PostgreSQL's text cannot hold one);
-    past `ITEM_KEY_MAX` characters, its first 400 and the SHA-256 of all of it, under
-    2 KB whatever the characters. A filter by a ref goes through this too."""
-    key = ref.replace("\0", "\ufffd")
-    if len(key) <= ITEM_KEY_MAX:
-        return key
-    digest = hashlib.sha256(ref.encode("utf-8", "surrogatepass")).hexdigest()
-    return f"{key[:400]}\u2026sha256:{digest}"
+    return _INSERT.format("?") + ", (?, ?, ?, ?, ?, ?, ?)" * (rows - 1)
 
 
 def is_url(target: str) -> bool:
     """Whether `target` names a PostgreSQL database rather than a file."""
-    return target.startswith(("postgresql://", "postgres://"))
+    return is_postgresql(target)
 
 
 def shown(target: str) -> str:
-    """`target` as a log line may show it: a URL without its password."""
-    if not is_url(target):
-        return target
-    scheme, _, rest = target.partition("://")
-    creds, at, host = rest.rpartition("@")
-    if not at:
-        return target
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
+    """`target` as a message may show it: a file as given, a URL as host/dbname only (no
+    user, password or parameters)."""
+    return f"postgresql://{shown_dsn(target)}" if is_url(target) else target
 
 
 #: Days a served record is kept by default: the loop's own decisionLog.keepDays default.
@@ -102,16 +71,18 @@ KEEP_DAYS = 30.0
 #: slices between two batches, so the writer never stops writing for long.
 PRUNE_SLICE = 5000
 #: Oldest first by `at`, so the `at` index finds them: ordered by id, SQLite walked the
-#: table in id order to find rows past the cutoff, and the hourly prune of a log with none
-#: (or fewer than a slice) read every row of it on the writer's thread. Served records
-#: only (`SERVED`): a loop's shared database keeps its own in the same table until the
-#: operator deletes them (docs/runtime.md), and one reader serving both invites pointing
-#: a hook server there.
+#: table in id order to find rows past the cutoff. A served log prunes served records
+#: only, a loop its own (`SERVED` tells them apart): a loop's database may hold a hook
+#: server's records too, each pruned by its own keep time.
 _PRUNE = ("DELETE FROM decision_log WHERE id IN (SELECT id FROM decision_log WHERE at < {0} "
-          "AND record LIKE {0} ORDER BY at LIMIT {0})")
+          "AND record {1} {0} ORDER BY at LIMIT {0})")
 #: What only a served record's text holds (`"served":true` as its encoders write it; a
 #: string quoting it is written `\"served\":true`, which this does not match).
 SERVED = '%"served":true%'
+
+
+def _prune_sql(mark: str, served: bool) -> str:
+    return _PRUNE.format(mark, "LIKE" if served else "NOT LIKE")
 
 
 #: Connections a forked process got from its parent (gunicorn --preload): kept, never used
@@ -119,10 +90,22 @@ SERVED = '%"served":true%'
 _INHERITED: list[Any] = []
 
 
+def _summary(row_id: int, point: str, text: str) -> tuple[str, int] | None:
+    """(rules, refused) for a row an earlier version wrote, None when it cannot be read."""
+    try:
+        rec = recorded((row_id, 0.0, point, "", text))
+    except (ValueError, KeyError, AttributeError, TypeError, RecursionError):
+        return None
+    refused = bool(rec.refused_by) or rec.decisions.get("proceed") is False
+    return rules_text(rec.steps), int(refused)
+
+
 class Store:
     """A decision-log store: one connection (`_conn`), opened on first use and kept."""
 
     _conn: Any = None
+    target = ""  # as messages show it
+    source = ""  # the path or URL a reader opens
 
     def prepare(self) -> None:
         raise NotImplementedError
@@ -130,7 +113,7 @@ class Store:
     def write(self, rows: Sequence[Row]) -> None:
         raise NotImplementedError
 
-    def prune(self, before: float) -> int:
+    def prune(self, before: float, *, served: bool = True) -> int:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -142,66 +125,130 @@ class Store:
             _INHERITED.append(self._conn)
             self._conn = None
 
+    def _upgrade(self, conn: Any, have: set[str], mark: str) -> None:
+        """Give a table an earlier version made the columns it lacks, filled in from each
+        row's record (once: the columns exist afterwards)."""
+        missing = [name for name in COLUMNS if name not in have]
+        for name in missing:
+            conn.execute(f"ALTER TABLE decision_log ADD COLUMN {name} {COLUMNS[name]}")
+        if missing:
+            rows = conn.execute("SELECT id, point, record FROM decision_log").fetchall()
+            for row in rows:
+                got = _summary(int(row[0]), str(row[1]), str(row[2]))
+                if got is not None and (got[0] or got[1]):
+                    conn.execute(f"UPDATE decision_log SET rules = {mark}, refused = {mark} "
+                                 f"WHERE id = {mark}", (got[0], got[1], row[0]))
+        for statement in INDEXES.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+
 
 class SQLiteStore(Store):
-    """A SQLite file (WAL, synchronous=NORMAL, as the loop's log): created 0600 if missing."""
+    """A SQLite file (WAL, synchronous=NORMAL: an operating-system crash may lose the last
+    rows, never corrupt the file): created 0600 if missing."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.target = self.source = str(path)
         self._conn: sqlite3.Connection | None = None
+        self._given = False  # a connection its caller made (and closes)
+
+    @classmethod
+    def on(cls, conn: sqlite3.Connection) -> SQLiteStore:
+        """A store writing on `conn` (its path as the database names it), inside the
+        caller's transaction when one is open."""
+        row = conn.execute("PRAGMA database_list").fetchone()
+        store = cls(Path(row[2] if row else ""))
+        conn.executescript(TABLE)
+        if not cls._current(conn):
+            have = {str(r[1]) for r in conn.execute("PRAGMA table_info(decision_log)")}
+            store._upgrade(conn, have, "?")
+        store._conn, store._given = conn, True
+        return store
 
     def prepare(self) -> None:
         """Create the file (0600) and the table now, so a server that cannot write its log
-        says so at start; raises OSError or sqlite3.Error."""
+        says so at start; raises OSError or StoreError."""
         fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
         os.close(fd)
         self._connect()
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None,
-                                   check_same_thread=False)
-            conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # a new file only; before WAL
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA wal_autocheckpoint={4 * 1024 * 1024 // PAGE_SIZE}")  # 4 MiB
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.executescript(TABLE)
+            with converted(f"decision log {self.path}: cannot open it"):
+                conn = connect_sqlite(self.path, page_size=PAGE_SIZE)
+                conn.row_factory = None
+                conn.execute(f"PRAGMA wal_autocheckpoint={4 * 1024 * 1024 // PAGE_SIZE}")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(TABLE)
+                if not self._current(conn):
+                    conn.execute("BEGIN IMMEDIATE")  # one upgrader at a time; look again
+                    try:
+                        have = {str(r[1]) for r in
+                                conn.execute("PRAGMA table_info(decision_log)")}
+                        self._upgrade(conn, have, "?")
+                    except BaseException:
+                        conn.execute("ROLLBACK")
+                        raise
+                    conn.execute("COMMIT")
             self._conn = conn
         return self._conn
+
+    @staticmethod
+    def _current(conn: sqlite3.Connection) -> bool:
+        """Whether the table has this version's columns and indexes already."""
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type='index' AND "
+                            "name='decision_log_rules'").fetchone() is not None
 
     def write(self, rows: Sequence[Row]) -> None:
         """One INSERT per `_ROWS_PER_INSERT` rows: the lock every Python thread shares is
         released while SQLite runs a statement and taken back after it, so an INSERT per
         row (executemany) took it from the server's event loop once per row (a quarter of
-        the log's cost, measured); this takes it once per slice."""
+        the log's cost, measured); this takes it once per slice. When SQLite has already
+        ended the transaction itself (a full disk does), its own error is the one raised."""
         conn = self._connect()
-        conn.execute("BEGIN")
-        try:
-            for at in range(0, len(rows), _ROWS_PER_INSERT):
-                part = rows[at:at + _ROWS_PER_INSERT]
-                conn.execute(_insert(len(part)), [value for row in part for value in row])
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        with converted("the database refused the batch"):
+            if conn.in_transaction:  # the caller's (`on`): its commit is the caller's
+                for at in range(0, len(rows), _ROWS_PER_INSERT):
+                    part = rows[at:at + _ROWS_PER_INSERT]
+                    conn.execute(_insert(len(part)), [value for row in part for value in row])
+                return
+            conn.execute("BEGIN")
+            try:
+                for at in range(0, len(rows), _ROWS_PER_INSERT):
+                    part = rows[at:at + _ROWS_PER_INSERT]
+                    conn.execute(_insert(len(part)), [value for row in part for value in row])
+            except BaseException:
+                if _in_transaction(conn):  # a full disk ends it first: its error stands
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
-    def prune(self, before: float) -> int:
-        """Delete up to `PRUNE_SLICE` of the oldest rows recorded before `before`; returns
-        how many went."""
+    def prune(self, before: float, *, served: bool = True) -> int:
+        """Delete up to `PRUNE_SLICE` of the oldest rows recorded before `before` (served
+        records, or with `served=False` the loop's own); returns how many went."""
         conn = self._connect()
-        return int(conn.execute(_PRUNE.format("?"), (before, SERVED, PRUNE_SLICE)).rowcount)
+        with converted(f"decision log {self.path}: cannot delete old records"):
+            return int(conn.execute(_prune_sql("?", served), (before, SERVED, PRUNE_SLICE)
+                                    ).rowcount)
 
     def close(self) -> None:
-        if self._conn is not None:
+        if self._conn is not None and not self._given:
             self._conn.close()
-            self._conn = None
+        self._conn = None
+
+
+def _in_transaction(conn: sqlite3.Connection) -> bool:
+    return conn.in_transaction
 
 
 class PostgresStore(Store):
-    """A PostgreSQL database (psycopg 3): one connection, reopened after a failure."""
+    """A PostgreSQL database (psycopg 3 through `sqldb`): one connection, reopened after a
+    failure."""
 
     def __init__(self, url: str) -> None:
-        self.url = url
+        self.url = self.source = check_dsn(url, "--decision-log")
+        self.target = shown(url)
         self._conn: Any = None
 
     def prepare(self) -> None:
@@ -209,14 +256,19 @@ class PostgresStore(Store):
 
     def _connect(self) -> Any:
         if self._conn is None:
-            psycopg = _psycopg()
-            conn = psycopg.connect(self.url, connect_timeout=CONNECT_TIMEOUT)
+            conn = connect_pg(self.url, timeout=CONNECT_TIMEOUT)
             try:
                 _require_utf8(conn, self.url)
-                with conn.transaction():
+                with converted(f"decision log {self.target}: cannot create its table"), \
+                        conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(7411)")  # one creator at a time
-                    for statement in PG_TABLE:
-                        conn.execute(statement)
+                    for statement in POSTGRESQL.ddl(TABLE).split(";"):
+                        if statement.strip():
+                            conn.execute(statement)
+                    have = {str(r[0]) for r in conn.execute(
+                        "SELECT column_name FROM information_schema.columns WHERE "
+                        "table_name = 'decision_log' AND table_schema = current_schema()")}
+                    self._upgrade(conn, have, "%s")
             except BaseException:
                 conn.close()
                 raise
@@ -229,7 +281,8 @@ class PostgresStore(Store):
         loop waits at most a slice's formatting (a fraction of a millisecond) for it."""
         try:
             conn = self._connect()
-            with conn.transaction(), conn.cursor() as cur, cur.copy(_COPY) as copy:
+            with converted("the database refused the batch"), \
+                    conn.transaction(), conn.cursor() as cur, cur.copy(_COPY) as copy:
                 for at, row in enumerate(rows, 1):
                     copy.write_row(row)
                     if at % _COPY_SLICE == 0:
@@ -238,13 +291,14 @@ class PostgresStore(Store):
             self.close()  # the next batch reconnects
             raise
 
-    def prune(self, before: float) -> int:
+    def prune(self, before: float, *, served: bool = True) -> int:
         """As `SQLiteStore.prune` (servers sharing the database each prune; it is idempotent)."""
         try:
             conn = self._connect()
-            with conn.transaction():
-                return int(conn.execute(_PRUNE.format("%s"), (before, SERVED, PRUNE_SLICE)
-                                        ).rowcount)
+            with converted(f"decision log {self.target}: cannot delete old records"), \
+                    conn.transaction():
+                return int(conn.execute(_prune_sql("%s", served),
+                                        (before, SERVED, PRUNE_SLICE)).rowcount)
         except BaseException:
             self.close()
             raise
@@ -269,60 +323,38 @@ def _require_utf8(conn: Any, url: str) -> None:
                         "database created with ENCODING 'UTF8'")
 
 
-def _psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError:
-        raise LoopError("a postgresql:// decision log needs psycopg 3: pip install "
-                        "'the-loop[postgresql]'") from None
-    return psycopg
-
-
 def open_store(target: str) -> Store:
-    """The store `target` names (not yet connected; call `prepare`)."""
+    """The store `target` names (not yet connected; call `prepare`); a `ConfigError` for a
+    URL carrying a password."""
     if is_url(target):
         return PostgresStore(target)
     return SQLiteStore(Path(target).expanduser())
 
 
-def where_clause(since: float | None, point: str, mark: str,
-                 work_item: str = "") -> tuple[str, list[Any]]:
-    """A WHERE clause (with `mark` as the placeholder) for replay's filters."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if work_item:
-        clauses.append(f"work_item = {mark}")
-        params.append(item_key(work_item))
-    if since is not None:
-        clauses.append(f"at >= {mark}")
-        params.append(since)
-    if point:
-        clauses.append(f"point = {mark}")
-        params.append(point)
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
-
-
-def read_pg(url: str, *, since: float | None = None, point: str = "",
-            work_item: str = "") -> Iterator[ReadRow]:
-    """The rows of a PostgreSQL decision log matching the filters, oldest first (streamed);
-    `LoopError` when the database cannot be reached or holds no log."""
-    psycopg = _psycopg()
+def read_pg(url: str, where: str = "", params: Sequence[Any] = ()
+            ) -> Iterator[tuple[Any, ...]]:
+    """The rows of a PostgreSQL decision log matching `where` (`?` placeholders), oldest
+    first (streamed), with the host column when the table has it; `LoopError` when the
+    database cannot be reached or holds no log."""
+    conn = connect_pg(check_dsn(url, "--log"), timeout=CONNECT_TIMEOUT)
     try:
-        conn = psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT)
-    except psycopg.Error as exc:
-        raise LoopError(f"{shown(url)}: cannot connect to the decision log "
-                        f"({str(exc).strip().splitlines()[0] if str(exc).strip() else exc})"
-                        ) from None
-    try:
-        found = conn.execute("SELECT to_regclass('decision_log')").fetchone()
-        if found is None or found[0] is None:
-            raise LoopError(f"{shown(url)} has no decision log yet: a hook server started "
-                            "with --decision-log on it, or a loop whose database it is, "
-                            "writes one as points fire")
-        where, params = where_clause(since, point, "%s", work_item)
-        with conn.cursor(name="replay") as cur:
-            cur.execute(f"SELECT id, at, point, work_item, record FROM decision_log{where} "
-                        "ORDER BY id", params)
-            yield from cur
+        with converted(f"decision log {shown(url)}: cannot read it"):
+            found = conn.execute("SELECT to_regclass('decision_log')").fetchone()
+            if found is None or found[0] is None:
+                raise LoopError(f"{shown(url)} has no decision log yet: a hook server "
+                                "started with --decision-log on it, or a loop whose database "
+                                "it is, writes one as points fire")
+            host = conn.execute(
+                "SELECT 1 FROM information_schema.columns WHERE table_name = 'decision_log' "
+                "AND column_name = 'host' AND table_schema = current_schema()").fetchone()
+            with conn.cursor(name="replay") as cur:
+                cur.execute(f"SELECT id, at, point, work_item, record{', host' if host else ''}"
+                            f" FROM decision_log{where.replace('?', '%s')} ORDER BY id",
+                            tuple(params))
+                yield from cur
     finally:
         conn.close()
+
+
+__all__ = ["KEEP_DAYS", "PRUNE_SLICE", "PostgresStore", "SQLiteStore", "Store", "StoreError",
+           "is_url", "open_store", "read_pg", "shown"]

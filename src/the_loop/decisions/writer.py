@@ -21,7 +21,8 @@ import time
 import weakref
 from collections.abc import Callable
 
-from the_loop.decisions.stores import PRUNE_SLICE, Row, Store, shown
+from the_loop.decisions.layout import Row
+from the_loop.decisions.stores import PRUNE_SLICE, Store, shown
 from the_loop.errors import one_line
 from the_loop.util import say
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from the_loop.decisions.looplog import Recorded, context_json
+from the_loop.decisions.encoding import context_json
+from the_loop.decisions.layout import Recorded
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain, Link, Outcome

@@ -42,6 +42,13 @@ def kept() -> Metrics | None:
     return _made[0] if _made else None
 
 
+def count_lost_record() -> None:
+    """Count one decision record the loop could not write (when metrics are kept)."""
+    m = kept()
+    if m is not None:
+        m.log_failed.inc()
+
+
 def observe(outcome: Outcome, chain: Chain, seconds: float) -> None:
     """Count one fired point (never raises: metrics cost a point nothing but time)."""
     m = kept()
@@ -51,7 +58,7 @@ def observe(outcome: Outcome, chain: Chain, seconds: float) -> None:
 
 
 def _observe(m: Metrics, outcome: Outcome, chain: Chain, seconds: float) -> None:
-    from the_loop.hooks.serving.operations import refusing_rule
+    from the_loop.decisions.build import refusing_rule
 
     failed = False
     for step in outcome.steps:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.config import Config
-from the_loop.decisions.looplog import Recorded
+from the_loop.decisions.build import applied
+from the_loop.decisions.layout import Recorded
 from the_loop.decisions.masking import mask_value
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
@@ -300,7 +301,7 @@ class Replayer:
         self.report.replayed += 1
         for what in rec.masked:
             self.report.masked[what] = self.report.masked.get(what, 0) + 1
-        after = _as_logged(rec, outcome.context.__dict__)
+        after = _as_logged(rec, applied(rec.point, rec.context, outcome.context.__dict__))
         before = rec.decisions
         names = _DECISIONS[rec.point]
         for name in names:
@@ -336,7 +337,7 @@ class Replayer:
             current.update(step.get("changed") or {})
 
     def _differ(self, rec: Recorded, outcome: Outcome, names: tuple[str, ...]) -> None:
-        after = _as_logged(rec, outcome.context.__dict__)
+        after = _as_logged(rec, applied(rec.point, rec.context, outcome.context.__dict__))
         changes: list[dict[str, Any]] = []
         for name in names:
             was, now = rec.decisions.get(name), after[name]
