@@ -1,6 +1,6 @@
 """The loop's own Prometheus metrics: the points this process fired, for `the-loop serve`.
 
-The same metrics a hook server keeps (`hooks.serving.metrics`), named `the_loop_points_*`,
+The same metrics a hook server keeps (`the_loop.metrics`), named `the_loop_points_*`,
 one registry per process (a `serve` process and a `poll` process each count their own
 points; R3.7: the declaration is read once per process, so the reload counters stay 0).
 `observe` is called by `Loop.fire` with each point's outcome; labels are points, rule names
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from the_loop.hooks.engine.chain import Chain, Outcome
 
 if TYPE_CHECKING:
-    from the_loop.hooks.serving.metrics import Metrics
+    from the_loop.metrics import Metrics
 
 _made: list[Metrics] = []  # this process's metrics, once asked for
 
@@ -27,7 +27,7 @@ def metrics(chain: Chain | None = None) -> Metrics:
     process's `chain`, every series its rules and hooks can move exists from now on, at 0
     (`operations.declared_series`: Prometheus's increase() misses a series' first count)."""
     if not _made:
-        from the_loop.hooks.serving.metrics import Metrics
+        from the_loop.metrics import Metrics
 
         _made.append(Metrics(prefix="the_loop_points"))
     if chain is not None:

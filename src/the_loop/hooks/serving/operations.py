@@ -28,7 +28,7 @@ from the_loop.decisions.writer import LogWriter
 from the_loop.hooks.engine.chain import Chain
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.serving.jsonrpc import CallRecord, OnCall
-from the_loop.hooks.serving.metrics import Metrics
+from the_loop.metrics import Metrics
 
 
 def _outcome(call: CallRecord) -> str:
