@@ -154,6 +154,9 @@ def test_what_if_replays_as_many_points_as_policy_replay_on_either_host(
                                  )["replayed"])
     total = pg_query(walked["dsn"], "SELECT count(*) AS n FROM decision_log")[0]["n"]
     assert counts == [total] * 4
+    checked = json.loads(walked["a"].cli("state", "check", "--json", ok=False).stdout)
+    [decisions] = [f for f in checked if f["check"] == "decisions"]
+    assert decisions["detail"] == f"{total} recorded point(s) from host(s) host-b"
     page.goto("/console/whatif?target=1&period=all")
     summary = page.locator("p.summary").inner_text()
     assert summary.startswith(f"Replayed {total} recorded points"), summary
