@@ -183,7 +183,8 @@ def test_a_password_in_the_decision_log_url_is_refused_and_never_echoed(
     assert "hunter2" not in done.stdout + done.stderr
 
 
-def test_health_shows_a_log_url_without_its_parameters(tmp_path: Path, pg_dsn: str) -> None:
+def test_health_and_replay_show_a_log_url_without_its_parameters(
+        tmp_path: Path, pg_dsn: str, run_cli: Any) -> None:
     url = f"{pg_dsn}?application_name=private-name-7"
     served = _serve(tmp_path, "--decision-log", url)
     try:
@@ -192,6 +193,9 @@ def test_health_shows_a_log_url_without_its_parameters(tmp_path: Path, pg_dsn: s
         _, err = served.stop()
     assert "private-name-7" not in health and "private-name-7" not in err
     assert pg_dsn.rsplit("/", 1)[1] in health  # the database's name is shown
+    done = run_cli("policy", "replay", "--log", url, "--policy", "rules")
+    assert "holds no recorded point yet" in done.stderr
+    assert "private-name-7" not in done.stdout + done.stderr
 
 
 # ------------------------------------------------------------------ 30.7 what was applied

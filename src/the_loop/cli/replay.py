@@ -266,8 +266,12 @@ def _source(args: argparse.Namespace) -> Path | str:
     return path
 
 
-def _why_none(args: argparse.Namespace, db_path: Path | str) -> str:
-    """Why nothing was replayed: the filters given matched no point, or none is recorded."""
+def _why_none(args: argparse.Namespace, source: Path | str) -> str:
+    """Why nothing was replayed: the filters given matched no point, or none is recorded
+    (a URL shown as host/dbname: never its user or parameters)."""
+    from the_loop.decisions.stores import shown
+
+    db_path = shown(source) if isinstance(source, str) else source
     given = [f"{flag} {value}" for flag, value in (
         ("--since", args.since), ("--point", args.point), ("--work-item", args.work_item))
         if value]
