@@ -220,3 +220,29 @@ def test_replay_names_each_row_it_cannot_use_and_replays_the_rest(ld: LoopDir) -
     code, out, err = ld.run("policy", "replay")
     assert code == 0 and "Traceback" not in err
     assert "skipped: decision log row 3 (session_spawn, local:acme/app#2)" in out
+
+
+def test_keep_days_prunes_the_store_the_config_names(tmp_path: Path, database: str) -> None:
+    """On PostgreSQL the shared table is pruned by keepDays too (issue 32.2), and only the
+    loop's own rows: a hook server's rows in the same table keep their own keep time."""
+    ld = LoopDir(tmp_path, database=database)
+    ld.write_config("decisionLog: {keepDays: 2}\n")
+    fire_spawns(ld, 2)
+    target: Path | str = database or ld.state / "loop.db"
+    served = json.dumps({"v": 2, "served": True, "context": {}, "steps": [], "decisions": {}},
+                        separators=(",", ":"))  # as a hook server writes it
+    if database:
+        import psycopg
+
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("UPDATE decision_log SET at = at - 3 * 86400 WHERE id = 1")
+            conn.execute("INSERT INTO decision_log(at, point, work_item, record) VALUES "
+                         "(1, 'session_spawn', 'x', %s)", (served,))
+    else:
+        with sqlite3.connect(ld.state / "loop.db") as conn:
+            conn.execute("UPDATE decision_log SET at = at - 3 * 86400 WHERE id = 1")
+            conn.execute("INSERT INTO decision_log(at, point, work_item, record) VALUES "
+                         "(1, 'session_spawn', 'x', ?)", (served,))
+    fire_spawns(ld, 1)  # a new process: its first write prunes
+    assert [p.work_item for p in read_points(target, problems=[])] == [
+        "local:acme/app#2", "x", "local:acme/app#3"]
