@@ -235,8 +235,8 @@ def _as_baseline(rec: Any, outcome: Any) -> Any:
     masked the recorded ones, as the replayed side is)."""
     import dataclasses
 
-    from the_loop.hooks.engine.points import SPECS
     from the_loop.decisions.masking import mask_value
+    from the_loop.hooks.engine.points import SPECS
 
     paths = {m.partition(".")[2] for m in rec.masked if m.startswith(f"{rec.point}.")}
     final = outcome.context.__dict__

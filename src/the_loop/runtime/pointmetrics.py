@@ -25,13 +25,13 @@ _made: list[Metrics] = []  # this process's metrics, once asked for
 def metrics(chain: Chain | None = None) -> Metrics:
     """This process's point metrics, made at the first ask (see the module doc); given the
     process's `chain`, every series its rules and hooks can move exists from now on, at 0
-    (`operations.declared_series`: Prometheus's increase() misses a series' first count)."""
+    (`metrics.declared_series`: Prometheus's increase() misses a series' first count)."""
     if not _made:
         from the_loop.metrics import Metrics
 
         _made.append(Metrics(prefix="the_loop_points"))
     if chain is not None:
-        from the_loop.hooks.serving.operations import declared_series
+        from the_loop.metrics import declared_series
 
         _made[0].declare(*declared_series(chain))
     return _made[0]

@@ -25,10 +25,8 @@ from the_loop.decisions.masking import Masker
 from the_loop.decisions.served import ServedRecords
 from the_loop.decisions.stores import is_url, open_store, shown
 from the_loop.decisions.writer import LogWriter
-from the_loop.hooks.engine.chain import Chain
-from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.serving.jsonrpc import CallRecord, OnCall
-from the_loop.metrics import Metrics
+from the_loop.metrics import Metrics, declared_series
 
 
 def _outcome(call: CallRecord) -> str:
@@ -41,28 +39,6 @@ def _outcome(call: CallRecord) -> str:
 
 def _name(executor: Any) -> str:
     return str(getattr(executor, "name", "") or type(executor).__name__)
-
-
-def declared_series(executor: Any) -> tuple[list[tuple[str, str]], list[str], list[str]]:
-    """What the served `executor` (or a `Chain`) declares, under the labels `record` counts
-    it by: every
-    policy rule and its mode; every rule that can refuse (enforce, `proceed: false`) and
-    `(hook <name>)` for each hook (its own refusal or a required failure); every hook."""
-    chain = executor if isinstance(executor, Chain) else getattr(executor, "chain", None)
-    members = ([(link.name, link.executor) for link in chain.links] if chain is not None
-               else [(_name(executor), executor)])
-    rules: list[tuple[str, str]] = []
-    refusers: list[str] = []
-    hooks: list[str] = []
-    for hook, member in members:
-        hooks.append(hook)
-        refusers.append(f"(hook {_name(member)})")
-        if isinstance(member, PolicyExecutor):
-            for rule in member.policy.rules:
-                rules.append((rule.name, rule.mode))
-                if not rule.audit and rule.set_raw.get("proceed") is False:
-                    refusers.append(rule.name)
-    return rules, refusers, hooks
 
 
 class Operations:
