@@ -35,16 +35,14 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from the_loop.decisions.layout import decode as _decode  # what read_points decodes with
+from the_loop.decisions.looplog import DecisionLog
+from the_loop.decisions.reads import read_points
 from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain, Link
 from the_loop.hooks.engine.points import SessionSpawn, WorkItem
 from the_loop.hooks.executors.policy import load_policy
 from the_loop.runtime.db import Database
-from the_loop.runtime.decisionlog import (
-    DecisionLog,
-    _decode,  # what read_points decodes with
-    read_points,
-)
 from the_loop.runtime.record import point_record
 from the_loop.runtime.replay import Replayer, Report, rebuild
 

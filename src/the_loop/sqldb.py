@@ -6,7 +6,12 @@ What other modules rely on (the loop's state, and a served decision log):
 - `check_dsn(dsn, where)`: the DSN, refused with one sentence when it carries a password (libpq
   supplies it from `PGPASSWORD` or `~/.pgpass`, never the file).
 - `connect_sqlite(path)`: a connection in autocommit mode (`isolation_level=None`), WAL, a 30 s
-  busy timeout, rows addressable by column name.
+  busy timeout, rows addressable by column name (`page_size` set first, for a new file).
+- `connect_pg(dsn)`: one psycopg connection of the caller's own (not pooled: a decision-log
+  writer keeps one across a fork, COPYs on it, and closes it after a failure).
+- `StoreError` and `converted(what)`: the one boundary where sqlite3's and psycopg's errors
+  become ours (a `StoreError` naming `what` and the database's own first line), so no
+  caller tells a driver's errors apart by their module's name.
 - `PgConnection(dsn)`: one connection borrowed from the process's pool for that DSN (psycopg 3
   and psycopg_pool, imported only here and only when used), rows as dicts, autocommit; it
   takes a fresh connection when the server dropped the old one (a restart), so a caller
@@ -43,9 +48,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from the_loop.errors import ConfigError, LoopError
 
-__all__ = ["POSTGRESQL", "SQLITE", "Conn", "Dialect", "PgConnection", "Unreachable",
-           "check_dsn", "connect_sqlite", "is_postgresql", "retrying", "shown_dsn",
-           "transient"]
+__all__ = ["POSTGRESQL", "SQLITE", "Conn", "Dialect", "PgConnection", "StoreError",
+           "Unreachable", "check_dsn", "connect_pg", "connect_sqlite", "converted",
+           "is_postgresql", "retrying", "shown_dsn", "transient"]
 
 T = TypeVar("T")
 RETRY_ENV = "THE_LOOP_DB_RETRY_SECONDS"
@@ -184,13 +189,46 @@ def shown_dsn(dsn: str) -> str:
     return f"{parts.hostname or 'local socket'}{parts.path or '/'}"
 
 
-def connect_sqlite(path: Path | str, *, timeout: float = 30.0) -> sqlite3.Connection:
+def connect_sqlite(path: Path | str, *, timeout: float = 30.0,
+                   page_size: int = 0) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None,
                            check_same_thread=False)
     conn.row_factory = sqlite3.Row
+    if page_size:  # a new file only; before WAL
+        conn.execute(f"PRAGMA page_size={int(page_size)}")
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
     return conn
+
+
+class StoreError(LoopError):
+    """A database refused or failed a statement (sqlite3's or psycopg's error, converted
+    once by `converted`); the message names what was being done and the database's words."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def driver_error(exc: BaseException) -> bool:
+    """Whether `exc` is sqlite3's or psycopg's (psycopg only when it was imported)."""
+    if isinstance(exc, sqlite3.Error):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.Error)
+
+
+@contextmanager
+def converted(what: str) -> Iterator[None]:
+    """Run the block; a driver's error leaves it as a `StoreError` ("WHAT: the database's
+    first line"), the driver's exception chained."""
+    try:
+        yield
+    except Exception as exc:
+        if not driver_error(exc):
+            raise
+        raise StoreError(f"{what}: {_first_line(exc)}") from exc
 
 
 # ---------------------------------------------------------------------------- PostgreSQL
@@ -240,6 +278,14 @@ def pool_for(dsn: str, *, max_size: int = 8) -> Any:
             check=psycopg_pool.ConnectionPool.check_connection, name="the-loop")
         _POOLS[dsn] = pool
         return pool
+
+
+def connect_pg(dsn: str, *, timeout: int = 5) -> Any:
+    """A psycopg connection of the caller's own to `dsn` (a transaction per `with
+    conn.transaction()`); a `StoreError` naming the server when it cannot be reached."""
+    psycopg, _ = _modules()
+    with converted(f"cannot connect to PostgreSQL at {shown_dsn(dsn)}"):
+        return psycopg.connect(dsn, connect_timeout=timeout)
 
 
 @atexit.register

@@ -19,10 +19,10 @@ import pytest
 
 from browser_helpers import CHROMIUM_ARGS
 from console_helpers import serving
+from the_loop.decisions.reads import read_points
 from the_loop.demo.scenario import TOKEN_ENV, run_demo
 from the_loop.hooks.engine.points import POINTS
 from the_loop.hooks.policy.testing import run_tests
-from the_loop.runtime.decisionlog import read_points
 
 TOKEN = "alice-browser-token-31415926535"
 CHANGED = "approve-needs-maintainer"

@@ -125,9 +125,9 @@ def test_the_asgi_app_under_uvicorn_logs_counts_and_reloads_with_the_watch(
 ) -> None:
     import urllib.request
 
+    from the_loop.decisions.reads import read_points
     from the_loop.hooks.policy.files import revision
     from the_loop.hooks.serving.asgi import app_from_env
-    from the_loop.runtime.decisionlog import read_points
 
     rules = tmp_path / "rules"
     rules.mkdir()

@@ -21,6 +21,7 @@ from runtime_helpers import LoopDir
 from the_loop.cli import main
 from the_loop.config_schema import config_schema
 from the_loop.configspec import NON_EMPTY_PATTERN, Field, ListOf, Str
+from the_loop.decisions.looplog import DecisionLog
 from the_loop.events import EventLog
 from the_loop.hooks import Chain, HooksConfigError, load_chain
 from the_loop.hooks.declaring.entry import HookEntry
@@ -29,7 +30,6 @@ from the_loop.hooks.engine.executor import Decisions
 from the_loop.hooks.engine.points import SessionSpawn
 from the_loop.hooks.executors import registry
 from the_loop.hooks.executors.kind import CALL, RECORDED, KeyDoc, Kind
-from the_loop.runtime.decisionlog import DecisionLog
 
 REQUIRED = ("name", "keys", "build", "classes", "default_points", "handler", "replay",
             "logged_as", "about", "runs_at", "docs")

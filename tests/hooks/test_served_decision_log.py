@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from serving_helpers import Served, get, gunicorn, post
+from the_loop.decisions.reads import read_points
 from the_loop.hooks.policy.files import revision
-from the_loop.runtime.decisionlog import read_points
 
 TOKEN = "tok-3f9a61c2e8b04d7f"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -364,12 +364,12 @@ def _old_rows(target: str | Path, days_ago: list[float], *, prefix: str = "old",
               record: str = '{"v":2,"served":true}') -> None:
     """Rows written as a server writes them, `days_ago` each (before the server starts);
     with `record` '{"v":2}', as a loop writes its own."""
-    from the_loop.hooks.serving.logstore import open_store
+    from the_loop.decisions.stores import open_store
 
     store = open_store(str(target))
     store.prepare()
     now = time.time()
-    store.write([(now - d * 86_400, "session_spawn", f"{prefix}#{i}", record)
+    store.write([(now - d * 86_400, "session_spawn", f"{prefix}#{i}", record, "", "", 0)
                  for i, d in enumerate(days_ago)])
     store.close()
 
@@ -431,7 +431,8 @@ def test_keep_days_zero_keeps_every_record_and_a_bad_value_is_refused_by_name(
 
 def test_a_log_weeks_past_its_keep_time_is_pruned_in_slices_between_batches(
         tmp_path: Path, monkeypatch: Any) -> None:
-    from the_loop.hooks.serving import logstore, logwriter
+    from the_loop.decisions import stores as logstore
+    from the_loop.decisions import writer as logwriter
 
     monkeypatch.setattr(logstore, "PRUNE_SLICE", 100)
     monkeypatch.setattr(logwriter, "PRUNE_SLICE", 100)
@@ -448,7 +449,7 @@ def test_a_log_weeks_past_its_keep_time_is_pruned_in_slices_between_batches(
         deadline = time.monotonic() + 10
         while writer.pruned < 450:
             assert time.monotonic() < deadline
-            writer.put((time.time(), "session_spawn", "new", '{"v":2}'))  # writing goes on
+            writer.put((time.time(), "session_spawn", "new", '{"v":2}', "", "", 0))  # goes on
             time.sleep(0.01)
         assert writer.flush()
     finally:
@@ -549,7 +550,7 @@ def test_a_prune_with_nothing_old_reads_none_of_the_logs_rows(tmp_path: Path) ->
     the table: it runs on the writer's thread, and a scan of a log of millions of records
     holds every record queued meanwhile (lost past 10,000). Counted in SQLite's virtual
     machine steps, not in time: a scan of 20,000 rows takes some eighty thousand."""
-    from the_loop.hooks.serving.logstore import SQLiteStore
+    from the_loop.decisions.stores import SQLiteStore
 
     log = tmp_path / "log.db"
     _old_rows(log, [0.5] * 19_990 + [40.0] * 10)
@@ -674,7 +675,8 @@ def test_records_a_stalled_store_did_not_take_by_the_stop_are_counted_and_said(
     """A server stopping while its store is stalled (another process holds SQLite's write
     lock) waits a bounded time; the records still waiting then are lost, so they are
     counted and said on stderr, not dropped in silence with the process."""
-    from the_loop.hooks.serving import logstore, logwriter
+    from the_loop.decisions import stores as logstore
+    from the_loop.decisions import writer as logwriter
 
     log = tmp_path / "log.db"
     store = logstore.SQLiteStore(log)
@@ -684,13 +686,13 @@ def test_records_a_stalled_store_did_not_take_by_the_stop_are_counted_and_said(
     blocker.execute("BEGIN IMMEDIATE")  # the writer's INSERT waits for it
     try:
         for n in range(5):
-            writer.put((time.time(), "session_spawn", f"first#{n}", '{"v":2}'))
+            writer.put((time.time(), "session_spawn", f"first#{n}", '{"v":2}', "", "", 0))
         deadline = time.monotonic() + 10
         while writer._taken != 5:  # until the writer took them (and waits on the lock)
             assert time.monotonic() < deadline
             time.sleep(0.01)
         for n in range(3):
-            writer.put((time.time(), "session_spawn", f"then#{n}", '{"v":2}'))
+            writer.put((time.time(), "session_spawn", f"then#{n}", '{"v":2}', "", "", 0))
         writer.close(timeout=0.3)
     finally:
         blocker.execute("ROLLBACK")
@@ -748,7 +750,8 @@ def test_records_arriving_while_a_batch_is_written_wait_to_share_the_next_batch(
     """A store whose write takes round trips (PostgreSQL: 1 ms here) must not be handed the
     two or three records that came during the previous write, one batch after another: at
     2,000 records a second, batches average in the tens (they averaged 2.5 before)."""
-    from the_loop.hooks.serving import logstore, logwriter
+    from the_loop.decisions import stores as logstore
+    from the_loop.decisions import writer as logwriter
 
     store = logstore.open_store(str(tmp_path / "log.db"))
     store.prepare()
@@ -765,7 +768,7 @@ def test_records_arriving_while_a_batch_is_written_wait_to_share_the_next_batch(
     try:
         end = time.monotonic() + 1.0
         while time.monotonic() < end:
-            writer.put((time.time(), "session_spawn", "r#1", '{"v":2}'))
+            writer.put((time.time(), "session_spawn", "r#1", '{"v":2}', "", "", 0))
             time.sleep(0.0005)
         assert writer.flush()
     finally:

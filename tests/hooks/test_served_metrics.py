@@ -189,7 +189,7 @@ def test_the_wsgi_app_logs_counts_and_answers_ready_as_hooks_serve_does(
     metrics = client.get("/metrics")
     assert metrics.headers["Content-Type"].startswith("text/plain")
     assert 'the_loop_served_refusals_total{rule="frozen"} 1.0' in metrics.text
-    from the_loop.runtime.decisionlog import read_points
+    from the_loop.decisions.reads import read_points
 
     deadline = time.monotonic() + 10
     while not (points := list(read_points(log))) and time.monotonic() < deadline:

@@ -18,11 +18,12 @@ import pytest
 from runtime_helpers import LoopDir
 from serving_helpers import free_port
 from the_loop.config import read_config
+from the_loop.decisions.looplog import DecisionLog
+from the_loop.decisions.reads import read_points
 from the_loop.errors import ConfigError, LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain
 from the_loop.hooks.engine.points import SessionSpawn, WorkItemStart
-from the_loop.runtime.decisionlog import DecisionLog, read_points
 from the_loop.runtime.service import Loop
 from the_loop.runtime.settings import settings_of
 
@@ -219,3 +220,31 @@ def test_replay_names_each_row_it_cannot_use_and_replays_the_rest(ld: LoopDir) -
     code, out, err = ld.run("policy", "replay")
     assert code == 0 and "Traceback" not in err
     assert "skipped: decision log row 3 (session_spawn, local:acme/app#2)" in out
+
+
+def test_keep_days_prunes_the_store_the_config_names(tmp_path: Path, database: str) -> None:
+    """On PostgreSQL the shared table is pruned by keepDays too (issue 32.2), and only the
+    loop's own rows: a hook server's rows in the same table keep their own keep time."""
+    ld = LoopDir(tmp_path, database=database)
+    ld.write_config("decisionLog: {keepDays: 2}\n")
+    fire_spawns(ld, 2)
+    target: Path | str = database or ld.state / "loop.db"
+    served = json.dumps({"v": 2, "served": True, "context": {}, "steps": [], "decisions": {}},
+                        separators=(",", ":"))  # as a hook server writes it
+    if database:
+        import psycopg
+
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute("UPDATE decision_log SET at = at - 3 * 86400 WHERE id = 1")
+            conn.execute("INSERT INTO decision_log(at, point, work_item, record) VALUES "
+                         "(1, 'session_spawn', 'x', %s)", (served,))
+    else:
+        with sqlite3.connect(ld.state / "loop.db") as conn:
+            conn.execute("UPDATE decision_log SET at = at - 3 * 86400 WHERE id = 1")
+            conn.execute("INSERT INTO decision_log(at, point, work_item, record) VALUES "
+                         "(1, 'session_spawn', 'x', ?)", (served,))
+    fire_spawns(ld, 1)  # a new process: its first write prunes
+    from the_loop.decisions.reads import keys_between
+
+    assert sorted(k[2] for k in keys_between(target, 0, time.time())) == [
+        "local:acme/app#2", "local:acme/app#3", "x"]

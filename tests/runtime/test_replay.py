@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 from runtime_helpers import LoopDir
+from the_loop.decisions.reads import read_points
 from the_loop.demo.hooks import STAMP_HOOK, Compliance
 from the_loop.hooks.engine.points import POINTS
 from the_loop.hooks.serving.server import HookServer
-from the_loop.runtime.decisionlog import read_points
 
 TOKEN_ENV = "I16_COMPLIANCE_TOKEN"
 TOKEN = "tok-i16-0123456789abcdef"

@@ -13,10 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from the_loop.decisions.encoding import context_json
+from the_loop.decisions.looplog import DecisionLog
+from the_loop.decisions.reads import read_points
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.engine.points import POINTS, SPECS, WorkItem, context_from_json
-from the_loop.runtime.decisionlog import DecisionLog, context_json, read_points
 from the_loop.runtime.replay import rebuild
 
 ITEM = WorkItem(ref="local:acme/app#7", tracker="local", owner="acme", repo="app",
@@ -150,7 +152,7 @@ def test_a_row_decodes_as_json_loads_decodes_it(tmp_path: Path, text: str | byte
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(alphabet='{}[]":,0123456789.eE+- \tnulltruefalse\\xNa', max_size=30))
 def test_any_text_decodes_to_json_loads_value_or_its_error(text: str) -> None:
-    from the_loop.runtime.decisionlog import _decode  # the one place rows are decoded
+    from the_loop.decisions.layout import decode as _decode  # the one place rows are decoded
 
     assert repr(outcome(_decode, text)) == repr(outcome(json.loads, text))  # NaN != NaN
 

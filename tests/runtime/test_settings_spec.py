@@ -109,9 +109,8 @@ decisionLog: {keepDays: 0.5}
      "serve.console.compare[0].hook: hook names the policy hook a policy folder replaces; it "
      "goes with policy: DIR"),
     ("serve: {console: {servedLogs: [{name: a, log: 'postgresql://u:pw@h/db'}]}}\n",
-     "serve.console.servedLogs[0].log: expected the SQLite file a `hooks serve --decision-log` "
-     "writes (a PostgreSQL log is read by `the-loop policy replay --log URL`, not the "
-     "console), got a PostgreSQL URL"),
+     "serve.console.servedLogs[0].log: the PostgreSQL URL carries a password; remove it and "
+     "give the password to libpq through PGPASSWORD or ~/.pgpass"),
     ("serve: {console: {servedLogs: [{name: a}]}}\n",
      "serve.console.servedLogs[0].log: missing; each entry names the log"),
     ("serve: {console: {compare: [{config: x.yaml}]}}\n",

@@ -22,8 +22,10 @@ def test_state_migrate_then_check_reports_a_current_schema_and_live_hosts(
     code, out, err = ld.run("state", "check", "--json")
     assert code == 0, out + err
     found = {f["check"]: f for f in json.loads(out)}
-    assert list(found) == ["connectivity", "schema", "clock", "hosts", "leases", "host-id"]
+    assert list(found) == ["connectivity", "schema", "clock", "hosts", "leases", "host-id",
+                           "decisions"]
     assert all(f["ok"] for f in found.values())
+    assert found["decisions"]["detail"] == "0 recorded point(s)"
     assert found["connectivity"]["detail"].startswith("postgresql" if database else "sqlite")
 
 

@@ -1,7 +1,7 @@
 """`the-loop policy replay`: what the declaration in effect would decide on recorded work.
 
 Registered under the `policy` group by `register(policy_subparsers)` (app.py's table). Reads
-the decision log in `<stateDir>/loop.db` (see runtime/decisionlog.py), replays it with
+the decision log in `<stateDir>/loop.db` (see decisions/looplog.py), replays it with
 runtime/replay.py, prints the report (or `--json`), and with `--write-cases DIR` writes
 `policy test` cases.
 """
@@ -88,8 +88,8 @@ def parse_since(text: str, now: float) -> float | None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from the_loop.decisions.reads import read_points
     from the_loop.runtime.cases import CaseWriter
-    from the_loop.runtime.decisionlog import read_points
     from the_loop.runtime.replay import Replayer
 
     since = parse_since(args.since, time.time())
@@ -235,8 +235,8 @@ def _as_baseline(rec: Any, outcome: Any) -> Any:
     masked the recorded ones, as the replayed side is)."""
     import dataclasses
 
+    from the_loop.decisions.masking import mask_value
     from the_loop.hooks.engine.points import SPECS
-    from the_loop.hooks.serving.masking import mask_value
 
     paths = {m.partition(".")[2] for m in rec.masked if m.startswith(f"{rec.point}.")}
     final = outcome.context.__dict__
@@ -251,7 +251,7 @@ def _as_baseline(rec: Any, outcome: Any) -> Any:
 
 def _source(args: argparse.Namespace) -> Path | str:
     """The decision log to read: --log (a file or a URL), else the loop's loop.db."""
-    from the_loop.hooks.serving.logstore import is_url
+    from the_loop.decisions.stores import is_url
     from the_loop.runtime.settings import settings_of
 
     if not args.log:  # the loop's own: on its shared database, else in this host's stateDir
@@ -266,8 +266,12 @@ def _source(args: argparse.Namespace) -> Path | str:
     return path
 
 
-def _why_none(args: argparse.Namespace, db_path: Path | str) -> str:
-    """Why nothing was replayed: the filters given matched no point, or none is recorded."""
+def _why_none(args: argparse.Namespace, source: Path | str) -> str:
+    """Why nothing was replayed: the filters given matched no point, or none is recorded
+    (a URL shown as host/dbname: never its user or parameters)."""
+    from the_loop.decisions.stores import shown
+
+    db_path = shown(source) if isinstance(source, str) else source
     given = [f"{flag} {value}" for flag, value in (
         ("--since", args.since), ("--point", args.point), ("--work-item", args.work_item))
         if value]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from the_loop.hooks.serving.logstore import KEEP_DAYS
+from the_loop.decisions.stores import KEEP_DAYS
 
 
 def register_serve(hooks_sub: Any) -> None:

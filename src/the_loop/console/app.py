@@ -147,11 +147,11 @@ class Console:
                 values = views.timeline(loop, loop.tracker.resolve(raw), query)
                 self._page(h, "timeline.html", login=login, **values)
         elif path.startswith("/console/points/") and path[16:].isdigit() and len(path) < 30:
-            values = views.one_point(self.server.loop.settings.db_path, int(path[16:]))
+            values = views.one_point(self.server.loop.settings.db_target, int(path[16:]))
             self._page(h, "point.html", login=login, **values)
         elif path == "/console/rules":
             loop = self.server.loop
-            values = views.rules(loop.settings.db_path, loop.chain.links, query)
+            values = views.rules(loop.settings.db_target, loop.chain.links, query)
             self._page(h, "rules.html", login=login, **values)
         elif path == "/console/whatif":
             self._whatif(h, query, login)
@@ -172,7 +172,7 @@ class Console:
             else:
                 chosen = options[int(target)]
                 try:
-                    report = whatif.run(chosen, self.server.config, settings.db_path, period)
+                    report = whatif.run(chosen, self.server.config, settings.db_target, period)
                 except whatif.Busy:
                     raise
                 except LoopError as exc:

@@ -9,8 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from the_loop.decisions.layout import Recorded
 from the_loop.hooks.engine.points import POINTS
-from the_loop.runtime.decisionlog import Recorded
 
 WIDTH = 900  # the time axis's drawing width (pixels, after the row labels)
 LEFT = 150  # room for the point names

@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from the_loop.console import charts, reads, views
+from the_loop.console import charts, views
+from the_loop.decisions import reads
+from the_loop.decisions.stores import is_url
 from the_loop.errors import LoopError
 from the_loop.hooks.policy.rules import read_policy
 
@@ -28,7 +30,7 @@ def entry(served: list[dict[str, str]], raw: str) -> tuple[int, dict[str, str]]:
     return int(raw), served[int(raw)]
 
 
-def _rule_rows(log: Path, policy: str, period: str) -> dict[str, Any]:
+def _rule_rows(log: Path | str, policy: str, period: str) -> dict[str, Any]:
     until = time.time()
     since = until - views.RULE_PERIODS[period]
     hits: dict[str, dict[str, Any]] = {}
@@ -70,8 +72,8 @@ def _rule_rows(log: Path, policy: str, period: str) -> dict[str, Any]:
 
 def log_page(served: list[dict[str, str]], raw: str, query: dict[str, str]) -> dict[str, Any]:
     n, e = entry(served, raw)
-    log = Path(e["log"])
-    if not log.is_file():
+    log: Path | str = e["log"] if is_url(e["log"]) else Path(e["log"])
+    if isinstance(log, Path) and not log.is_file():
         raise LoopError(f"{e['name']}: its log file is not there yet; a hook server writes it "
                         "once it answers a call (hooks serve --decision-log FILE)")
     period = query.get("since", "7d")
@@ -89,7 +91,7 @@ def log_page(served: list[dict[str, str]], raw: str, query: dict[str, str]) -> d
 
 def point_page(served: list[dict[str, str]], raw: str, point_id: int) -> dict[str, Any]:
     n, e = entry(served, raw)
-    rec = reads.point(Path(e["log"]), point_id)
+    rec = reads.point(e["log"] if is_url(e["log"]) else Path(e["log"]), point_id)
     if rec is None:
         raise LoopError(f"no recorded point #{point_id} in {e['name']}'s log")
     return {"p": views.shown(rec), "back": (f"/console/served/{n}", f"{e['name']}'s log"),

@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from the_loop.console import charts, reads
+from the_loop.console import charts
+from the_loop.decisions import reads
+from the_loop.decisions.layout import Recorded
 from the_loop.errors import LoopError
 from the_loop.hooks.engine.chain import Link
 from the_loop.hooks.engine.points import POINTS, SPECS
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.policy.rules import Policy
 from the_loop.hooks.policy.testing import run_tests
-from the_loop.runtime.decisionlog import Recorded
-from the_loop.runtime.service import Loop
+from the_loop.runtime.service import LOOP_AUTHOR, Loop
 
 ITEMS_PER_PAGE = 50
 POINTS_PER_PAGE = 100
@@ -31,6 +33,8 @@ INPUTS_PER_PAGE = 50
 TEXT_LIMIT = 2000  # characters of one side of a diff shown before it is cut
 RULE_PERIODS = {"1d": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400}
 BUCKETS = 30
+#: The hidden marker a loop comment ends with (`runtime.service.marker`).
+MARKER = re.compile(r"\s*<!-- the-loop:[^>]*-->\s*$")
 _DECISIONS = {point: tuple(d.name for d in spec.decisions) for point, spec in SPECS.items()}
 #: The facts a timeline shows beside each point (when the point has them).
 _FACTS = ("actor", "source", "kind", "node", "from_phase", "to_phase", "session_id", "state",
@@ -57,7 +61,7 @@ def age(seconds: float) -> str:
 
 
 def items(loop: Loop, query: dict[str, str]) -> dict[str, Any]:
-    stats = reads.item_stats(loop.settings.db_path)
+    stats = reads.item_stats(loop.settings.db_target)
     now = time.time()
     rows = []
     for item in loop.tracker.items():
@@ -69,7 +73,7 @@ def items(loop: Loop, query: dict[str, str]) -> dict[str, Any]:
             "phase": work.get("node", ""), "labels": item.labels,
             "last_point": st.last_point, "last_id": st.last_id,
             "last_at": charts.clock(st.last_at) if st.last_id else "",
-            "refusals": st.refusals, "points": st.points,
+            "refusals": st.refusals, "points": st.points, "hosts": list(st.hosts),
             "age": age(now - item.created) if item.created else ""})
     states = sorted({r["state"] for r in rows})
     labels = sorted({label for r in rows for label in r["labels"]})
@@ -135,7 +139,7 @@ def shown(rec: Recorded) -> dict[str, Any]:
         current.update(changed)
     facts = {k: rec.context[k] for k in _FACTS if k in rec.context and rec.context[k] != ""}
     text = rec.context.get("text") or rec.context.get("question")
-    return {"id": rec.id, "point": rec.point, "time": charts.clock(rec.at),
+    return {"id": rec.id, "point": rec.point, "time": charts.clock(rec.at), "host": rec.host,
             "work_item": rec.work_item, "link": item_link(rec.work_item),
             "phase": charts.phase_of(rec), "facts": facts,
             "text": _cut(text) if isinstance(text, str) else "",
@@ -145,7 +149,7 @@ def shown(rec: Recorded) -> dict[str, Any]:
 
 def timeline(loop: Loop, ref: str, query: dict[str, str]) -> dict[str, Any]:
     item = loop.tracker.get(ref)
-    db = loop.settings.db_path
+    db = loop.settings.db_target
     total, _ = reads.points_of(db, item.ref, offset=0, limit=0)
     pages = max(math.ceil(total / POINTS_PER_PAGE), 1)
     page = page_of(query.get("page", ""), pages)
@@ -160,33 +164,39 @@ def timeline(loop: Loop, ref: str, query: dict[str, str]) -> dict[str, Any]:
             "axis": charts.axis(recs, {r.id for r in recs if refused(r)}),
             "fired": fired, "total": total, "page": page, "pages": pages,
             "refusals": sum(1 for r in recs if refused(r)),
+            "hosts": sorted({r.host for r in recs if r.host}),
             **inputs(loop, item.ref, item.comments, query),
             "sessions": sessions(loop, item.ref)}
 
 
+def fate(rec: Recorded | None) -> str:
+    """What the loop did with one input, as its input_received point recorded it."""
+    if rec is None:
+        return "not an input to the loop (no input_received point)"
+    if refused(rec):
+        return f"refused by {rec.refused_by or 'a hook'}: {rec.decisions.get('reason')}"
+    if any(s.get("changed", {}).get("text") is not None for s in rec.steps):
+        return "delivered, its text changed by a hook"
+    return "delivered as written"
+
+
 def inputs(loop: Loop, ref: str, comments: list[Any], query: dict[str, str]) -> dict[str, Any]:
-    """The item's comments, newest page last, each with what the loop did with it."""
-    pages = max(math.ceil(len(comments) / INPUTS_PER_PAGE), 1)
+    """People's comments, newest page last, each with what the loop did with it (its
+    input_received point, matched by the comment's own id); the loop's own comments apart,
+    without their hidden markers."""
+    people = [c for c in comments if c.author != LOOP_AUTHOR]
+    pages = max(math.ceil(len(people) / INPUTS_PER_PAGE), 1)
     page = page_of(query.get("ipage", ""), pages)
-    received = reads.inputs_of(loop.settings.db_path, ref)
-    used: set[int] = set()
+    received = {r.input: r for r in reads.inputs_of(loop.settings.db_target, ref) if r.input}
     out = []
-    for c in comments[(page - 1) * INPUTS_PER_PAGE: page * INPUTS_PER_PAGE]:
-        rec = next((r for r in received if r.id not in used and r.context.get("actor") ==
-                    c.author and r.context.get("text") == c.body), None)
-        fate, point_id = "not an input to the loop (no input_received point)", 0
-        if rec is not None:
-            used.add(rec.id)
-            point_id = rec.id
-            if refused(rec):
-                fate = f"refused by {rec.refused_by or 'a hook'}: {rec.decisions.get('reason')}"
-            elif any(s.get("changed", {}).get("text") is not None for s in rec.steps):
-                fate = "delivered, its text changed by a hook"
-            else:
-                fate = "delivered as written"
+    for c in people[(page - 1) * INPUTS_PER_PAGE: page * INPUTS_PER_PAGE]:
+        rec = received.get(c.id)
         out.append({"author": c.author, "source": c.source, "time": charts.clock(c.created),
-                    "body": _cut(c.body), "fate": fate, "point": point_id})
-    return {"inputs": out, "ipage": page, "ipages": pages}
+                    "body": _cut(c.body), "fate": fate(rec), "point": rec.id if rec else 0,
+                    "host": rec.host if rec else ""})
+    own = [{"time": charts.clock(c.created), "body": _cut(MARKER.sub("", c.body).rstrip())}
+           for c in comments if c.author == LOOP_AUTHOR]
+    return {"inputs": out, "ipage": page, "ipages": pages, "loop_comments": own}
 
 
 def sessions(loop: Loop, ref: str) -> list[dict[str, Any]]:
@@ -199,7 +209,7 @@ def sessions(loop: Loop, ref: str) -> list[dict[str, Any]]:
     return out
 
 
-def one_point(db: Path, point_id: int) -> dict[str, Any]:
+def one_point(db: Path | str, point_id: int) -> dict[str, Any]:
     """One recorded point of the decision log in `db` (any loop.db-shaped log)."""
     rec = reads.point(db, point_id)
     if rec is None:
@@ -219,7 +229,7 @@ def test_coverage(policy: Policy) -> tuple[dict[str, int], str]:
     return {name: counts[0] for name, counts in report.coverage.items()}, note
 
 
-def rules(db: Path, links: Iterable[Link], query: dict[str, str]) -> dict[str, Any]:
+def rules(db: Path | str, links: Iterable[Link], query: dict[str, str]) -> dict[str, Any]:
     """Each rule of each policy hook in `links`, with its matches in the log in `db`."""
     period = query.get("since", "7d")
     period = period if period in RULE_PERIODS else "7d"

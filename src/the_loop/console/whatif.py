@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.config import Config, read_config
+from the_loop.decisions.reads import read_points
 from the_loop.errors import ConfigError, HooksConfigError, LoopError
-from the_loop.runtime.decisionlog import read_points
 from the_loop.runtime.replay import Replayer, replay_chain
 from the_loop.runtime.settings import Settings
 
@@ -77,9 +77,9 @@ def config_for(choice: Choice, config: Config) -> Config:
     return Config(config.path, data)
 
 
-def run(choice: Choice, config: Config, db_path: Path, period: str) -> dict[str, Any]:
+def run(choice: Choice, config: Config, db_path: Path | str, period: str) -> dict[str, Any]:
     """Replay the period through `choice`; the report with differences grouped by rule."""
-    from the_loop.console.reads import count_since
+    from the_loop.decisions.reads import count_since
 
     seconds = PERIODS.get(period, 0)
     since = time.time() - seconds if seconds else None

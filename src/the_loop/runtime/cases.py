@@ -22,13 +22,14 @@ from typing import Any
 
 import yaml
 
+from the_loop.decisions.encoding import context_json
+from the_loop.decisions.layout import Recorded
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.engine.chain import Chain, Link, Outcome
 from the_loop.hooks.engine.points import SPECS, Context, context_from_json
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.runtime.casefacts import needed_facts
-from the_loop.runtime.decisionlog import Recorded, context_json
 
 #: What the policy alone decided on a context: enforce rules applied, audit rules matched,
 #: the context's fields after it.

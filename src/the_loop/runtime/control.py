@@ -46,8 +46,8 @@ from typing import Any
 from the_loop.config import Config
 from the_loop.console.app import Console
 from the_loop.errors import InputTooLong, LoopError
-from the_loop.hooks.serving.metrics import CONTENT_TYPE as METRICS_TYPE
-from the_loop.hooks.serving.wire import NotUnicode, read_json
+from the_loop.jsonread import NotUnicode, read_json
+from the_loop.metrics import CONTENT_TYPE as METRICS_TYPE
 from the_loop.runtime.identity import AGENT_PREFIX, agent_login, token_digest
 from the_loop.runtime.pointmetrics import metrics
 from the_loop.runtime.poller import classify, deliver, reply

@@ -1,6 +1,6 @@
 """The loop's own Prometheus metrics: the points this process fired, for `the-loop serve`.
 
-The same metrics a hook server keeps (`hooks.serving.metrics`), named `the_loop_points_*`,
+The same metrics a hook server keeps (`the_loop.metrics`), named `the_loop_points_*`,
 one registry per process (a `serve` process and a `poll` process each count their own
 points; R3.7: the declaration is read once per process, so the reload counters stay 0).
 `observe` is called by `Loop.fire` with each point's outcome; labels are points, rule names
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from the_loop.hooks.engine.chain import Chain, Outcome
 
 if TYPE_CHECKING:
-    from the_loop.hooks.serving.metrics import Metrics
+    from the_loop.metrics import Metrics
 
 _made: list[Metrics] = []  # this process's metrics, once asked for
 
@@ -25,13 +25,13 @@ _made: list[Metrics] = []  # this process's metrics, once asked for
 def metrics(chain: Chain | None = None) -> Metrics:
     """This process's point metrics, made at the first ask (see the module doc); given the
     process's `chain`, every series its rules and hooks can move exists from now on, at 0
-    (`operations.declared_series`: Prometheus's increase() misses a series' first count)."""
+    (`metrics.declared_series`: Prometheus's increase() misses a series' first count)."""
     if not _made:
-        from the_loop.hooks.serving.metrics import Metrics
+        from the_loop.metrics import Metrics
 
         _made.append(Metrics(prefix="the_loop_points"))
     if chain is not None:
-        from the_loop.hooks.serving.operations import declared_series
+        from the_loop.metrics import declared_series
 
         _made[0].declare(*declared_series(chain))
     return _made[0]
@@ -40,6 +40,13 @@ def metrics(chain: Chain | None = None) -> Metrics:
 def kept() -> Metrics | None:
     """The metrics if this process keeps them (a control plane asked), else None."""
     return _made[0] if _made else None
+
+
+def count_lost_record() -> None:
+    """Count one decision record the loop could not write (when metrics are kept)."""
+    m = kept()
+    if m is not None:
+        m.log_failed.inc()
 
 
 def observe(outcome: Outcome, chain: Chain, seconds: float) -> None:
@@ -51,7 +58,7 @@ def observe(outcome: Outcome, chain: Chain, seconds: float) -> None:
 
 
 def _observe(m: Metrics, outcome: Outcome, chain: Chain, seconds: float) -> None:
-    from the_loop.hooks.serving.operations import refusing_rule
+    from the_loop.decisions.build import refusing_rule
 
     failed = False
     for step in outcome.steps:

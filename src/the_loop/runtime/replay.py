@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.config import Config
+from the_loop.decisions.build import applied
+from the_loop.decisions.layout import Recorded
+from the_loop.decisions.masking import mask_value
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.declaration import parse_hooks
@@ -34,8 +37,6 @@ from the_loop.hooks.executors.kind import CALL, RECORDED, REPLAY_DOES
 from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 from the_loop.hooks.policy.rules import AFFIXES
 from the_loop.hooks.serving.dialect import unsent
-from the_loop.hooks.serving.masking import mask_value
-from the_loop.runtime.decisionlog import Recorded
 from the_loop.runtime.rebuild import rebuild
 
 __all__ = ["RecordedAnswer", "Replayer", "Report", "policy_chain", "rebuild", "replay_chain"]
@@ -300,7 +301,7 @@ class Replayer:
         self.report.replayed += 1
         for what in rec.masked:
             self.report.masked[what] = self.report.masked.get(what, 0) + 1
-        after = _as_logged(rec, outcome.context.__dict__)
+        after = _as_logged(rec, applied(rec.point, rec.context, outcome.context.__dict__))
         before = rec.decisions
         names = _DECISIONS[rec.point]
         for name in names:
@@ -336,7 +337,7 @@ class Replayer:
             current.update(step.get("changed") or {})
 
     def _differ(self, rec: Recorded, outcome: Outcome, names: tuple[str, ...]) -> None:
-        after = _as_logged(rec, outcome.context.__dict__)
+        after = _as_logged(rec, applied(rec.point, rec.context, outcome.context.__dict__))
         changes: list[dict[str, Any]] = []
         for name in names:
             was, now = rec.decisions.get(name), after[name]

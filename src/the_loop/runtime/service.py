@@ -22,23 +22,24 @@ from the_loop.config import Config
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.runtime import harness as harness_mod
-from the_loop.runtime.db import open_database, private_dir
+from the_loop.runtime.db import open_database
 from the_loop.runtime.graph import load_graph
 from the_loop.runtime.identity import AGENT_PREFIX, SESSION_TOKEN_ENV
-from the_loop.runtime.lease import Heartbeat, check_host_id, host_owner
+from the_loop.runtime.lease import Heartbeat, check_host_id, host_id, host_owner
 from the_loop.runtime.settings import Settings, settings_of
 from the_loop.runtime.stepkinds import StepKind
 from the_loop.runtime.store import ACTIVE, Step, Store
 from the_loop.runtime.tracker import LocalTracker
+from the_loop.util import say
 
 if TYPE_CHECKING:  # the hooks, the channels and the decision log load when first used: a
     # one-shot command (`graph complete`, `ask`) runs none of them (issue 34)
     import subprocess
 
+    from the_loop.decisions.looplog import DecisionLog
     from the_loop.hooks.engine.chain import Chain, Outcome
     from the_loop.hooks.engine.points import Context
     from the_loop.runtime.channels import Channels
-    from the_loop.runtime.decisionlog import DecisionLog
 
 LOOP_AUTHOR = "the-loop"
 FAILPOINT_ENV = "THE_LOOP_FAILPOINT"
@@ -144,9 +145,6 @@ class Loop:
         self.strict_hooks = strict_hooks
         self.source = source
         self._chain: Chain | None = None
-        if self.settings.database:  # its own copy of the decision log (the console's)
-            private_dir(self.settings.state_dir)
-            os.close(os.open(self.settings.db_path, os.O_WRONLY | os.O_CREAT, 0o600))
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.proc_refs: dict[str, str] = {}  # session id → work item, launched here
         self.heartbeat: Heartbeat | None = None
@@ -159,10 +157,28 @@ class Loop:
 
     @functools.cached_property
     def decision_log(self) -> DecisionLog:
-        from the_loop.runtime.decisionlog import DecisionLog
+        """One write per point, to the store the config names (every host's points meet in
+        a shared database); a host's own copy from an earlier version moves there. Built on
+        first use: a one-shot command that fires no point opens no log (issue 34)."""
+        from the_loop.decisions.looplog import DecisionLog
+        from the_loop.runtime.pointmetrics import count_lost_record
 
-        return DecisionLog(self.settings.db_path, keep_days=self.settings.decision_keep_days,
-                           log=self.log, database=self.settings.database)
+        log = DecisionLog(self.settings.db_target, keep_days=self.settings.decision_keep_days,
+                          log=self.log, host=host_id, on_failed=count_lost_record)
+        if self.settings.database:
+            self._adopt_local_log(log)
+        return log
+
+    def _adopt_local_log(self, log: DecisionLog) -> None:
+        try:
+            moved = log.adopt(self.settings.db_path)
+        except LoopError as exc:  # tried again by the next process; the loop goes on
+            say(f"the-loop: the decision log in {self.settings.db_path} could not be moved "
+                f"to the shared database yet ({exc})")
+            return
+        if moved:
+            say(f"the-loop: moved {moved} recorded point(s) from {self.settings.db_path} to "
+                "the shared database's decision log")
 
     def start_heartbeat(self, on_clash: Callable[[], None] | None = None) -> None:
         """A daemon's: renew this process's claims and its host's `seen` time in the
@@ -203,8 +219,9 @@ class Loop:
             self._chain = chain_once(self.config, strict=self.strict_hooks, log=self.log)
         return self._chain
 
-    def fire(self, ctx: Context) -> Outcome:
-        """Run the chain at ctx's point and record that the point fired."""
+    def fire(self, ctx: Context, *, input_id: int = 0) -> Outcome:
+        """Run the chain at ctx's point and record that the point fired (`input_id`: the
+        input's own id, at input_received)."""
         from the_loop.runtime.pointmetrics import observe
         from the_loop.runtime.record import point_record
 
@@ -212,7 +229,7 @@ class Loop:
         outcome = self.chain.invoke(ctx)
         observe(outcome, self.chain, time.perf_counter() - started)
         self.log.emit("lifecycle.point", **point_record(ctx, outcome))
-        self.decision_log.record(ctx, outcome, self.chain)
+        self.decision_log.record(ctx, outcome, self.chain, input_id=input_id)
         return outcome
 
     def decide(self, step: Step, make: Callable[[], Context]) -> Decided:
@@ -221,7 +238,8 @@ class Loop:
         ctx = make()
         if ctx.POINT in step.decisions:
             return Decided(step.decisions[ctx.POINT])
-        got = Decided.of(self.fire(ctx))
+        comment = step.payload.get("comment") if ctx.POINT == "input_received" else None
+        got = Decided.of(self.fire(ctx, input_id=comment if type(comment) is int else 0))
         self.store.record(step, ctx.POINT, got.record)
         return got
 

@@ -183,6 +183,13 @@ def _database_url(dsn: str, _ctx: object) -> str:
         raise Problem(str(exc).split(": ", 1)[1]) from None
 
 
+def _served_log(target: str, ctx: object) -> str:
+    """A served log's file as given, or its URL checked as `database:` is (no password)."""
+    from the_loop.sqldb import is_postgresql
+
+    return _database_url(target, ctx) if is_postgresql(target) else target
+
+
 def _heartbeat_below_expiry(lease: dict[str, Any], _ctx: object) -> dict[str, Any]:
     if lease["heartbeatSeconds"] * 2 > lease["expirySeconds"]:
         raise Problem(f"heartbeatSeconds ({lease['heartbeatSeconds']:g}) must be at most half "
@@ -226,11 +233,11 @@ COMPARE = Mapping(
     })
 SERVED_LOG = Mapping(expected="{name: N, log: FILE, policy: DIR}", fields={
     "name": Field(NAME, required="each entry needs a name (the console lists it)"),
-    "log": Field(Str(pattern="^(?!postgres(ql)?://).+$", expected=(
-        "the SQLite file a `hooks serve --decision-log` writes (a PostgreSQL log is read by "
-        "`the-loop policy replay --log URL`, not the console)"),
-        shown=lambda v: "a PostgreSQL URL" if isinstance(v, str) else type(v).__name__),
-        required="each entry names the log: the SQLite file its hook server writes"),
+    "log": Field(Str(pattern=NON_EMPTY_PATTERN, expected=(
+        "the SQLite file or postgresql:// URL a `hooks serve --decision-log` writes"),
+        then=(_served_log,),
+        shown=lambda v: "a URL" if isinstance(v, str) else type(v).__name__),
+        required="each entry names the log: the file or URL its hook server writes"),
     "policy": Field(PATH, default=""),
 })
 CONSOLE = Mapping(expected="{compare: [{name: N, config: FILE} | {name: N, policy: DIR}], "
@@ -339,7 +346,8 @@ def settings_of(config: Config) -> Settings:
 def _compare(entry: dict[str, str], config: Config) -> dict[str, str]:
     out = dict(entry)
     for key in ("config", "policy", "log"):
-        if out.get(key):
+        if out.get(key) and not (key == "log" and out[key].startswith(("postgresql://",
+                                                                         "postgres://"))):
             out[key] = str(config.resolve(out[key]))
     return out
 

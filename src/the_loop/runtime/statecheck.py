@@ -43,6 +43,7 @@ def check_state(settings: Settings, *, max_skew: float) -> list[Finding]:
         found.append(_skew(db, max_skew))
         found.extend(_stale(db, settings.lease_expiry))
         found.append(_host_id(db, settings))
+        found.append(_decisions(settings))
         return found
     finally:
         db.close()
@@ -69,6 +70,20 @@ def _skew(db: Database, max_skew: float) -> Finding:
                                        f"database's (more than {max_skew:g} s): run NTP here")
     return Finding("clock", True, f"within {max_skew:g} s of the database's "
                                   f"({skew:+.3f} s)")
+
+
+def _decisions(settings: Settings) -> Finding:
+    """The decision log of the store the config names, counted as replay and the console
+    count it: every host's points."""
+    from the_loop.decisions.reads import count_since, item_stats
+
+    try:
+        n = count_since(settings.db_target, None)
+        hosts = sorted({h for s in item_stats(settings.db_target).values() for h in s.hosts})
+    except LoopError as exc:
+        return Finding("decisions", False, f"the decision log cannot be read: {exc}")
+    return Finding("decisions", True, f"{n} recorded point(s)" + (
+        f" from host(s) {', '.join(hosts)}" if hosts else ""))
 
 
 def _stale(db: Database, expiry: float) -> list[Finding]:

@@ -45,7 +45,6 @@ from the_loop.hooks.serving.jsonrpc import (
     handle_request,
     health_body,
 )
-from the_loop.hooks.serving.metrics import CONTENT_TYPE as METRICS_TYPE
 from the_loop.hooks.serving.operations import Operations
 from the_loop.hooks.serving.wire import (
     INVALID_REQUEST,
@@ -56,6 +55,7 @@ from the_loop.hooks.serving.wire import (
     is_health,
     route_of,
 )
+from the_loop.metrics import CONTENT_TYPE as METRICS_TYPE
 
 #: Calls to a hook class that may run at once (threads are started as calls need them);
 #: more wait their turn, health checks and policy calls never do.

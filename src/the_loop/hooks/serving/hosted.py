@@ -11,16 +11,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from the_loop.config import Config
+from the_loop.decisions.build import applied, chain_step, kind_of
 from the_loop.errors import HooksConfigError, LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.loading import chain_from_config
-from the_loop.hooks.engine.chain import Chain, Step
+from the_loop.hooks.engine.chain import Chain
 from the_loop.hooks.engine.executor import Decisions
-from the_loop.hooks.engine.points import POINTS, SPECS, Context
-from the_loop.hooks.executors import registry
+from the_loop.hooks.engine.points import POINTS, Context
 from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 from the_loop.hooks.serving.revisions import declared_revision
 
@@ -30,7 +29,8 @@ class ChainExecutor:
 
     The answer is the chain's final decisions, so a caller sees what the loop would apply:
     a refusal sticks, a failing `required` link refuses, a failing optional one is skipped.
-    Its detail carries each link's step as the loop's decision log records it (`steps`) and
+    Its detail carries each link's step as the loop's decision log records it (`steps`,
+    built by `decisions.build`, the loop's own builder) and
     the hook whose refusal stuck (`refused_by`), for the served decision log.
     """
 
@@ -43,7 +43,7 @@ class ChainExecutor:
         self.revision = revision
         self.config_path = config_path
         self._points = tuple(p for p in POINTS if chain.names(p))
-        self._kinds = {link.name: registry.logged_name(link.executor) for link in chain.links}
+        self._kinds = {link.name: kind_of(link.executor) for link in chain.links}
 
     def points(self) -> tuple[str, ...]:
         return self._points
@@ -55,34 +55,18 @@ class ChainExecutor:
 
     def handler(self, point: str) -> Callable[[Context], Decisions]:
         invoke = self.chain.invoke
-        names = tuple(d.name for d in SPECS[point].decisions)
         kinds = self._kinds
 
         def handle(ctx: Context) -> Decisions:
             outcome = invoke(ctx)
-            final, given = outcome.context.__dict__, ctx.__dict__
-            steps = [step_of(s, kinds) for s in outcome.steps]
+            given = ctx.__dict__
+            final = applied(point, given, outcome.context.__dict__)  # what the loop applies
+            steps = [chain_step(s, kinds) for s in outcome.steps]
             return Decisions(
-                values={n: final[n] for n in names if final[n] != given[n]},
+                values={n: v for n, v in final.items() if v != given[n]},
                 detail={"steps": steps, "refused_by": outcome.refused_by})
 
         return handle
-
-
-def step_of(step: Step, kinds: dict[str, str]) -> dict[str, Any]:
-    """One chain step as a decision record holds it (the loop's layout, changes in full)."""
-    out: dict[str, Any] = {"hook": step.hook, "kind": kinds.get(step.hook, registry.UNKNOWN),
-                           "status": step.status}
-    if step.changed:
-        out["changed"] = dict(step.changed)
-    if step.error:
-        out["error"] = step.error
-    if step.dropped:
-        out["dropped"] = list(step.dropped)
-    for key in ("rules", "audit"):
-        if step.detail.get(key):
-            out[key] = list(step.detail[key])
-    return out
 
 
 def chain_revision(config: Config, chain: Chain) -> str:

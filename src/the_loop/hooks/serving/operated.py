@@ -8,24 +8,24 @@ told nothing; `OFF` turns the log off.
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 from the_loop.config import Config
-from the_loop.errors import LoopError
+from the_loop.decisions.masking import Masker
+from the_loop.decisions.stores import KEEP_DAYS as KEEP_DAYS
+from the_loop.decisions.stores import shown
+from the_loop.errors import ConfigError, LoopError
 from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.policy.files import revision
 from the_loop.hooks.policy.maskpaths import check
 from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.hosted import ChainExecutor
 from the_loop.hooks.serving.jsonrpc import AnyExecutor
-from the_loop.hooks.serving.logstore import KEEP_DAYS as KEEP_DAYS
-from the_loop.hooks.serving.logstore import shown
-from the_loop.hooks.serving.masking import Masker
 from the_loop.hooks.serving.operations import Operations
 from the_loop.hooks.serving.reload import Reloader
 from the_loop.hooks.serving.revisions import sources
+from the_loop.sqldb import StoreError
 
 OFF = "off"
 DEFAULT_NAME = "served-decisions.db"
@@ -83,15 +83,13 @@ def operations(executor: AnyExecutor, *, log: str, masks: list[str], secrets_in:
     try:
         return Operations(log=target, masker=masker, metrics_public=metrics_public,
                           keep_days=keep_days)
-    except (OSError, sqlite3.Error) as exc:
+    except ConfigError:
+        raise  # a URL carrying a password: said as `database:` says it
+    except OSError as exc:
         raise LoopError(f"decision log {shown(log)}: cannot open it ({exc}); name another "
                         "with --decision-log, or --decision-log off") from None
-    except Exception as exc:  # psycopg's errors, imported only for a URL
-        if type(exc).__module__.startswith("psycopg"):
-            raise LoopError(f"decision log {shown(log)}: cannot connect ("
-                            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else exc})"
-                            "; check the URL, or --decision-log off") from None
-        raise
+    except StoreError as exc:  # sqlite3's and psycopg's errors, converted by sqldb
+        raise LoopError(f"{exc}; check the file or URL, or --decision-log off") from None
 
 
 def reloader(cores: list[Core], ops: Operations, build: Callable[[], AnyExecutor], *,
@@ -105,7 +103,7 @@ def reloader(cores: list[Core], ops: Operations, build: Callable[[], AnyExecutor
         return revision(found[0]) if len(found) == 1 and found[0].is_dir() else "(new)"
 
     def swapped(executor: AnyExecutor) -> None:
-        ops.masker = Masker([*masks, *policy_masks(executor)], secrets_in)
+        ops.records.masker = Masker([*masks, *policy_masks(executor)], secrets_in)
 
     return Reloader(cores, build, roots=roots, revision_of_files=files_revision, ops=ops,
                     on_swap=swapped)

@@ -4,8 +4,8 @@
 serve`, the WSGI and ASGI apps) hands it each answered call through `record` (it is the
 core's `on_call`), so whichever stack serves a call, the call is counted and logged the
 same way. `record` costs the caller a few counter increments and, with a log, the record
-built, masked (`masking`) and encoded (a few microseconds), then a queue put: the log's own
-thread writes it (`logwriter`).
+built, masked and encoded by `decisions.served` (a few microseconds), then a queue put: the
+log's own thread writes it (`decisions.writer`).
 A call whose context was read is one record (its point, context as received, decisions
 answered, each hook's step with the rules that matched, the revision, the caller, the time);
 a request that named no point, or was refused before its context was read, is counted in
@@ -19,17 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from the_loop.hooks.engine.chain import Chain
-from the_loop.hooks.engine.points import WorkItem
-from the_loop.hooks.executors import registry
-from the_loop.hooks.executors.policy import PolicyExecutor
+from the_loop.decisions.build import refusing_rule
+from the_loop.decisions.layout import Row
+from the_loop.decisions.masking import Masker
+from the_loop.decisions.served import ServedRecords
+from the_loop.decisions.stores import is_url, open_store, shown
+from the_loop.decisions.writer import LogWriter
 from the_loop.hooks.serving.jsonrpc import CallRecord, OnCall
-from the_loop.hooks.serving.logstore import Row, is_url, item_key, open_store, shown
-from the_loop.hooks.serving.logwriter import LogWriter
-from the_loop.hooks.serving.masking import Masker
-from the_loop.hooks.serving.metrics import Metrics
-from the_loop.hooks.serving.records import VERSION, context_json, encode_record
-from the_loop.hooks.serving.wire import read_json
+from the_loop.metrics import Metrics, declared_series
 
 
 def _outcome(call: CallRecord) -> str:
@@ -44,39 +41,6 @@ def _name(executor: Any) -> str:
     return str(getattr(executor, "name", "") or type(executor).__name__)
 
 
-def refusing_rule(executor: Any, rules: list[str]) -> str:
-    """The rule that refused among `rules` (a policy's first rule setting proceed: false)."""
-    if isinstance(executor, PolicyExecutor):
-        refusers = {r.name for r in executor.policy.rules if r.set_raw.get("proceed") is False}
-        for rule in rules:
-            if rule in refusers:
-                return rule
-    return rules[0] if rules else f"(hook {_name(executor)})"
-
-
-def declared_series(executor: Any) -> tuple[list[tuple[str, str]], list[str], list[str]]:
-    """What the served `executor` (or a `Chain`) declares, under the labels `record` counts
-    it by: every
-    policy rule and its mode; every rule that can refuse (enforce, `proceed: false`) and
-    `(hook <name>)` for each hook (its own refusal or a required failure); every hook."""
-    chain = executor if isinstance(executor, Chain) else getattr(executor, "chain", None)
-    members = ([(link.name, link.executor) for link in chain.links] if chain is not None
-               else [(_name(executor), executor)])
-    rules: list[tuple[str, str]] = []
-    refusers: list[str] = []
-    hooks: list[str] = []
-    for hook, member in members:
-        hooks.append(hook)
-        refusers.append(f"(hook {_name(member)})")
-        policy = getattr(member, "policy", None)  # a policy executor's checked rules
-        if policy is not None:
-            for rule in policy.rules:
-                rules.append((rule.name, rule.mode))
-                if not rule.audit and rule.set_raw.get("proceed") is False:
-                    refusers.append(rule.name)
-    return rules, refusers, hooks
-
-
 class Operations:
     """The decision log, masking and metrics of one server (see the module doc)."""
 
@@ -84,14 +48,14 @@ class Operations:
                  forward: OnCall | None = None, metrics_public: bool = False,
                  keep_days: float = 0.0) -> None:
         self.metrics = Metrics()
-        self.masker = masker or Masker()
+        self.records = ServedRecords(masker or Masker())
         self.forward = forward
         self.metrics_public = metrics_public
         self.revision = ""
         self.reload_failure: dict[str, Any] | None = None
         self._named: tuple[Any, str, str] = (None, "", "")  # executor, its name and kind
         self.log_target = "" if not log else shown(log) if is_url(log) else str(
-            Path(log).expanduser().absolute())
+            Path(log).expanduser().absolute())  # a URL as host/dbname: never its parameters
         self.writer: LogWriter | None = None
         if log:
             store = open_store(log)
@@ -116,6 +80,8 @@ class Operations:
                 self._log(call)
         if self.forward is not None:
             with contextlib.suppress(Exception):
+                if call.failure and call.context is not None:  # masked values stay masked
+                    call = call._replace(failure=self.records.message(call, call.failure))
                 self.forward(call)
 
     def _log(self, call: CallRecord) -> None:
@@ -156,57 +122,8 @@ class Operations:
                                   ).inc()
 
     def encode(self, item: tuple[float, CallRecord]) -> Row | None:
-        """One call's row: its record built, masked and encoded."""
-        at, call = item
-        ctx = call.context
-        assert ctx is not None
-        point = ctx.POINT
-        given = call.detail.get("steps")  # a chain's steps: the call's own, until masked
-        rec: dict[str, Any] = {
-            "v": VERSION, "context": ctx.__dict__,
-            "steps": [self._step(call)] if given is None else given,
-            "decisions": dict(call.changes),
-            "refused_by": call.detail.get("refused_by", _name(call.executor)
-                                          if call.refused else ""),
-            "served": True, "caller": call.caller,
-            "revision": str(getattr(call.executor, "revision", "")),
-            "ms": round(call.ms, 3), "status": call.status,
-        }
-        masker = self.masker
-        masked: list[str] = []
-        if masker.touches(point, rec):  # masking edits copies, never the call's own
-            rec["context"] = context_json(ctx)
-            if given is not None:
-                rec["steps"] = read_json(encode_record(given))
-            masked = masker.apply(point, rec)
-            if masked:
-                rec["masked"] = masked
-        text = encode_record(rec)
-        secret = masker.redact(point, rec, text)
-        if secret:  # rare: encode again without them (`redact` made copies)
-            rec["masked"] = masked + secret
-            text = encode_record(rec)
-        work_item: Any = rec["context"]["work_item"]
-        ref = work_item.ref if isinstance(work_item, WorkItem) else work_item["ref"]
-        # The item column is a key to filter by, one PostgreSQL can store and index (a
-        # batch holding a row it refuses would be lost whole): `item_key`.
-        return at, point, item_key(str(ref)), text
-
-    def _step(self, call: CallRecord) -> dict[str, Any]:
-        executor = call.executor
-        if executor is not self._named[0]:  # one executor serves until a reload
-            self._named = (executor, _name(executor), registry.logged_name(executor))
-        step: dict[str, Any] = {
-            "hook": self._named[1], "kind": self._named[2],
-            "status": "failed" if call.failure else "changed" if call.changes else "unchanged"}
-        if call.changes:
-            step["changed"] = dict(call.changes)
-        if call.failure:
-            step["error"] = call.failure
-        for key in ("rules", "audit"):
-            if call.detail.get(key):
-                step[key] = list(call.detail[key])
-        return step
+        """One call's row: its record built, masked and encoded (`decisions.served`)."""
+        return self.records.row(*item)
 
     def health(self) -> dict[str, Any]:
         """The fields `/health` and `/ready` add: revision, reload and decision-log state."""
@@ -231,4 +148,4 @@ class Operations:
             self.writer.close()
 
 
-__all__ = ["Operations", "declared_series", "refusing_rule"]
+__all__ = ["Operations"]

@@ -21,8 +21,9 @@ import time
 import weakref
 from collections.abc import Callable
 
+from the_loop.decisions.layout import Row
+from the_loop.decisions.stores import PRUNE_SLICE, Store, shown
 from the_loop.errors import one_line
-from the_loop.hooks.serving.logstore import PRUNE_SLICE, Row, Store, shown
 from the_loop.util import say
 
 MAX_QUEUED = 10_000  # records waiting for the writer; past this a record is lost (counted)

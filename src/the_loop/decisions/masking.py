@@ -12,6 +12,11 @@ values it could not see):
   becomes `[masked]` — the log keeps no more than the agent was let see;
 - every secret the server holds (its bearer token, every `tokenEnv` of a declared chain):
   each occurrence, anywhere in the record, becomes `[redacted]`.
+
+A value masked by the first two is masked wherever else it appears in the record too — a
+rule's `reason: "refused: {{ text }}"`, a step's error quoting it — and in the server's
+messages about the call (`scrub`), when it is `MIN_SCRUB` characters or longer (a shorter
+value would mask every word that holds it).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from typing import Any
 from the_loop.events import redact
 from the_loop.hooks.policy.maskpaths import MASKED, check
 
+#: Characters a masked value needs before its copies elsewhere are masked too.
+MIN_SCRUB = 4
 #: Decisions that carry text a person or an agent wrote (their incoming value is a fact).
 TEXT_DECISIONS = frozenset(("text", "prompt", "question", "summary", "announce", "notify"))
 
@@ -72,14 +79,42 @@ class Masker:
         """Mask `rec`'s paths and replaced texts in place; returns what was masked (the
         secrets are `redact`'s, once the record is encoded)."""
         masked: list[str] = []
+        originals = self._originals(point, rec["context"])
         for _path, parts in self._at.get(point, ()):
             if parts[0] == "work_item":
                 masked += [f"{point}.{name}.{parts[1]}"
                            for name in self._mask_records(rec, parts[1])]
             elif self._mask_path(rec, parts):
                 masked.append(f"{point}.{'.'.join(parts)}")
-        masked += self._replaced(point, rec)
+        masked += self._replaced(point, rec, originals=originals)
+        if originals:
+            for key in ("context", "steps", "decisions"):
+                rec[key] = _scrub(rec[key], originals)
         return masked
+
+    def _originals(self, point: str, context: dict[str, Any]) -> list[str]:
+        """The texts at the paths masked at `point` (a work-item field in every work-item
+        record of `context`), as long as `MIN_SCRUB` or longer."""
+        found: list[str] = []
+        for _path, parts in self._at.get(point, ()):
+            if parts[0] == "work_item":
+                values = [item.get(parts[1]) if isinstance(item, dict) else
+                          getattr(item, parts[1], None) for item in context.values()
+                          if isinstance(item, dict) or hasattr(item, "to_json")]
+            else:
+                values = [context.get(parts[0])]
+            for value in values:
+                for text in value if isinstance(value, list) else [value]:
+                    if isinstance(text, str) and len(text) >= MIN_SCRUB and text != MASKED:
+                        found.append(text)
+        return sorted(set(found), key=len, reverse=True)  # the longest first
+
+    def scrub(self, point: str, context: dict[str, Any], text: str) -> str:
+        """`text` (a message about a call whose context is `context`) with each value masked
+        at `point` replaced by `[masked]`."""
+        for original in self._originals(point, context):
+            text = text.replace(original, MASKED)
+        return text
 
     @staticmethod
     def _mask_records(rec: dict[str, Any], key: str) -> list[str]:
@@ -127,9 +162,10 @@ class Masker:
         return hit
 
     @staticmethod
-    def _replaced(point: str, rec: dict[str, Any], *, dry: bool = False) -> list[str]:
+    def _replaced(point: str, rec: dict[str, Any], *, dry: bool = False,
+                  originals: list[str] | None = None) -> list[str]:
         """Mask the originals of text decisions a hook replaced wholesale (`dry`: only say
-        which would be)."""
+        which would be); each original joins `originals` (to be masked elsewhere too)."""
         masked: list[str] = []
         context = rec["context"]
         steps = [s for s in rec["steps"] if s.get("changed")]
@@ -144,6 +180,8 @@ class Masker:
                 if _replaces(before, new):
                     if dry:
                         return [name]
+                    if originals is not None and len(before) >= MIN_SCRUB:
+                        originals.append(before)
                     context[name] = mask_value(context[name])
                     for old in earlier:
                         old[name] = mask_value(old[name])
@@ -155,6 +193,20 @@ class Masker:
                     earlier.append(changed)
                     before = new
         return masked
+
+
+def _scrub(value: Any, originals: list[str]) -> Any:
+    """`value` with each text of `originals` replaced by `[masked]` in every string in it."""
+    if isinstance(value, str):
+        for original in originals:
+            if original in value:
+                value = value.replace(original, MASKED)
+        return value
+    if isinstance(value, list):
+        return [_scrub(v, originals) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub(v, originals) for k, v in value.items()}
+    return value
 
 
 def _replaces(before: Any, new: Any) -> bool:

@@ -56,6 +56,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.utils import floatToGoString
 
+from the_loop.hooks.engine.chain import Chain
 from the_loop.hooks.engine.points import POINTS
 
 # A `_created` timestamp per series doubles a scrape for nothing an alert reads.
@@ -267,3 +268,30 @@ class Metrics:
         scrape.register(_Workers())
         scrape.register(PLATFORM_COLLECTOR)  # the same in every worker
         return generate_latest(scrape)
+
+
+def _name(executor: Any) -> str:
+    return str(getattr(executor, "name", "") or type(executor).__name__)
+
+
+def declared_series(executor: Any) -> tuple[list[tuple[str, str]], list[str], list[str]]:
+    """What the served `executor` (or a `Chain`) declares, under the labels `record` counts
+    it by: every
+    policy rule and its mode; every rule that can refuse (enforce, `proceed: false`) and
+    `(hook <name>)` for each hook (its own refusal or a required failure); every hook."""
+    chain = executor if isinstance(executor, Chain) else getattr(executor, "chain", None)
+    members = ([(link.name, link.executor) for link in chain.links] if chain is not None
+               else [(_name(executor), executor)])
+    rules: list[tuple[str, str]] = []
+    refusers: list[str] = []
+    hooks: list[str] = []
+    for hook, member in members:
+        hooks.append(hook)
+        refusers.append(f"(hook {_name(member)})")
+        policy = getattr(member, "policy", None)  # a policy executor's checked rules
+        if policy is not None:
+            for rule in policy.rules:
+                rules.append((rule.name, rule.mode))
+                if not rule.audit and rule.set_raw.get("proceed") is False:
+                    refusers.append(rule.name)
+    return rules, refusers, hooks

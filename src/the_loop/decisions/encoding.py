@@ -1,8 +1,4 @@
-"""A decision record as JSON text: the one encoder the served log and the loop's log share.
-
-Kept apart from `operations` (the served log's writer, metrics and masking) so that the
-loop's own decision log needs only this and orjson, not the serving stack.
-"""
+"""A decision record as JSON text: the one encoder the served log and the loop's log share."""
 
 from __future__ import annotations
 
@@ -12,9 +8,6 @@ from typing import Any
 import orjson
 
 from the_loop.hooks.engine.points import Context, WorkItem
-
-#: The record layout (`runtime.decisionlog.VERSION`: the loop's log reads the same rows).
-VERSION = 2
 
 
 def _work_item(value: Any) -> Any:
@@ -44,4 +37,4 @@ def context_json(ctx: Context) -> dict[str, Any]:
             else v for k, v in ctx.__dict__.items()}
 
 
-__all__ = ["VERSION", "context_json", "encode_record"]
+__all__ = ["context_json", "encode_record"]

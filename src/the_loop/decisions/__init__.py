@@ -1,0 +1,1 @@
+"""The decision record: its layout, how it is built, masked, written and read back."""

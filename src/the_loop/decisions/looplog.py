@@ -1,0 +1,158 @@
+"""The loop's decision log: every fired point's whole context, final decisions and who changed
+what, written once, to the store the config names.
+
+One row per fired point in the `decision_log` table (`layout`) of the loop's database:
+`<stateDir>/loop.db`, or the shared PostgreSQL database (`database:`), where every host's
+points meet and each row names the host that fired it. The record (`build.loop_record`)
+holds the context as it entered the chain (every fact and every decision's incoming value,
+nothing shortened), each hook's step, and the decisions applied. Secrets are replaced by the
+event log's rules (`EventLog.secrets_in`) before the row is written. Rows older than
+`decisionLog.keepDays` are deleted from that store, at most once an hour per process. A write
+that fails is recorded as `decisions.failed` and the loop goes on.
+
+A host that ran an earlier version on PostgreSQL kept a copy of its points in its own
+loop.db as well; `adopt` moves what that copy holds and the shared table lacks into the
+shared table, once, and renames the old table (`decision_log_moved`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+
+from the_loop.decisions.build import kind_of, loop_record
+from the_loop.decisions.encoding import encode_record
+from the_loop.decisions.layout import Row, item_key, recorded, rules_text
+from the_loop.decisions.stores import PRUNE_SLICE, SQLiteStore, Store, open_store
+from the_loop.errors import LoopError
+from the_loop.events import EventLog, redact
+from the_loop.hooks.engine.chain import Chain, Outcome
+from the_loop.hooks.engine.points import Context
+from the_loop.sqldb import StoreError, converted
+
+__all__ = ["DecisionLog"]
+
+PRUNE_EVERY = 3600.0  # seconds between two prunes in one process
+MOVED = "decision_log_moved"  # what a host's old copy is renamed to once adopted
+
+
+class DecisionLog:
+    """Writes one row per fired point into the loop's store (the table is made on first use).
+
+    `target` is loop.db (its own connection, `synchronous=NORMAL`: in WAL mode a commit is
+    then not flushed on its own — an operating-system crash may lose the last rows, never
+    corrupt the file —, so the log costs a point microseconds, not a disk flush), an open
+    sqlite3 connection to one (its caller's transaction is kept), or a postgresql:// URL.
+    """
+
+    def __init__(self, target: Path | str | sqlite3.Connection, *, keep_days: float,
+                 log: EventLog, host: Callable[[], str] = lambda: "",
+                 on_failed: Callable[[], None] = lambda: None) -> None:
+        self.store: Store = (SQLiteStore.on(target) if isinstance(target, sqlite3.Connection)
+                             else open_store(str(target)))
+        weakref.finalize(self, self.store.close)  # its connection closes with this log
+        self.keep_seconds = keep_days * 86_400.0
+        self.log = log
+        self.host = host
+        self.on_failed = on_failed  # counts a lost record (the loop's metrics)
+        self._pruned = 0.0
+        self._chain: Chain | None = None
+        self._kinds: dict[str, str] = {}
+
+    def close(self) -> None:
+        self.store.close()
+
+    def record(self, ctx: Context, outcome: Outcome, chain: Chain, *, input_id: int = 0) -> None:
+        """Store one fired point; a failure is recorded as `decisions.failed`, never raised."""
+        try:
+            self._write(ctx, outcome, chain, input_id)
+        except (StoreError, OSError, ValueError, TypeError, LoopError) as exc:
+            self._failed(ctx, exc)
+
+    def _failed(self, ctx: Context, exc: BaseException) -> None:
+        self.on_failed()
+        self.log.emit("decisions.failed", point=ctx.POINT, work_item=ctx.work_item.ref,
+                      error=f"{type(exc).__name__}: {exc}")
+
+    def row(self, ctx: Context, outcome: Outcome, chain: Chain, input_id: int = 0) -> Row:
+        """The row one fired point is stored as."""
+        if chain is not self._chain:
+            self._chain = chain
+            self._kinds = {link.name: kind_of(link.executor) for link in chain.links}
+        rec = loop_record(ctx, outcome, self._kinds, input_id=input_id)
+        line = encode_record(rec)
+        found = self.log.secrets_in(line)
+        if found:
+            rec = redact(rec, found)
+            line = encode_record(rec)
+        refused = bool(outcome.refused_by) or outcome.refused
+        # The item column is keyed as a served log keys it: what replay filters by.
+        return (time.time(), ctx.POINT, item_key(ctx.work_item.ref), line, self.host(),
+                rules_text(rec["steps"]), int(refused))
+
+    def _write(self, ctx: Context, outcome: Outcome, chain: Chain, input_id: int) -> None:
+        row = self.row(ctx, outcome, chain, input_id)
+        self.store.write([row])
+        if row[0] - self._pruned >= PRUNE_EVERY:
+            self.prune(row[0])
+
+    def prune(self, now: float | None = None) -> int:
+        """Delete the loop's rows older than keepDays; returns how many went."""
+        now = time.time() if now is None else now
+        self._pruned = now
+        gone = 0
+        while True:
+            n = self.store.prune(now - self.keep_seconds, served=False)
+            gone += n
+            if n < PRUNE_SLICE:
+                return gone
+
+    def adopt(self, local: Path) -> int:
+        """Move the points a host's own loop.db holds that the shared store lacks into it
+        (see the module doc); returns how many were moved. A no-op when loop.db has no
+        such table."""
+        if not local.is_file():
+            return 0
+        with converted(f"{local}: cannot read its decision log"):
+            conn = sqlite3.connect(str(local), timeout=30.0, isolation_level=None)
+            try:
+                if conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND "
+                                "name='decision_log'").fetchone() is None:
+                    return 0
+                conn.execute("BEGIN IMMEDIATE")
+                rows = conn.execute("SELECT id, at, point, work_item, record FROM "
+                                    "decision_log ORDER BY id").fetchall()
+                moved = self._missing(rows)
+                if moved:
+                    self.store.write(moved)
+                conn.execute(f"ALTER TABLE decision_log RENAME TO {MOVED}")
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+        return len(moved)
+
+    def _missing(self, rows: list[tuple[int, float, str, str, str]]) -> list[Row]:
+        """The rows of an old copy the shared store does not hold (matched by time, point and
+        item: the two copies were written with the same values)."""
+        if not rows:
+            return []
+        from the_loop.decisions.reads import keys_between
+
+        have = keys_between(self.store.source, min(r[1] for r in rows),
+                            max(r[1] for r in rows))
+        out: list[Row] = []
+        for row_id, at, point, ref, text in rows:
+            if (float(at), str(point), str(ref)) in have:
+                continue
+            try:
+                rec = recorded((row_id, at, point, ref, text))
+            except (ValueError, KeyError, AttributeError, TypeError, RecursionError):
+                rules, refused = "", 0  # kept as it was: replay names what it cannot read
+            else:
+                rules = rules_text(rec.steps)
+                refused = int(bool(rec.refused_by) or rec.decisions.get("proceed") is False)
+            out.append((float(at), str(point), str(ref), str(text), "", rules, refused))
+        return out
