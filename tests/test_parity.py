@@ -208,6 +208,7 @@ def test_gen_docs_check_fails_when_a_registered_kind_has_no_row_in_the_declaring
     assert module.main(["--check"]) == 0
     toy = dataclasses.replace(registry.KINDS["policy"], name="toy", about="a toy",
                               keys={"toy": {"toy": Field(Str())}}, paths=frozenset(),
+                              classes=(f"{__name__}.Toy",),
                               docs={"toy": KeyDoc("string", "—", "what the toy says")})
     remove = registry.register(toy)
     try:

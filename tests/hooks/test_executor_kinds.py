@@ -219,3 +219,10 @@ def test_replay_refuses_an_executor_of_no_registered_kind(
     assert code == 1
     assert ("policy replay: hook 'greet' is a Stray, which is no registered executor kind, so "
             "replay cannot tell whether calling it is safe") in err
+
+
+def test_a_kind_claiming_a_registered_kinds_class_is_refused() -> None:
+    """Two kinds for one class would leave it with none once either is removed."""
+    with pytest.raises(ValueError, match=r"the class the_loop.hooks.executors.policy."
+                                         r"PolicyExecutor \(kind 'policy'\) already registered"):
+        registry.register(_echo_kind(classes=("the_loop.hooks.executors.policy.PolicyExecutor",)))

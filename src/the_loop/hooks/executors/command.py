@@ -105,8 +105,8 @@ class CommandExecutor:
         env, secrets = self.environment()
         req_id = next(self._ids)
         try:
-            ran = run(self.argv, request_body(point, ctx, req_id), cwd=self.cwd,
-                              env=env, timeout=self.timeout)
+            ran = run(self.argv, request_body(point, ctx, req_id), cwd=self.cwd, env=env,
+                      timeout=self.timeout)
         except OSError as exc:  # the program went away (or lost its mode) since the load
             raise HookError(f"cannot run {self.where}: {exc.strerror or exc}") from None
         out, err = _scrub(ran.stdout, secrets), _scrub(ran.stderr, secrets)

@@ -35,6 +35,8 @@ def register(kind: Kind) -> Callable[[], None]:
     clash = [f"the kind name {kind.name!r}"] if kind.name in KINDS else []
     clash += [f"the declaration key {key!r} (kind {BY_KEY[key].name!r})"
               for key in kind.keys if key in BY_KEY]
+    clash += [f"the class {name} (kind {_BY_CLASS[name].name!r})"
+              for name in kind.classes if name in _BY_CLASS]
     if clash:
         raise ValueError(f"executor kind {kind.name!r}: {' and '.join(clash)} already "
                          "registered; choose another")
