@@ -42,6 +42,7 @@ from the_loop.hooks.engine.points import (
     WORK_ITEM_FIELDS,
     WORK_ITEM_TYPES,
     Context,
+    FieldSpec,
     WorkItem,
     check_value,
 )
@@ -108,44 +109,66 @@ def read_params(point: str, params: Any) -> tuple[Context, list[str]]:
     for raw_key, value in params.items():
         if simple.get(raw_key) is type(value):  # our name, the right scalar type
             kwargs[raw_key] = value
-            continue
-        if raw_key in lists and type(value) is list and all(type(v) is str for v in value):
+        elif raw_key in lists and type(value) is list and all(type(v) is str for v in value):
             kwargs[raw_key] = list(value)  # our name, a list of strings
-            continue
-        if raw_key in records:  # our name, a work-item record: mapped and checked there
-            item = _record(value, ignored, prefix=raw_key)
-            kwargs[raw_key] = item if isinstance(item, WorkItem) else check_value(
-                fields[raw_key], item, where=f"{point}.{raw_key}")  # names the wrong type
-            continue
-        key = str(raw_key)
-        name = aliases.get(key, key)
-        fs = fields.get(name)
-        if fs is None or (name != key and name in params):
-            if fs is None or params[name] != value:  # our own client sends both, the same
-                ignored.append(key)
-            continue
-        want = _SIMPLE.get(fs.type)
-        if want is not None and type(value) is want:  # the common case, checked inline
-            if value == "" and name in EMPTY_MEANS_DEFAULT:
-                continue
-            kwargs[name] = value
-            continue
-        if fs.type == "WorkItem":
-            value = _record(value, ignored, prefix=key)
-            if isinstance(value, WorkItem):
-                kwargs[name] = value
-                continue
-        kwargs[name] = check_value(fs, value, where=f"{point}.{key}")
+        elif raw_key in records:  # our name, a work-item record: mapped and checked there
+            kwargs[raw_key] = _typed(point, fields[raw_key], raw_key, value, ignored)
+        else:  # another name, an unknown key, a "" kind or a wrong type
+            key = str(raw_key)
+            fs = _field_for(fields, aliases, key, value, params, ignored)
+            if fs is not None:
+                value = _typed(point, fs, key, value, ignored)
+                if value is not _DEFAULT:
+                    kwargs[fs.name] = value
+    if point == "work_item_complete":
+        _take_their_kind(params, kwargs, ignored)
+    ctx = SPECS[point].context(**kwargs)
+    ctx.unknown_facts = unsent(point, params, kwargs.get("unknown_facts", ()))
+    return ctx, sorted(ignored)
+
+
+#: What `_typed` answers for a value read as its field's default: the field is not passed.
+_DEFAULT = object()
+
+
+def _field_for(fields: dict[str, FieldSpec], aliases: dict[str, str], key: str, value: Any,
+               params: dict[str, Any], ignored: list[str]) -> FieldSpec | None:
+    """The field `key` sends, under our name or another (`aliases`); None when it sends none
+    (not this point's, or another name beside ours), with `key` added to `ignored` unless
+    it is another name sending the same value as ours (our own client sends both)."""
+    name = aliases.get(key, key)
+    fs = fields.get(name)
+    if fs is None or (name != key and name in params):
+        if fs is None or params[name] != value:
+            ignored.append(key)
+        return None
+    return fs
+
+
+def _typed(point: str, fs: FieldSpec, key: str, value: Any, ignored: list[str]) -> Any:
+    """`value`, sent as `key`, read as field `fs`: a work-item record in our names, `_DEFAULT`
+    for a "" that means the default; else checked (`ValueError` naming the wrong type)."""
+    want = _SIMPLE.get(fs.type)
+    if want is not None and type(value) is want:  # the common case, checked inline
+        return _DEFAULT if value == "" and fs.name in EMPTY_MEANS_DEFAULT else value
+    if fs.type == "WorkItem":
+        value = _record(value, ignored, prefix=key)
+        if isinstance(value, WorkItem):
+            return value
+    return check_value(fs, value, where=f"{point}.{key}")
+
+
+def _take_their_kind(params: dict[str, Any], kwargs: dict[str, Any],
+                     ignored: list[str]) -> None:
+    """work_item_complete's top-level `kind` (where the other loop says it) as the work
+    item's, when the record does not say; the key is then read, not ignored."""
     their_kind = params.get("kind")
-    if point == "work_item_complete" and isinstance(their_kind, str) and their_kind:
+    if isinstance(their_kind, str) and their_kind:
         item = kwargs.get("work_item", WorkItem())
         raw = params.get("work_item")
         if not (isinstance(raw, dict) and raw.get("kind")):
             kwargs["work_item"] = dataclasses.replace(item, kind=their_kind)
         ignored.remove("kind")
-    ctx = SPECS[point].context(**kwargs)
-    ctx.unknown_facts = unsent(point, params, kwargs.get("unknown_facts", ()))
-    return ctx, sorted(ignored)
 
 
 def unsent(point: str, params: dict[str, Any], listed: Any = ()) -> list[str]:
