@@ -21,6 +21,7 @@ import os
 import sysconfig
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from the_loop.errors import describe_exception, one_line
@@ -59,6 +60,23 @@ def code_file(fn: Callable[..., Any] | None) -> str | None:
 
 def raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
     """`path:line` of the hook's frame that raised `exc` (see the module docstring), or ''."""
+    frames = _frames(exc)
+    home = _home(fn)
+    picked = None
+    if home and not home.startswith(_OURS):  # (a virtualenv inside it is not the hook's)
+        picked = next((f for f in reversed(frames)
+                       if f[0].startswith(home) and not f[0].startswith(_LIBRARIES)), None)
+    if picked is None:
+        picked = next((f for f in reversed(frames) if not f[0].startswith(_LIBRARIES)), None)
+    if picked is None:
+        return ""
+    # A file name is the hook's to choose (`compile(src, "x\ny", …)`): one line, always.
+    return f"{one_line(shown_path(picked[0]), MAX_PATH)}:{picked[1]}"
+
+
+def _frames(exc: BaseException) -> list[tuple[str, int]]:
+    """`(real path, line)` of each frame of `exc`'s traceback outside our own package, outermost
+    first, up to where the traceback turns into an older one (`_old_part_next`)."""
     frames: list[tuple[str, int]] = []
     real: dict[str, str] = {}  # a deep recursion repeats one file a thousand times
     tb = exc.__traceback__
@@ -72,27 +90,26 @@ def raise_site(exc: BaseException, fn: Callable[..., Any] | None = None) -> str:
             path = real.get(name) or real.setdefault(name, os.path.realpath(name))
             if not path.startswith(_OURS):
                 frames.append((path, line))
-        inner = tb.tb_next
-        # An exception object raised a second time keeps its old traceback after the new
-        # frames; the old part is where a frame was not called by the one before it --
-        # except a hook's own worker thread (`deadline.py`), whose exception the chain's
-        # thread raises again: its frames are where the hook raised it.
-        if inner is not None and inner.tb_frame.f_back not in (None, tb.tb_frame) \
-                and inner.tb_frame.f_code is not _WORKER_ENTRY:
+        if _old_part_next(tb):
             break
-        tb = inner
+        tb = tb.tb_next
+    return frames
+
+
+def _old_part_next(tb: TracebackType) -> bool:
+    """Whether the entry after `tb` begins an old traceback: an exception object raised a
+    second time keeps its old traceback after the new frames; the old part is where a frame
+    was not called by the one before it -- except a hook's own worker thread (`deadline.py`),
+    whose exception the chain's thread raises again: its frames are where the hook raised it."""
+    inner = tb.tb_next
+    return inner is not None and inner.tb_frame.f_back not in (None, tb.tb_frame) \
+        and inner.tb_frame.f_code is not _WORKER_ENTRY
+
+
+def _home(fn: Callable[..., Any] | None) -> str | None:
+    """The folder (real path, ending in a separator) of the file `fn` was defined in, if any."""
     home_file = code_file(fn)
-    home = os.path.dirname(os.path.realpath(home_file)) + os.sep if home_file else None
-    picked = None
-    if home and not home.startswith(_OURS):  # (a virtualenv inside it is not the hook's)
-        picked = next((f for f in reversed(frames)
-                       if f[0].startswith(home) and not f[0].startswith(_LIBRARIES)), None)
-    if picked is None:
-        picked = next((f for f in reversed(frames) if not f[0].startswith(_LIBRARIES)), None)
-    if picked is None:
-        return ""
-    # A file name is the hook's to choose (`compile(src, "x\ny", …)`): one line, always.
-    return f"{one_line(shown_path(picked[0]), MAX_PATH)}:{picked[1]}"
+    return os.path.dirname(os.path.realpath(home_file)) + os.sep if home_file else None
 
 
 def failure_line(
