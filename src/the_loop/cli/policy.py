@@ -200,7 +200,6 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
             raise  # exit 1, every error listed on stderr
         return 1, {"folder": str(folder), "ok": False, "errors": exc.errors}
     stats = _stats_delta(before, dict(compile_stats()))
-    fallback = stats.get("fallback", 0)
     by_point = {p: policy.rules_at(p) for p in POINTS}
     warnings = lint(policy)
     if args.dialect:
@@ -211,24 +210,48 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
                 return 1, {"folder": str(folder), "ok": False, "errors": errors,
                            "warnings": warnings}
             raise PolicyError(errors, folder=str(folder))
-    rev = policy.revision
     if args.json:
-        return 0, {
-            "folder": str(folder), "ok": True, "revision": rev, "mask": policy.mask,
-            "files": [_name(f) for f in policy.files],
-            "rules": len(policy.rules), "compile_stats": stats, "warnings": warnings,
-            "data": {name: _name(where) for name, where in policy.data.origin.items()},
-            "points": {
-                p: [{"name": r.name, "mode": r.mode, "file": _name(r.file),
-                     "description": r.description} for r in rules]
-                for p, rules in by_point.items() if rules
-            },
-        }
+        return 0, _check_doc(folder, policy, stats, warnings, by_point)
+    _print_check(folder, policy, stats.get("fallback", 0), by_point)
+    for warning in warnings:  # advice: the folder loads and the exit stays 0
+        print(f"the-loop: warning: {warning}", file=sys.stderr)
+    return 0, {}
+
+
+def _check_doc(folder: Path, policy: Policy, stats: dict[str, int], warnings: list[str],
+               by_point: dict[str, Any]) -> dict[str, Any]:
+    """`policy check --json`'s document for a folder that loads."""
+    return {
+        "folder": str(folder), "ok": True, "revision": policy.revision, "mask": policy.mask,
+        "files": [_name(f) for f in policy.files],
+        "rules": len(policy.rules), "compile_stats": stats, "warnings": warnings,
+        "data": {name: _name(where) for name, where in policy.data.origin.items()},
+        "points": {
+            p: [{"name": r.name, "mode": r.mode, "file": _name(r.file),
+                 "description": r.description} for r in rules]
+            for p, rules in by_point.items() if rules
+        },
+    }
+
+
+def _print_check(folder: Path, policy: Policy, fallback: int, by_point: dict[str, Any]) -> None:
+    """`policy check`'s text for a folder that loads: the summary, the rules per point, the
+    data names and the points without rules."""
     print(f"{folder}: {len(policy.rules)} rule(s) in {len(policy.files)} file(s), all "
           f"compiled and checked; {fallback} expression(s) fell back to the reference "
-          f"interpreter; revision {rev}")
+          f"interpreter; revision {policy.revision}")
     if policy.mask:
         print(f"a hook server's decision log masks: {', '.join(policy.mask)}")
+    _print_rules_by_point(policy, by_point)
+    if policy.data.values:
+        print(f"data: {', '.join(policy.data.values)}")
+    idle = [p for p, rules in by_point.items() if not rules]
+    if idle:
+        print(f"no rules at: {', '.join(idle)}")
+
+
+def _print_rules_by_point(policy: Policy, by_point: dict[str, Any]) -> None:
+    """Each point that has rules, then its rules in columns (name, mode, file, description)."""
     width = max(len(r.name) for r in policy.rules)
     files = max(len(_name(r.file)) for r in policy.rules)  # descriptions line up
     for point, rules in by_point.items():
@@ -240,14 +263,6 @@ def _check(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any
             if r.description:
                 line += f"  {r.description}"
             print(line.rstrip())
-    if policy.data.values:
-        print(f"data: {', '.join(policy.data.values)}")
-    idle = [p for p, rules in by_point.items() if not rules]
-    if idle:
-        print(f"no rules at: {', '.join(idle)}")
-    for warning in warnings:  # advice: the folder loads and the exit stays 0
-        print(f"the-loop: warning: {warning}", file=sys.stderr)
-    return 0, {}
 
 
 def _name(path: str | Path) -> str:
@@ -275,43 +290,73 @@ def _test(args: argparse.Namespace, target: Target) -> tuple[int, dict[str, Any]
         return 1, {"folder": str(folder), "ok": False, "passed": 0, "failed": 0,
                    "errors": exc.errors, "cases": []}
     floor = args.min_coverage
+    branches, below = _coverage_gate(args, report)
+    code = 0 if report.ok and not below else 1
+    if args.json:
+        return code, _test_doc(args, report, below)
+    _print_results(report, args.full)
+    if args.coverage or floor is not None:
+        _print_coverage(report)
+    elif report.unexercised:
+        print(f"note: no case exercised: {', '.join(report.unexercised)}")
+    _print_summary(report)
+    if below:
+        _print_below(report, folder, floor, branches)
+    return code, {}
+
+
+def _coverage_gate(args: argparse.Namespace, report: Any) -> tuple[bool, bool]:
+    """Whether `--min-coverage` gates branch coverage (`--coverage-of branches`, measured),
+    and whether the measure it gates is below the floor (never, without `--min-coverage`)."""
+    floor = args.min_coverage
     branches = args.coverage_of == "branches" and report.branches is not None
     measured = report.branches.percent() if branches and report.branches else \
         report.covered_percent
     below = floor is not None and measured < floor
-    code = 0 if report.ok and not below else 1
-    if args.json:
-        doc = report.to_json()
-        if floor is not None:
-            doc["coverage"]["min"] = floor
-            doc["coverage"]["of"] = args.coverage_of
-            doc["coverage"]["ok"] = not below
-        return code, doc
+    return branches, below
+
+
+def _test_doc(args: argparse.Namespace, report: Any, below: bool) -> dict[str, Any]:
+    """`policy test --json`'s document: the report's, with the gate under `coverage`."""
+    doc: dict[str, Any] = report.to_json()
+    if args.min_coverage is not None:
+        doc["coverage"]["min"] = args.min_coverage
+        doc["coverage"]["of"] = args.coverage_of
+        doc["coverage"]["ok"] = not below
+    return doc
+
+
+def _print_results(report: Any, full: bool) -> None:
+    """One PASS or FAIL line per case, with its problems and explanation; then the test
+    files' errors."""
     for r in report.results:
         print(f"{'PASS' if r.passed else 'FAIL'}  {Path(r.file).name}: {r.name}  ({r.point})")
         for problem in r.problems:
             print(f"      {problem}")
         for rule in r.explained or ():
-            print(f"      · {rule.text(args.full)}")
+            print(f"      · {rule.text(full)}")
     for error in report.errors:
         print(f"ERROR {error}")
-    if args.coverage or floor is not None:
-        _print_coverage(report)
-    elif report.unexercised:
-        print(f"note: no case exercised: {', '.join(report.unexercised)}")
+
+
+def _print_summary(report: Any) -> None:
+    """`3 passed, 1 failed[, N test file error(s)]`"""
     summary = f"{report.passed} passed, {report.failed} failed"
     if report.errors:
         summary += f", {len(report.errors)} test file error(s)"
     print(summary)
-    if below and branches and report.branches is not None:
+
+
+def _print_below(report: Any, folder: Path, floor: float, branches: bool) -> None:
+    """What to add when the gated coverage is below `--min-coverage`."""
+    if branches and report.branches is not None:
         print(f"branch coverage {report.branches.shown_percent():.1f}% is below "
               f"--min-coverage {floor:g}: add cases to {folder / 'tests'} that make each part "
               "above true and false")
-    elif below:
+    else:
         print(f"coverage {report.shown_percent:.1f}% is below --min-coverage {floor:g}: no "
               f"case matched {', '.join(report.unexercised)}; add a case to "
               f"{folder / 'tests'} that each of them matches")  # below 100%: some rule is named
-    return code, {}
 
 
 def _print_coverage(report: Any) -> None:
