@@ -26,6 +26,7 @@ from the_loop.hooks.executors.policy import PolicyExecutor
 from the_loop.hooks.policy.rules import Policy
 from the_loop.hooks.policy.testing import run_tests
 from the_loop.runtime.service import LOOP_AUTHOR, Loop
+from the_loop.runtime.tracker.base import Item
 
 ITEMS_PER_PAGE = 50
 POINTS_PER_PAGE = 100
@@ -60,29 +61,40 @@ def age(seconds: float) -> str:
     return f"{int(seconds // 86_400)} d"
 
 
+def item_row(loop: Loop, item: Item, stats: dict[str, reads.ItemStats],
+             now: float) -> dict[str, Any]:
+    """One work item as the items page lists it: its tracker state, its loop state and its
+    points' counts."""
+    work = loop.work(item.ref) or {}
+    st = stats.get(item.ref) or reads.ItemStats(0, 0, "", 0.0, 0)
+    return {
+        "ref": item.ref, "link": item_link(item.ref), "title": item.title,
+        "tracker_state": item.state, "state": work.get("state", "not armed"),
+        "phase": work.get("node", ""), "labels": item.labels,
+        "last_point": st.last_point, "last_id": st.last_id,
+        "last_at": charts.clock(st.last_at) if st.last_id else "",
+        "refusals": st.refusals, "points": st.points, "hosts": list(st.hosts),
+        "age": age(now - item.created) if item.created else ""}
+
+
+def wanted(row: dict[str, Any], query: dict[str, str]) -> bool:
+    """Whether a row passes the items page's filters (state, label, text, refused)."""
+    want_state, want_label = query.get("state", ""), query.get("label", "")
+    text, refused = query.get("q", "").casefold(), query.get("refused", "") == "1"
+    return bool((not want_state or row["state"] == want_state)
+                and (not want_label or want_label in row["labels"])
+                and (not text or text in row["title"].casefold()
+                     or text in row["ref"].casefold())
+                and (not refused or row["refusals"]))
+
+
 def items(loop: Loop, query: dict[str, str]) -> dict[str, Any]:
     stats = reads.item_stats(loop.settings.db_target)
     now = time.time()
-    rows = []
-    for item in loop.tracker.items():
-        work = loop.work(item.ref) or {}
-        st = stats.get(item.ref) or reads.ItemStats(0, 0, "", 0.0, 0)
-        rows.append({
-            "ref": item.ref, "link": item_link(item.ref), "title": item.title,
-            "tracker_state": item.state, "state": work.get("state", "not armed"),
-            "phase": work.get("node", ""), "labels": item.labels,
-            "last_point": st.last_point, "last_id": st.last_id,
-            "last_at": charts.clock(st.last_at) if st.last_id else "",
-            "refusals": st.refusals, "points": st.points, "hosts": list(st.hosts),
-            "age": age(now - item.created) if item.created else ""})
+    rows = [item_row(loop, item, stats, now) for item in loop.tracker.items()]
     states = sorted({r["state"] for r in rows})
     labels = sorted({label for r in rows for label in r["labels"]})
-    want_state, want_label = query.get("state", ""), query.get("label", "")
-    text, refused = query.get("q", "").casefold(), query.get("refused", "") == "1"
-    rows = [r for r in rows if (not want_state or r["state"] == want_state)
-            and (not want_label or want_label in r["labels"])
-            and (not text or text in r["title"].casefold() or text in r["ref"].casefold())
-            and (not refused or r["refusals"])]
+    rows = [r for r in rows if wanted(r, query)]
     pages = max(math.ceil(len(rows) / ITEMS_PER_PAGE), 1)
     page = page_of(query.get("page", ""), pages)
     keep = {k: v for k, v in query.items() if k in ("state", "label", "q", "refused") and v}
