@@ -168,13 +168,7 @@ def run_tests(
             "(see docs/policy-guide.md)"
         )
         return report
-    cases: list[_Case] = []
-    for path in files:
-        cases.extend(_read_cases(path, policy, report.errors))
-    if run is not None:
-        cases = [c for c in cases if run.search(c.name)]
-        if not cases and not report.errors:
-            report.errors.append(f"{tests}: no case's name matches --run {run.pattern!r}")
+    cases = _selected(_all_cases(files, policy, report.errors), run, tests, report.errors)
     chains = _Chains(policy)
     if branches:
         report.branches = BranchCounter.of(policy)
@@ -193,15 +187,42 @@ def run_tests(
         if explain:
             result.explained = explain_rules(
                 case_policy, case.point, context_from_json(case.point, case.facts))
-        matched = set(result.rules) | set(result.audit)
-        for name, counts in report.coverage.items():
-            if name in matched:
-                counts[0] += 1
-            elif case.point in at[name]:
-                counts[1] += 1
+        _count_coverage(report.coverage, at, case.point, result)
         report.results.append(result)
     report.unexercised = [name for name, (m, _) in report.coverage.items() if not m]
     return report
+
+
+def _all_cases(files: list[Path], policy: Policy, errors: list[str]) -> list[_Case]:
+    """Every case the test files give, in file order (what is wrong in them to `errors`)."""
+    cases: list[_Case] = []
+    for path in files:
+        cases.extend(_read_cases(path, policy, errors))
+    return cases
+
+
+def _selected(cases: list[_Case], run: re.Pattern[str] | None, tests: Path,
+              errors: list[str]) -> list[_Case]:
+    """The cases whose name `run` matches (all of them without `run`); an error when it
+    matches none and the test files had no errors of their own."""
+    if run is None:
+        return cases
+    picked = [c for c in cases if run.search(c.name)]
+    if not picked and not errors:
+        errors.append(f"{tests}: no case's name matches --run {run.pattern!r}")
+    return picked
+
+
+def _count_coverage(coverage: dict[str, list[int]], at: dict[str, set[str]], point: str,
+                    result: CaseResult) -> None:
+    """Count `result` for each rule: matched (an enforce rule applied, or an audit rule
+    matched), or not matched though the case was at one of the rule's points."""
+    matched = set(result.rules) | set(result.audit)
+    for name, counts in coverage.items():
+        if name in matched:
+            counts[0] += 1
+        elif point in at[name]:
+            counts[1] += 1
 
 
 def _chain(policy: Policy) -> Chain:
