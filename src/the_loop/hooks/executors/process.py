@@ -65,23 +65,17 @@ def _exchange(proc: subprocess.Popen[bytes], body: bytes, deadline: float) -> Ra
     streams = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
     got = {name: bytearray() for name in streams.values()}
     stdin = proc.stdin.fileno()
-    sel = selectors.DefaultSelector()
-    for fd in (*streams, stdin):
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_WRITE if fd == stdin else selectors.EVENT_READ)
-    pidfd = _pidfd(proc.pid)
-    if pidfd is not None:
-        sel.register(pidfd, selectors.EVENT_READ)
+    sel, pidfd = _watch(streams, stdin, proc.pid)
     pending, exited = memoryview(body), False
     try:
-        while not exited or any(fd in sel.get_map() for fd in streams):
+        while not exited or _reading(sel, streams):
             now = time.monotonic()
             if now >= deadline:
                 if exited:
                     break  # it is done; what it printed by now is its answer
                 return Ran(-1, bytes(got["stdout"]), bytes(got["stderr"]), timed_out=True)
-            ready = sel.select(min(deadline - now, _TICK if pidfd is None else deadline - now))
-            if not exited and (pidfd is None or any(k.fd == pidfd for k, _ in ready)):
+            ready = sel.select(_wait(deadline, now, pidfd))
+            if not exited and _may_have_exited(ready, pidfd):
                 exited = _has_exited(proc.pid)
                 if exited:
                     _kill_group(proc)
@@ -95,10 +89,47 @@ def _exchange(proc: subprocess.Popen[bytes], body: bytes, deadline: float) -> Ra
                     return Ran(-1, b"", bytes(got["stderr"][-MAX_OUTPUT:]),
                                over=streams[key.fd])
     finally:
-        sel.close()
-        if pidfd is not None:
-            os.close(pidfd)
+        _unwatch(sel, pidfd)
     return Ran(proc.wait(), bytes(got["stdout"]), bytes(got["stderr"]))
+
+
+def _watch(streams: dict[int, str], stdin: int, pid: int
+           ) -> tuple[selectors.BaseSelector, int | None]:
+    """A selector over the output pipes (to read) and stdin (to write), all non-blocking,
+    and over the program's pidfd when there is one (returned too, or None)."""
+    sel = selectors.DefaultSelector()
+    for fd in (*streams, stdin):
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_WRITE if fd == stdin else selectors.EVENT_READ)
+    pidfd = _pidfd(pid)
+    if pidfd is not None:
+        sel.register(pidfd, selectors.EVENT_READ)
+    return sel, pidfd
+
+
+def _unwatch(sel: selectors.BaseSelector, pidfd: int | None) -> None:
+    """Close the selector and the pidfd (the pipes are the caller's to close)."""
+    sel.close()
+    if pidfd is not None:
+        os.close(pidfd)
+
+
+def _reading(sel: selectors.BaseSelector, streams: dict[int, str]) -> bool:
+    """Whether an output pipe is still watched (not yet read to its end)."""
+    return any(fd in sel.get_map() for fd in streams)
+
+
+def _wait(deadline: float, now: float, pidfd: int | None) -> float:
+    """How long one select may wait: until the deadline, and without a pidfd at most
+    `_TICK` (the next look at whether the program exited)."""
+    return min(deadline - now, _TICK if pidfd is None else deadline - now)
+
+
+def _may_have_exited(ready: list[tuple[selectors.SelectorKey, int]], pidfd: int | None
+                     ) -> bool:
+    """Whether to look if the program exited: its pidfd turned readable, or (without one)
+    on every turn."""
+    return pidfd is None or any(k.fd == pidfd for k, _ in ready)
 
 
 def _drained(sel: selectors.BaseSelector, fd: int, buffer: bytearray) -> bool:
