@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from the_loop.runtime.decisionlog import Recorded
-
+from the_loop.decisions.layout import Recorded
 from the_loop.runtime.replay import Replayer, policy_chain
 
 RULES = """\

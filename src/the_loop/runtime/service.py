@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sqlite3
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from the_loop.config import Config
@@ -42,6 +44,23 @@ if TYPE_CHECKING:  # the hooks, the channels and the decision log load when firs
     from the_loop.runtime.channels import Channels
 
 LOOP_AUTHOR = "the-loop"
+
+
+def _holds_an_unmoved_log(local: Path) -> bool:
+    """Whether a host's own loop.db still holds the decision log an earlier version kept
+    beside a shared database (moved into the shared store when the log is first built; a
+    reader of the shared store would miss it until then). A look at one table name."""
+    if not local.is_file():
+        return False
+    try:
+        conn = sqlite3.connect(f"file:{local}?mode=ro", uri=True, timeout=5.0)
+        try:
+            return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND "
+                                "name='decision_log'").fetchone() is not None
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False  # the log's own move says what is wrong with the file
 FAILPOINT_ENV = "THE_LOOP_FAILPOINT"
 _REDACTED = "[redacted]"
 
@@ -145,6 +164,8 @@ class Loop:
         self.strict_hooks = strict_hooks
         self.source = source
         self._chain: Chain | None = None
+        if self.settings.database and _holds_an_unmoved_log(self.settings.db_path):
+            self.decision_log  # noqa: B018 -- built now, so its move happens at once
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.proc_refs: dict[str, str] = {}  # session id → work item, launched here
         self.heartbeat: Heartbeat | None = None
