@@ -148,11 +148,20 @@ def test_the_runtime_imports_nothing_from_the_hook_server() -> None:
         for module, deps in import_graph().items() if module.startswith("the_loop.runtime")
         for dep in deps if dep.startswith("the_loop.hooks.serving")
     )
-    # The one edge left (landed with issue 36 while this was written): replay asks the
-    # other loop's dialect which facts an old record lacks. Its plan of facts belongs in the
-    # engine's catalog; until it moves, this is the only edge allowed.
-    assert bad == ["the_loop.runtime.replay imports the_loop.hooks.serving",
-                   "the_loop.runtime.replay imports the_loop.hooks.serving.dialect"]
+    # (The dialect, which replay asks what facts an old record lacks, is the engine's: the
+    # client and the server both speak it.)
+    assert bad == []
+
+
+def test_the_engine_imports_nothing_from_the_hook_server() -> None:
+    """The catalog, the chain and the other loop's dialect are the engine's; the hook server
+    is built on them, never the other way round."""
+    bad = sorted(
+        f"{module} imports {dep}"
+        for module, deps in import_graph().items() if module.startswith("the_loop.hooks.engine")
+        for dep in deps if dep.startswith("the_loop.hooks.serving")
+    )
+    assert bad == []
 
 
 def test_the_decision_record_depends_on_neither_the_runtime_nor_the_hook_server() -> None:

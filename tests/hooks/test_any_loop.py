@@ -400,7 +400,7 @@ def test_every_name_both_loops_share_travels_under_their_name_with_their_type(
     """Checked against tests/data/upstream-wire/params.json: each of their keys that names a
     field of ours (by our name or an alias) is in what our client sends, with their JSON
     type; a work item carries `provider`."""
-    from the_loop.hooks.serving.dialect import ALIASES, wire_params
+    from the_loop.hooks.engine.dialect import ALIASES, wire_params
 
     sent = wire_params(context_from_json(point, {}))
     ours = {f.name for f in SPECS[point].fields}

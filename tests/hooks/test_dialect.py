@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from any_loop_data import PARAMS
+from the_loop.hooks.engine.dialect import read_params
 from the_loop.hooks.engine.points import POINTS, SPECS, WorkItem
-from the_loop.hooks.serving.dialect import read_params
 from the_loop.hooks.serving.jsonrpc import CallRecord, handle_request
 from the_loop.sdk.hooks import LifecycleHooks, SessionSpawn
 

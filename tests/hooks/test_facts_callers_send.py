@@ -17,6 +17,7 @@ from any_loop_data import PARAMS, upstream_request
 from serving_helpers import Served, post
 from the_loop.hooks import load_chain
 from the_loop.hooks.engine.callers import OTHER_LOOP_FACTS, OTHER_LOOP_RECORD
+from the_loop.hooks.engine.dialect import read_params
 from the_loop.hooks.engine.points import (
     SPECS,
     WORK_ITEM_FIELDS,
@@ -25,7 +26,6 @@ from the_loop.hooks.engine.points import (
     WorkItemStart,
     context_from_json,
 )
-from the_loop.hooks.serving.dialect import read_params
 
 DOCS = Path(__file__).parents[2] / "docs"
 SKIP = "--dangerously-skip-permissions"

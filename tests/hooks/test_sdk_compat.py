@@ -12,8 +12,8 @@ import pytest
 
 from any_loop_data import EXPECTED, THEIR_STYLE_HOOK, VALUES
 from the_loop.hooks import load_chain
+from the_loop.hooks.engine.dialect import read_params
 from the_loop.hooks.engine.points import POINTS, SPECS
-from the_loop.hooks.serving.dialect import read_params
 from the_loop.sdk.hooks import (
     Context,
     DecisionTypeError,

@@ -30,13 +30,13 @@ from the_loop.events import EventLog
 from the_loop.hooks.declaring.declaration import parse_hooks
 from the_loop.hooks.declaring.loading import build_chain
 from the_loop.hooks.engine.chain import Chain, Link, Outcome
+from the_loop.hooks.engine.dialect import unsent
 from the_loop.hooks.engine.executor import Decisions, HookError
 from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.hooks.executors import registry
 from the_loop.hooks.executors.kind import CALL, RECORDED, REPLAY_DOES
 from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
 from the_loop.hooks.policy.rules import AFFIXES
-from the_loop.hooks.serving.dialect import unsent
 from the_loop.runtime.rebuild import rebuild
 
 __all__ = ["RecordedAnswer", "Replayer", "Report", "policy_chain", "rebuild", "replay_chain"]

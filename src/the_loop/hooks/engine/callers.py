@@ -4,7 +4,7 @@ checked against (`the-loop policy check --dialect D`).
 - `the-loop`: this loop's runtime — every catalog fact but those only the other loop sends
   (`sent_by: other-loop`), and the values the catalog lists (`FieldSpec.values`);
 - `other-loop`: the open-source the-loop (GitHub MadaraUchiha-314/the-loop), as its requests
-  read through `hooks.serving.dialect` (tests/data/upstream-wire/params.json holds their
+  read through `hooks.engine.dialect` (tests/data/upstream-wire/params.json holds their
   shape; a test keeps `OTHER_LOOP_FACTS` equal to it), and the values it sends where they
   differ from ours (`OTHER_LOOP_VALUES`).
 

@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from the_loop import __version__
+from the_loop.hooks.engine.dialect import wire_params
 from the_loop.hooks.engine.executor import Decisions, HookError
 from the_loop.hooks.engine.points import POINTS, SPECS, Context
 from the_loop.hooks.executors.remote_http import (
@@ -54,7 +55,6 @@ from the_loop.hooks.executors.remote_http import (
     resolve,
     still_open,
 )
-from the_loop.hooks.serving.dialect import wire_params
 from the_loop.hooks.serving.wire import NotUnicode, read_json
 
 __all__ = ["MAX_RESPONSE", "RemoteExecutor", "read_answer", "request_body"]

@@ -39,11 +39,11 @@ from the_loop import __version__
 from the_loop.errors import describe_exception
 from the_loop.events import redact
 from the_loop.hooks.engine.chain import copy_context, read_answer
+from the_loop.hooks.engine.dialect import read_params
 from the_loop.hooks.engine.executor import Decisions, Executor, HookError, LifecycleHooks
 from the_loop.hooks.engine.location import hook_raise_site
 from the_loop.hooks.engine.points import POINTS, Context, unknown_point_message
 from the_loop.hooks.executors.registry import default_points, handler_for
-from the_loop.hooks.serving.dialect import read_params
 from the_loop.hooks.serving.wire import (
     HOOK_RAISED,
     INTERNAL_ERROR,
