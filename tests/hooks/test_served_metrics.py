@@ -265,7 +265,10 @@ def test_i30_13_every_declared_series_starts_at_0_and_a_new_revisions_after_a_re
       proceed: false
 """, encoding="utf-8")
         served.proc.send_signal(signal.SIGHUP)
-        new = _until(served.url, lambda m: m["the_loop_served_reloads_total", ()])
+        late = ("the_loop_served_rule_matches_total", (("mode", "enforce"), ("rule", "late")))
+        # Until the new revision is counted and its rule's series is there (one scrape may
+        # fall between the two; a series that never comes fails below, after 30 s).
+        new = _until(served.url, lambda m: m["the_loop_served_reloads_total", ()] and late in m)
     finally:
         served.stop()
     matches, refusals = "the_loop_served_rule_matches_total", "the_loop_served_refusals_total"
