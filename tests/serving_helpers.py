@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -177,3 +178,52 @@ def raw(url: str, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
     status_line, _, rest = data.partition(b"\r\n")
     _, _, payload = rest.partition(b"\r\n\r\n")
     return int(status_line.split()[1]), payload
+
+
+#: A session_spawn call the served-reload tests send, answered with its prompt prefixed.
+RELOAD_CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session_spawn",
+                          "params": {"prompt": "p", "labels": ["a"]}}).encode()
+
+
+class Callers:
+    """`n` threads calling the server as fast as they can until stopped; each answer's
+    revision header and prompt are kept."""
+
+    def __init__(self, url: str, n: int = 4) -> None:
+        host, port = url.split("/")[2].rsplit(":", 1)
+        self.address = (host, int(port))
+        self.answers: list[tuple[str, str]] = []
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def run(self) -> None:
+        conn = http.client.HTTPConnection(*self.address, timeout=10)
+        mine: list[tuple[str, str]] = []
+        deadline = time.monotonic() + 60  # bounded whatever happens
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            try:
+                conn.request("POST", "/", body=RELOAD_CALL,
+                             headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                body = json.loads(resp.read())
+                if resp.status != 200 or "result" not in body:
+                    raise AssertionError(f"HTTP {resp.status}: {body}")
+                mine.append((resp.getheader("X-Policy-Revision") or "",
+                             body["result"]["prompt"]))
+            except Exception as exc:
+                with self.lock:
+                    self.failures.append(repr(exc))
+                conn.close()
+                conn = http.client.HTTPConnection(*self.address, timeout=10)
+        conn.close()
+        with self.lock:
+            self.answers.extend(mine)
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)

@@ -9,12 +9,11 @@ from __future__ import annotations
 import http.client
 import json
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from serving_helpers import Served, get, gunicorn, served_with_stderr_closed
+from serving_helpers import Callers, Served, get, gunicorn, served_with_stderr_closed
 from the_loop.hooks.policy.files import revision
 
 CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session_spawn",
@@ -39,49 +38,6 @@ rules:
 def write(folder: Path, text: str) -> str:
     (folder / "rules.yaml").write_text(text, encoding="utf-8")
     return revision(folder)
-
-
-class Callers:
-    """`n` threads calling the server as fast as they can until stopped; each answer's
-    revision header and prompt are kept."""
-
-    def __init__(self, url: str, n: int = 4) -> None:
-        host, port = url.split("/")[2].rsplit(":", 1)
-        self.address = (host, int(port))
-        self.answers: list[tuple[str, str]] = []
-        self.failures: list[str] = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def run(self) -> None:
-        conn = http.client.HTTPConnection(*self.address, timeout=10)
-        mine: list[tuple[str, str]] = []
-        deadline = time.monotonic() + 60  # bounded whatever happens
-        while not self.stop.is_set() and time.monotonic() < deadline:
-            try:
-                conn.request("POST", "/", body=CALL, headers={"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                body = json.loads(resp.read())
-                if resp.status != 200 or "result" not in body:
-                    raise AssertionError(f"HTTP {resp.status}: {body}")
-                mine.append((resp.getheader("X-Policy-Revision") or "",
-                             body["result"]["prompt"]))
-            except Exception as exc:
-                with self.lock:
-                    self.failures.append(repr(exc))
-                conn.close()
-                conn = http.client.HTTPConnection(*self.address, timeout=10)
-        conn.close()
-        with self.lock:
-            self.answers.extend(mine)
-
-    def finish(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
 
 
 def test_sighup_swaps_revisions_under_four_callers_with_no_failed_call(tmp_path: Path) -> None:

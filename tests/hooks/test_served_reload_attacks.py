@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from serving_helpers import Served, get
+from serving_helpers import Callers, Served, get
 from the_loop.errors import LoopError
 from the_loop.hooks.policy.files import revision
 from the_loop.hooks.serving.core import Core
@@ -53,46 +53,6 @@ def release(folder: Path, tag: str) -> str:
     (folder / "data" / "tag.yaml").write_text(f"tag: {tag}\n", encoding="utf-8")
     (folder / "rules.yaml").write_text(rules(tag, data=True), encoding="utf-8")
     return revision(folder)
-
-
-class Callers:
-    """`n` threads calling the server until stopped; each answer's revision and prompt kept."""
-
-    def __init__(self, url: str, n: int = 3) -> None:
-        host, port = url.split("/")[2].rsplit(":", 1)
-        self.address = (host, int(port))
-        self.answers: list[tuple[str, str]] = []
-        self.failures: list[str] = []
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.run, daemon=True) for _ in range(n)]
-        for t in self.threads:
-            t.start()
-
-    def run(self) -> None:
-        conn = http.client.HTTPConnection(*self.address, timeout=10)
-        mine: list[tuple[str, str]] = []
-        deadline = time.monotonic() + 60  # bounded whatever happens
-        while not self.stop.is_set() and time.monotonic() < deadline:
-            try:
-                conn.request("POST", "/", body=CALL, headers={"Content-Type": "application/json"})
-                resp = conn.getresponse()
-                body = json.loads(resp.read())
-                mine.append((resp.getheader("X-Policy-Revision") or "",
-                             body["result"]["prompt"]))
-            except Exception as exc:
-                with self.lock:
-                    self.failures.append(repr(exc))
-                conn.close()
-                conn = http.client.HTTPConnection(*self.address, timeout=10)
-        conn.close()
-        with self.lock:
-            self.answers.extend(mine)
-
-    def finish(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
 
 
 def _answers_now(url: str) -> tuple[str, str]:
