@@ -8,6 +8,7 @@ input is written on the work item first; a process holding a loaded chain delive
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -316,7 +317,7 @@ def wait_sessions(loop: Loop, timeout: float = 60.0) -> None:
         remaining = max(0.1, deadline - time.monotonic())
         try:
             proc.wait(timeout=remaining)
-        except Exception:
+        except subprocess.TimeoutExpired:
             break
 
 
@@ -372,8 +373,8 @@ def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None
                 else:
                     sys.stderr.write(f"the-loop poll: a cycle failed ({type(exc).__name__}: "
                                      f"{exc}); polling goes on\n")
-            except Exception:
-                pass
+            except Exception:  # not named: whatever saying it raises (a full disk under the
+                pass  # event log, a closed stderr, an error's own str()) must not end the daemon
         came = _pause(wakeup, stop, pause)
         if came:
             why = signal.Signals(min(came)).name
