@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from the_loop.errors import HookError as HookError
 from the_loop.hooks.engine.points import (
+    POINTS,
     Context,
     InputReceived,
     PhaseChanged,
@@ -49,6 +50,23 @@ class Executor(Protocol):
     def handler(self, point: str) -> Handler:
         """The callable the chain invokes at `point`."""
         ...
+
+
+class CalledAtEveryPoint:
+    """An executor whose far side (a hook server, a program) decides what it handles: it
+    takes every point (`on:` narrows it) and answers each with `self.call(point, ctx)`."""
+
+    def points(self) -> tuple[str, ...]:
+        return tuple(POINTS)
+
+    def handler(self, point: str) -> Callable[[Context], Decisions | None]:
+        def call(ctx: Context) -> Decisions | None:
+            return self.call(point, ctx)
+
+        return call
+
+    def call(self, point: str, ctx: Context) -> Decisions | None:
+        raise NotImplementedError
 
 
 class LifecycleHooks:

@@ -31,15 +31,15 @@ import os
 import re
 import shlex
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from the_loop.configspec import ENV_PATTERN, NON_EMPTY_PATTERN, DictOf, Field, ListOf, Problem, Str
 from the_loop.errors import HookError
 from the_loop.hooks.declaring.entry import HookEntry, entry_error
-from the_loop.hooks.engine.executor import Decisions
-from the_loop.hooks.engine.points import POINTS, SPECS, Context
+from the_loop.hooks.engine.executor import CalledAtEveryPoint, Decisions
+from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.hooks.executors.kind import RECORDED, KeyDoc, Kind, protocol_handler, protocol_points
 from the_loop.hooks.executors.process import MAX_OUTPUT, Ran, run
 from the_loop.hooks.executors.remote_entry import KEYS as URL_KEYS
@@ -54,7 +54,7 @@ _PROCEED = {point: any(d.name == "proceed" for d in spec.decisions)
             for point, spec in SPECS.items()}
 
 
-class CommandExecutor:
+class CommandExecutor(CalledAtEveryPoint):
     """Runs one program per invocation; one instance per `command:` entry."""
 
     reads_only = True  # it only serialises the context it is handed
@@ -72,16 +72,6 @@ class CommandExecutor:
         self.pass_env = tuple(pass_env)
         self.secret_env = tuple(secret_env)
         self._ids = itertools.count(1)
-
-    def points(self) -> tuple[str, ...]:
-        """Every point: the program decides what it handles (`on:` narrows it)."""
-        return tuple(POINTS)
-
-    def handler(self, point: str) -> Callable[[Context], Decisions | None]:
-        def call(ctx: Context) -> Decisions | None:
-            return self.call(point, ctx)
-
-        return call
 
     def environment(self) -> tuple[dict[str, str], list[str]]:
         """(the program's whole environment, the secret values in it); `HookError` when a

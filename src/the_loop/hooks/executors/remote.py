@@ -34,14 +34,13 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 from the_loop import __version__
 from the_loop.hooks.engine.dialect import wire_params
-from the_loop.hooks.engine.executor import Decisions, HookError
-from the_loop.hooks.engine.points import POINTS, SPECS, Context
+from the_loop.hooks.engine.executor import CalledAtEveryPoint, Decisions, HookError
+from the_loop.hooks.engine.points import SPECS, Context
 from the_loop.hooks.executors.remote_http import (
     MAX_RESPONSE,
     MAX_TEXT,
@@ -55,7 +54,7 @@ from the_loop.hooks.executors.remote_http import (
     resolve,
     still_open,
 )
-from the_loop.hooks.serving.wire import NotUnicode, read_json
+from the_loop.jsonread import NotUnicode, read_json
 
 __all__ = ["MAX_RESPONSE", "RemoteExecutor", "read_answer", "request_body"]
 
@@ -65,7 +64,7 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode  # ASCII: escapes what 
 _DECISIONS = {point: frozenset(d.name for d in spec.decisions) for point, spec in SPECS.items()}
 
 
-class RemoteExecutor:
+class RemoteExecutor(CalledAtEveryPoint):
     """Calls a remote hook server over JSON-RPC 2.0; one instance per `url:` entry."""
 
     def __init__(
@@ -104,16 +103,6 @@ class RemoteExecutor:
         self._finalizer = weakref.finalize(self, close_all, self._idle)
 
     # ------------------------------------------------------------------ Executor protocol
-
-    def points(self) -> tuple[str, ...]:
-        """Every point: the server decides what it handles (`on:` narrows it)."""
-        return tuple(POINTS)
-
-    def handler(self, point: str) -> Callable[[Context], Decisions | None]:
-        def call(ctx: Context) -> Decisions | None:
-            return self.call(point, ctx)
-
-        return call
 
     def close(self) -> None:
         """Close the idle connections (the executor stays usable)."""
