@@ -185,6 +185,24 @@ RELOAD_CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session_spawn",
                           "params": {"prompt": "p", "labels": ["a"]}}).encode()
 
 
+def tagged_rules(tag: str, *, data: bool = False) -> str:
+    """Two rules tagging the prompt, so an answer from half of two revisions shows two tags;
+    with `data` the suffix comes from data/tag.yaml (a mix of one release's rules and
+    another's data shows too)."""
+    suffix = "{{ data.tag }}" if data else tag
+    return f"""\
+rules:
+  - name: prefix
+    on: session_spawn
+    set:
+      prompt_prefix: "[{tag}] "
+  - name: suffix
+    on: session_spawn
+    set:
+      prompt_suffix: " [{suffix}]"
+"""
+
+
 class Callers:
     """`n` threads calling the server as fast as they can until stopped; each answer's
     revision header and prompt are kept."""

@@ -7,32 +7,15 @@ Real `hooks serve` processes, real files, callers on keep-alive connections in t
 from __future__ import annotations
 
 import http.client
-import json
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
+from serving_helpers import RELOAD_CALL as CALL
 from serving_helpers import Callers, Served, get, gunicorn, served_with_stderr_closed
+from serving_helpers import tagged_rules as rules
 from the_loop.hooks.policy.files import revision
-
-CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session_spawn",
-                   "params": {"prompt": "p", "labels": ["a"]}}).encode()
-
-
-def rules(tag: str) -> str:
-    # Two rules, so an answer from half of each revision would show two different tags.
-    return f"""\
-rules:
-  - name: prefix
-    on: session_spawn
-    set:
-      prompt_prefix: "[{tag}] "
-  - name: suffix
-    on: session_spawn
-    set:
-      prompt_suffix: " [{tag}]"
-"""
 
 
 def write(folder: Path, text: str) -> str:

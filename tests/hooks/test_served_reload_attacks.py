@@ -18,33 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from serving_helpers import RELOAD_CALL as CALL
 from serving_helpers import Callers, Served, get
+from serving_helpers import tagged_rules as rules
 from the_loop.errors import LoopError
 from the_loop.hooks.policy.files import revision
 from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.reload import Reloader, signature
 
-CALL = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "session_spawn",
-                   "params": {"prompt": "p", "labels": ["a"]}}).encode()
 SERVE = ["hooks", "serve", "--port", "0", "--quiet", "--decision-log", "off"]
-
-
-def rules(tag: str, *, data: bool = False) -> str:
-    """Two rules, so an answer from half of two revisions would show two tags; with `data`
-    the suffix comes from data/tag.yaml (a mix of one release's rules and another's data
-    shows too)."""
-    suffix = "{{ data.tag }}" if data else tag
-    return f"""\
-rules:
-  - name: prefix
-    on: session_spawn
-    set:
-      prompt_prefix: "[{tag}] "
-  - name: suffix
-    on: session_spawn
-    set:
-      prompt_suffix: " [{suffix}]"
-"""
 
 
 def release(folder: Path, tag: str) -> str:
