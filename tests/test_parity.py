@@ -94,12 +94,8 @@ def test_r1_4_docs_table_names_every_point_fact_and_decision() -> None:
 
 
 def test_gen_docs_check_exits_1_when_the_file_differs(tmp_path: Path) -> None:
-    module = gen_docs()
-    module.TARGET = tmp_path / "points.md"
+    module = _own_copies(gen_docs(), tmp_path)
     module.TARGET.write_text("stale\n", encoding="utf-8")
-    module.GUIDE = tmp_path / "policy-guide.md"  # never the repository's own file
-    module.GUIDE.write_text((ROOT / "docs" / "policy-guide.md").read_text("utf-8"), "utf-8")
-    _own_declaring(module, tmp_path)
     assert module.main(["--check"]) == 1
     assert module.main([]) == 0
     assert module.main(["--check"]) == 0
@@ -155,12 +151,7 @@ def test_gen_docs_check_fails_when_a_record_has_no_row_in_the_guide(
 ) -> None:
     import dataclasses
 
-    module = gen_docs()
-    module.TARGET = tmp_path / "points.md"
-    module.TARGET.write_text(module.render(), encoding="utf-8")
-    module.GUIDE = tmp_path / "policy-guide.md"
-    module.GUIDE.write_text((ROOT / "docs" / "policy-guide.md").read_text("utf-8"), "utf-8")
-    _own_declaring(module, tmp_path)
+    module = _own_copies(gen_docs(), tmp_path)
     assert module.main(["--check"]) == 0
     first = module.POLICY_FUNCTION_RECORDS[0]
     added = dataclasses.replace(first, name="regex_find", example="regex_find('a', node)")
@@ -174,11 +165,16 @@ def test_gen_docs_check_fails_when_a_record_has_no_row_in_the_guide(
     assert guide.count("## Functions") == 1
 
 
-def _own_declaring(module: ModuleType, tmp_path: Path) -> None:
-    """Point the generator at a copy of docs/declaring-hooks.md (never the repository's)."""
-    module.DECLARING = tmp_path / "declaring-hooks.md"
-    module.DECLARING.write_text((ROOT / "docs" / "declaring-hooks.md").read_text("utf-8"),
-                                "utf-8")
+def _own_copies(module: ModuleType, tmp_path: Path) -> ModuleType:
+    """Point the generator at copies of the files it writes, in `tmp_path` (never the
+    repository's): points.md as generated now, the policy and declaring guides as
+    committed."""
+    module.TARGET = tmp_path / "points.md"
+    module.TARGET.write_text(module.render(), encoding="utf-8")
+    for attr, name in (("GUIDE", "policy-guide.md"), ("DECLARING", "declaring-hooks.md")):
+        setattr(module, attr, tmp_path / name)
+        (tmp_path / name).write_text((ROOT / "docs" / name).read_text("utf-8"), "utf-8")
+    return module
 
 
 def test_the_declaring_guides_kind_tables_are_the_ones_generated_from_the_registry() -> None:
@@ -199,12 +195,7 @@ def test_gen_docs_check_fails_when_a_registered_kind_has_no_row_in_the_declaring
     from the_loop.hooks.executors import registry
     from the_loop.hooks.executors.kind import KeyDoc
 
-    module = gen_docs()
-    module.TARGET = tmp_path / "points.md"
-    module.TARGET.write_text(module.render(), encoding="utf-8")
-    module.GUIDE = tmp_path / "policy-guide.md"
-    module.GUIDE.write_text((ROOT / "docs" / "policy-guide.md").read_text("utf-8"), "utf-8")
-    _own_declaring(module, tmp_path)
+    module = _own_copies(gen_docs(), tmp_path)
     assert module.main(["--check"]) == 0
     toy = dataclasses.replace(registry.KINDS["policy"], name="toy", about="a toy",
                               keys={"toy": {"toy": Field(Str())}}, paths=frozenset(),
