@@ -57,6 +57,14 @@ C = TypeVar("C", bound=Context)
 _new = object.__new__
 
 
+def _shape_of(cls: type) -> Shape:
+    """What the chain knows of a context class; a TypeError for anything else."""
+    shape = SHAPES.get(cls)
+    if shape is None:
+        raise TypeError(f"{cls.__name__} is not a lifecycle context")
+    return shape
+
+
 @dataclass(frozen=True)
 class Link:
     """One executor in the chain, with the entry facts the chain needs."""
@@ -129,9 +137,7 @@ class Chain:
         """The loop: hand each executor its context, settle what it answered. Untraced, an
         executor that answers None costs its copy and its call, and nothing else."""
         cls = ctx.__class__
-        shape = SHAPES.get(cls)
-        if shape is None:
-            raise TypeError(f"{cls.__name__} is not a lifecycle context")
+        shape = _shape_of(cls)
         lists = shape.lists
         outcome = Outcome(shape.point, ctx, ctx) if trace else None
         current = ctx  # the decisions so far live here
@@ -161,9 +167,14 @@ class Chain:
             self._settle(outcome, shape, name, required, failure or read_back(current, answer),
                          started if trace else None)
             current = outcome.context
-        if outcome is not None and outcome.refused_by:
-            self.records.refused(outcome)
+        if outcome is not None:
+            self._say_refusal(outcome)
         return outcome
+
+    def _say_refusal(self, outcome: Outcome) -> None:
+        """The one `hooks.refused` record of a run that ended refused."""
+        if outcome.refused_by:
+            self.records.refused(outcome)
 
     def _failure(self, exc: BaseException, fn: Callable[[Any], Any]) -> Reading:
         """The reading of what an executor raised; a real Ctrl-C of ours goes on up."""
