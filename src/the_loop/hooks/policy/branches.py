@@ -73,7 +73,12 @@ class BranchCounter:
                 continue
             try:
                 self._eval(ast.ast, (), parts, root)
-            except Exception:  # the case reports the failure; stop counting this rule there
+            except Exception:
+                # Not named: any exception is this rule's failure at run time, which the
+                # case's own run of the executor reports (it takes any: executors/policy.py,
+                # `PointRule._value`); the reference interpreter raises no one class
+                # (JMESPathError, a ValueError; OverflowError for ceil/floor of an infinite
+                # number; RecursionError for deep data). Counting stops at the failing part.
                 continue
 
     def _eval(self, node: Mapping[str, Any], path: Path_, parts: dict[Path_, Part],
