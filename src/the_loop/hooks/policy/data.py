@@ -22,7 +22,6 @@ from the_loop import yamlsafe
 from the_loop.errors import ExpressionError
 from the_loop.hooks.engine.points import closest
 from the_loop.hooks.policy.files import DATA_FOLDER, Snapshot, Unloadable, load_yaml
-from the_loop.jmes import root_paths
 
 __all__ = ["ROOT", "PolicyData", "check_value", "read_data", "reads_context", "reads_data"]
 
@@ -200,11 +199,6 @@ def _column(text: str, dotted: str) -> int:
     pattern = r"\s*\.\s*".join(re.escape(n) for n in names)
     m = re.search(rf"(?<![A-Za-z0-9_.'`]){pattern}(?![A-Za-z0-9_])", text)
     return m.start() + 1 if m else 0
-
-
-def data_paths(ast: Mapping[str, Any]) -> list[tuple[str, ...]]:
-    """The data paths an AST read before it was rewritten (for tools that show reads)."""
-    return [p[1:] for p in root_paths(ast) if p and p[0] == ROOT]
 
 
 def check_value(value: Any, where: str) -> str | None:
