@@ -194,7 +194,7 @@ def exception_line(exc: BaseException, *, plain: bool = False,
                    secrets: Iterable[str] = ()) -> str:
     """`Type: message` for any exception, never raising, at most `MAX_ERROR` characters;
     each of `secrets` is replaced before the message is cut (a cut never leaves part of one)."""
-    kind = type(exc).__name__
+    class_name = type(exc).__name__
     try:
         text = str(exc)
     except BaseException as inner:  # an exception whose message itself raises
@@ -203,8 +203,8 @@ def exception_line(exc: BaseException, *, plain: bool = False,
     for secret in secrets:
         text = text.replace(secret, "[redacted]")
     if plain:
-        return clip(text, MAX_ERROR) or kind
-    return clip(f"{kind}: {text}" if text else kind, MAX_ERROR)
+        return clip(text, MAX_ERROR) or class_name
+    return clip(f"{class_name}: {text}" if text else class_name, MAX_ERROR)
 
 
 def describe_exception(exc: BaseException, *, plain: bool = False,

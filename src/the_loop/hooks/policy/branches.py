@@ -83,13 +83,13 @@ class BranchCounter:
 
     def _eval(self, node: Mapping[str, Any], path: Path_, parts: dict[Path_, Part],
               root: Any) -> Any:
-        kind = node.get("type")
+        node_type = node.get("type")
         children = node.get("children") or []
-        if kind in _LOGIC:
+        if node_type in _LOGIC:
             value = self._eval(children[0], (*path, 0), parts, root)
-            if truthy(value) == (kind == "and_expression"):
+            if truthy(value) == (node_type == "and_expression"):
                 value = self._eval(children[1], (*path, 1), parts, root)
-        elif kind == "not_expression":
+        elif node_type == "not_expression":
             value = not truthy(self._eval(children[0], (*path, 0), parts, root))
         else:
             evaluate = self._evaluators.get(id(node))
@@ -160,13 +160,13 @@ def _collect(node: Mapping[str, Any], path: Path_, parts: dict[Path_, Part], *,
     """The parts on the boolean skeleton under `node`, by path, in source order: `&&`/`||`
     and `!` are not parts themselves (their operands are: `!contains(…)` counts the
     contains)."""
-    kind = node.get("type")
+    node_type = node.get("type")
     children = node.get("children") or []
-    if kind in _LOGIC:
+    if node_type in _LOGIC:
         for i, child in enumerate(children[:2]):
             _collect(child, (*path, i), parts, operand=True)
-    elif kind == "not_expression":
+    elif node_type == "not_expression":
         _collect(children[0], (*path, 0), parts, operand=operand)
-    elif operand or kind == "comparator" or (
-            kind == "function_expression" and node.get("value") == "contains"):
+    elif operand or node_type == "comparator" or (
+            node_type == "function_expression" and node.get("value") == "contains"):
         parts[path] = Part(show(node))

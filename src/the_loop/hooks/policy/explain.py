@@ -134,11 +134,11 @@ def false_parts(node: Mapping[str, Any], data: Any) -> list[FalsePart]:
 
     `a && b`: whichever of a, b was false (a first, as evaluated); `a || b`: both.
     """
-    kind = node.get("type")
-    if kind == "and_expression":
+    node_type = node.get("type")
+    if node_type == "and_expression":
         left, right = node["children"]
         return false_parts(left if not truthy(_eval(left, data)) else right, data)
-    if kind == "or_expression":
+    if node_type == "or_expression":
         left, right = node["children"]
         return false_parts(left, data) + false_parts(right, data)
     fields: dict[str, Any] = {}
