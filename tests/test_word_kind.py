@@ -40,6 +40,7 @@ EXECUTOR = {
     "runtime/replay.py": {"kind", "registered_kind"},
     "cli/hooks.py": {"kind"},  # HookEntry.kind
     "cli/policy.py": {"kind"},  # HookEntry.kind == "policy"
+    "cli/replay.py": {"kind"},  # HookEntry.kind == "policy"
 }
 
 #: A value a policy fact named `kind` holds, or the work-item record field a policy reads as
@@ -81,8 +82,6 @@ OWED = {
     "runtime/launching.py": {"StepKind", "stepkinds"},
     "runtime/control.py": {"StepKind", "stepkinds"},
     "cli/loop.py": {"StepKind", "stepkinds"},
-    # `policy replay --baseline`'s choice (recorded | current).
-    "cli/replay.py": {"kind"},  # and HookEntry.kind == "policy" (the executor kind)
 }
 
 TABLES = {"EXECUTOR": EXECUTOR, "FACT_NAMED": FACT_NAMED, "CONFIG_KEY": CONFIG_KEY,
