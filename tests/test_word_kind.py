@@ -71,18 +71,8 @@ CONFIG_KEY = {
     "runtime/channels.py": {"kind"},
 }
 
-#: Still called `kind` though they are none of the above; each is a rename owed.
-OWED = {
-    # A step's kind (start, enter, launch, ...; the steps table's `kind` column).
-    "runtime/stepkinds.py": {"KindSpec", "StepKind", "UnknownStepKind", "step_kind"},
-    "runtime/store.py": {"StepKind", "kind", "kinds", "step_kind", "stepkinds"},
-    "runtime/steps.py": {"StepKind", "stepkinds"},
-    "runtime/poller.py": {"StepKind", "UnknownStepKind", "kind", "stepkinds"},
-    "runtime/service.py": {"StepKind", "stepkinds"},
-    "runtime/launching.py": {"StepKind", "stepkinds"},
-    "runtime/control.py": {"StepKind", "stepkinds"},
-    "cli/loop.py": {"StepKind", "stepkinds"},
-}
+#: Still called `kind` though they are none of the above; each is a rename owed (none now).
+OWED: dict[str, set[str]] = {}
 
 TABLES = {"EXECUTOR": EXECUTOR, "FACT_NAMED": FACT_NAMED, "CONFIG_KEY": CONFIG_KEY,
           "OWED": OWED}

@@ -17,7 +17,7 @@ import pytest
 
 from the_loop.errors import ConfigError
 from the_loop.runtime.db import SCHEMA_VERSION, Database, Fenced, open_database
-from the_loop.runtime.stepkinds import StepKind
+from the_loop.runtime.stepactions import StepAction
 from the_loop.runtime.store import Store
 from the_loop.runtime.tracker import LocalTracker
 from the_loop.runtime.tracker.base import Comment
@@ -75,7 +75,7 @@ def test_steps_cursors_and_sessions_behave_the_same(db: Database) -> None:
     assert store.arm(ref, actor="alice", source="command", cursors={ref: 3}) == 0
     assert store.refs("armed") == [ref] and store.cursor(ref) == 3
     step = store.next_step(ref)
-    assert step is not None and step.kind is StepKind.START and step.payload["arm_seq"] == 1
+    assert step is not None and step.action is StepAction.START and step.payload["arm_seq"] == 1
     store.record(step, "work_item_start", {"refused": False})
     assert store.step(step.key).decisions == {"work_item_start": {"refused": False}}  # type: ignore[union-attr]
     store.finish(step, "started")
@@ -85,7 +85,7 @@ def test_steps_cursors_and_sessions_behave_the_same(db: Database) -> None:
     assert store.take_input(ref, ref, comments, skip="the-loop") == 2  # 2 is before the cursor
     assert store.take_input(ref, ref, comments[:1], skip="the-loop") == 0
     assert store.cursor(ref) == 5  # a late, shorter batch never moves it back
-    store.queue("launch:x", ref, StepKind.LAUNCH, {"node": "write", "prompt": "P",
+    store.queue("launch:x", ref, StepAction.LAUNCH, {"node": "write", "prompt": "P",
                                                   "respawn": False, "actor": "a", "endpoint": ""})
     with db.transaction() as conn:
         assert store.extend_queued_launch(conn, ref, "write", "", " + more", 1_000) == "launch:x"

@@ -181,11 +181,11 @@ def cmd_reply(args: argparse.Namespace) -> int:
     ref, cid = posted
 
     def wait() -> int:
-        from the_loop.runtime.stepkinds import StepKind
+        from the_loop.runtime.stepactions import StepAction
 
         loop = one_shot(args, "reply")
         try:
-            return _wait_for(loop, StepKind.INPUT.key(ref, cid), ref, args.wait)
+            return _wait_for(loop, StepAction.INPUT.key(ref, cid), ref, args.wait)
         finally:
             loop.close()
 

@@ -52,7 +52,7 @@ from the_loop.runtime.identity import AGENT_PREFIX, agent_login, token_digest
 from the_loop.runtime.pointmetrics import metrics
 from the_loop.runtime.poller import classify, deliver, reply
 from the_loop.runtime.service import Loop
-from the_loop.runtime.stepkinds import StepKind
+from the_loop.runtime.stepactions import StepAction
 from the_loop.runtime.tracker.pulls import new_item
 
 MAX_BODY = 1 << 20
@@ -344,8 +344,8 @@ class _Handler(BaseHTTPRequestHandler):
             loop.tracker.close(ref, actor=str(actor))
             w = loop.work(ref)
             if w and w["state"] in ("running", "waiting", "gate"):
-                loop.store.queue(StepKind.COMPLETE.key(ref, w["arm_seq"]), ref,
-                                 StepKind.COMPLETE,
+                loop.store.queue(StepAction.COMPLETE.key(ref, w["arm_seq"]), ref,
+                                 StepAction.COMPLETE,
                                  {"source": "tracker", "actor": str(actor)})
                 deliver(loop, ref)
             return {"ref": ref, "done": "closed"}

@@ -20,7 +20,7 @@ from the_loop.runtime import workspace
 from the_loop.runtime.identity import SESSION_TOKEN_ENV, session_token
 from the_loop.runtime.lease import HOST_ENV
 from the_loop.runtime.service import Decided, Loop, failpoint, pausepoint
-from the_loop.runtime.stepkinds import StepKind, salted
+from the_loop.runtime.stepactions import StepAction, salted
 from the_loop.runtime.store import Step
 
 
@@ -61,7 +61,7 @@ def launch(loop: Loop, step: Step) -> None:
             if pid < 0:
                 return  # it could not start (said), or waits for room (step kept)
             # A session found after a crash may have asked already: its item waits.
-            asked = StepKind.QUESTION in loop.store.queued_by(ref, sid, node.name, 0)
+            asked = StepAction.QUESTION in loop.store.queued_by(ref, sid, node.name, 0)
             loop.store.register_session(sid, step.key, ref=ref, endpoint=target.ref,
                                         harness=h.name, pid=pid, node=node.name,
                                         log=str(loop.sessions_dir / f"{sid}.log"),
@@ -128,8 +128,8 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
             "item's session instead.")))
         failpoint("after-refusal-comment")
         with loop.db.transaction() as conn:
-            loop.store.add_step(conn, StepKind.LAUNCH.key("ticket", name=step.key), ref,
-                                StepKind.LAUNCH,
+            loop.store.add_step(conn, StepAction.LAUNCH.key("ticket", name=step.key), ref,
+                                StepAction.LAUNCH,
                                 salted(dict(step.payload, endpoint="")))
             loop.store.finish(step, "redirected", conn=conn)
         return

@@ -29,7 +29,7 @@ from the_loop.runtime.service import (
     failpoint,
     render,
 )
-from the_loop.runtime.stepkinds import StepKind, UnknownStepKind, salted
+from the_loop.runtime.stepactions import StepAction, UnknownStepAction, salted
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback, ingest
 from the_loop.runtime.store import Step
 from the_loop.sqldb import transient
@@ -58,13 +58,13 @@ class Report:
                 "busy": self.busy, "waiting": self.waiting}
 
     def count(self, step: Step) -> None:
-        if step.kind is StepKind.START and step.outcome == "started":
+        if step.action is StepAction.START and step.outcome == "started":
             self.started.append(step.ref)
-        if step.kind is StepKind.INPUT and step.state == "done":
+        if step.action is StepAction.INPUT and step.state == "done":
             self.inputs += 1
-        if step.kind is StepKind.LAUNCH and step.outcome == "launched":
+        if step.action is StepAction.LAUNCH and step.outcome == "launched":
             self.launched += 1
-        if step.kind is StepKind.COMPLETE and step.outcome == "completed":
+        if step.action is StepAction.COMPLETE and step.outcome == "completed":
             self.closed.append(step.ref)
         if step.outcome == "refused":
             self.refused += 1
@@ -86,19 +86,19 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
     while n < 10_000:
         try:
             step = loop.store.next_step(ref)
-        except UnknownStepKind as exc:  # left for a version of the loop that knows it
+        except UnknownStepAction as exc:  # left for a version of the loop that knows it
             loop.log.emit("step.failed", work_item=ref, step=exc.key, error=str(exc),
                           attempts=0)
             return n
         if step is None:
             break
-        if step.kind is StepKind.LAUNCH and not has_room(loop, ref):
+        if step.action is StepAction.LAUNCH and not has_room(loop, ref):
             if report is not None:
                 report.waiting += 1
             return n  # a host with room takes it (or this one, once a session ends)
         n += 1
         try:
-            RUN[step.kind](loop, step)
+            RUN[step.action](loop, step)
         except BaseException as exc:  # a step's failure is the step's
             if is_real_interrupt(exc) or isinstance(exc, Fenced) or transient(exc):
                 raise  # a real Ctrl-C of a one-shot `poll --once` (the_loop/interrupt.py),
@@ -122,7 +122,7 @@ def _step_failed(loop: Loop, step: Step, exc: BaseException) -> None:
         return
     loop.store.finish(step, "failed", error)
     loop.set_work(step.ref, state="blocked")
-    loop.say(step.ref, f"The loop could not {step.kind.spec.doing} this work item ({error}); "
+    loop.say(step.ref, f"The loop could not {step.action.spec.doing} this work item ({error}); "
                        f"fix the cause, then re-arm with `the-loop start {step.ref}`.")
 
 
@@ -148,8 +148,8 @@ def check_session(loop: Loop, ref: str, report: Report) -> None:
                     phase=node.phase, node=node.name)
     with loop.db.transaction() as conn:
         loop.store.set_work(ref, conn, respawns=int(w["respawns"]) + 1)
-        key = StepKind.LAUNCH.key(ref, w["arm_seq"], w["epoch"], sid, name="respawn")
-        loop.store.add_step(conn, key, ref, StepKind.LAUNCH, salted({
+        key = StepAction.LAUNCH.key(ref, w["arm_seq"], w["epoch"], sid, name="respawn")
+        loop.store.add_step(conn, key, ref, StepAction.LAUNCH, salted({
             "node": node.name, "prompt": prompt, "respawn": True, "actor": LOOP_AUTHOR,
             "endpoint": ""}))
     loop.log.emit("session.respawned", work_item=ref, session_id=sid, why=why)
@@ -268,8 +268,8 @@ def poll_once(loop: Loop) -> Report:
         if ref not in is_open:  # closed (or gone: get() says which)
             item = loop.tracker.get(ref, comments=False)
             if item.state == "closed":
-                loop.store.queue(StepKind.COMPLETE.key(ref, w.get("arm_seq", 0)), ref,
-                                 StepKind.COMPLETE,
+                loop.store.queue(StepAction.COMPLETE.key(ref, w.get("arm_seq", 0)), ref,
+                                 StepAction.COMPLETE,
                                  {"source": "tracker", "actor": item.closed_by or "someone"})
                 snap.pending.append(ref)
                 continue
@@ -306,7 +306,7 @@ def reply(loop: Loop, ref: str, text: str, *, actor: str, source: str = "reply")
     if (loop.work(target) or {}).get("state") not in ACTIVE:
         return "ignored"
     deliver(loop, ref)
-    step = loop.store.step(StepKind.INPUT.key(ref, cid))
+    step = loop.store.step(StepAction.INPUT.key(ref, cid))
     return step.outcome if step is not None and step.state == "done" else "queued"
 
 

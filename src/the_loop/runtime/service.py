@@ -29,7 +29,7 @@ from the_loop.runtime.graph import load_graph
 from the_loop.runtime.identity import AGENT_PREFIX, SESSION_TOKEN_ENV
 from the_loop.runtime.lease import Heartbeat, check_host_id, host_id, host_owner
 from the_loop.runtime.settings import Settings, settings_of
-from the_loop.runtime.stepkinds import StepKind
+from the_loop.runtime.stepactions import StepAction
 from the_loop.runtime.store import ACTIVE, Step, Store
 from the_loop.runtime.tracker import LocalTracker
 from the_loop.util import say
@@ -98,7 +98,7 @@ def render(template: str, **values: str) -> str:
 
 def session_id_for(step_key: str, salt: str = "") -> str:
     """A launch step's session id: the same on every redo of the step, and not to be worked
-    out from the item's ref (the step's payload holds a random `salt`: stepkinds.salted), as
+    out from the item's ref (the step's payload holds a random `salt`: stepactions.salted), as
     an agent's token acts with the id of the session it names."""
     import hashlib
 
@@ -326,9 +326,9 @@ class Loop:
             sid = session_id or str(w["session_id"])
             with self.db.transaction() as conn:
                 n = conn.execute("SELECT COUNT(*) AS n FROM steps WHERE ref=? AND kind=?",
-                                 (ref, StepKind.QUESTION.value)).fetchone()["n"]
-                key = StepKind.QUESTION.key(ref, w["arm_seq"], int(n) + 1)
-                self.store.add_step(conn, key, ref, StepKind.QUESTION, {
+                                 (ref, StepAction.QUESTION.value)).fetchone()["n"]
+                key = StepAction.QUESTION.key(ref, w["arm_seq"], int(n) + 1)
+                self.store.add_step(conn, key, ref, StepAction.QUESTION, {
                     "question": question, "summary": summary, "session_id": sid,
                     "node": str(w["node"])})
                 self.store.set_work(ref, conn, state="waiting")
@@ -345,8 +345,8 @@ class Loop:
         self._claimed(ref)
         try:
             w = self.agent_turn(ref, session_id)
-            self.store.queue(StepKind.DONE.key(ref, w["arm_seq"], w["epoch"]), ref,
-                             StepKind.DONE, {"node": str(w["node"]), "epoch": int(w["epoch"]),
+            self.store.queue(StepAction.DONE.key(ref, w["arm_seq"], w["epoch"]), ref,
+                             StepAction.DONE, {"node": str(w["node"]), "epoch": int(w["epoch"]),
                                              "actor": actor, "summary": summary})
             return str(w["node"])
         finally:
@@ -390,14 +390,14 @@ class Loop:
             # "running" while the loop moves it: the enter step sets gate or launches.
             self.store.set_work(ref, conn, node=there.name, epoch=epoch + 1, state="running")
             if there.phase != here.phase or there.terminal:
-                self.store.add_step(conn, StepKind.PHASE.key(ref, arm, epoch), ref,
-                                    StepKind.PHASE, {
+                self.store.add_step(conn, StepAction.PHASE.key(ref, arm, epoch), ref,
+                                    StepAction.PHASE, {
                                         "from_node": here.name, "to_node": there.name,
                                         "from_phase": here.phase, "to_phase": there.phase,
                                         "outcome": outcome_name, "terminal": there.terminal,
                                         "actor": actor})
-            self.store.add_step(conn, StepKind.ENTER.key(ref, arm, epoch + 1), ref,
-                                StepKind.ENTER,
+            self.store.add_step(conn, StepAction.ENTER.key(ref, arm, epoch + 1), ref,
+                                StepAction.ENTER,
                                 {"node": there.name, "actor": actor, "note": note,
                                  "epoch": epoch + 1})
             if step is not None:
@@ -410,7 +410,7 @@ class Loop:
 
     # ------------------------------------------------------------------ sessions
     def session_id(self, step_key: str, salt: str = "") -> str:
-        """A launch step's session id (`salt`: its payload's, stepkinds.salted). On a shared
+        """A launch step's session id (`salt`: its payload's, stepactions.salted). On a shared
         database it names the host too: a host that takes a launch over from a lost one
         starts a session of its own."""
         if self.settings.database:

@@ -31,7 +31,7 @@ from the_loop.runtime.service import (
     failpoint,
     render,
 )
-from the_loop.runtime.stepkinds import StepKind, salted
+from the_loop.runtime.stepactions import StepAction, salted
 from the_loop.runtime.store import Step
 
 CONTROLS = ("approve", "reject", "stop")
@@ -101,8 +101,8 @@ def start(loop: Loop, step: Step) -> None:
         epoch = int(w["epoch"]) + 1
         loop.store.set_work(ref, conn, state="running", node=first.name, epoch=epoch,
                             session_id="")
-        loop.store.add_step(conn, StepKind.ENTER.key(ref, w["arm_seq"], epoch), ref,
-                            StepKind.ENTER,
+        loop.store.add_step(conn, StepAction.ENTER.key(ref, w["arm_seq"], epoch), ref,
+                            StepAction.ENTER,
                             {"node": first.name, "actor": step.payload["actor"], "note": "",
                              "epoch": epoch})
         loop.store.finish(step, "started", conn=conn)
@@ -122,8 +122,8 @@ def enter(loop: Loop, step: Step) -> None:
     actor = step.payload["actor"]
     if node.terminal:
         with loop.db.transaction() as conn:
-            loop.store.add_step(conn, StepKind.COMPLETE.key(ref, w["arm_seq"]), ref,
-                                StepKind.COMPLETE,
+            loop.store.add_step(conn, StepAction.COMPLETE.key(ref, w["arm_seq"]), ref,
+                                StepAction.COMPLETE,
                                 {"source": "graph", "actor": actor or LOOP_AUTHOR})
             loop.store.finish(step, "terminal", conn=conn)
         return
@@ -135,7 +135,7 @@ def enter(loop: Loop, step: Step) -> None:
             prompt += f"\n\nFeedback from @{actor}:\n\n{step.payload['note']}"
         with loop.db.transaction() as conn:
             loop.store.set_work(ref, conn, state="running", node=node.name)
-            loop.store.add_step(conn, StepKind.LAUNCH.key(step.key), ref, StepKind.LAUNCH,
+            loop.store.add_step(conn, StepAction.LAUNCH.key(step.key), ref, StepAction.LAUNCH,
                                 salted({"node": node.name, "prompt": prompt, "respawn": False,
                                         "actor": actor, "endpoint": ""}))
             loop.store.finish(step, "agent", conn=conn)
@@ -313,7 +313,7 @@ def _resume(loop: Loop, step: Step, node: str, endpoint: str, prompt: str,
         # input too: one session gets both, none is ended before it reads its own.
         if not loop.store.extend_queued_launch(conn, ref, node, endpoint, joined,
                                                MAX_LAUNCH_CHARS):
-            loop.store.add_step(conn, StepKind.LAUNCH.key(step.key), ref, StepKind.LAUNCH,
+            loop.store.add_step(conn, StepAction.LAUNCH.key(step.key), ref, StepAction.LAUNCH,
                                 salted({"node": node, "prompt": prompt, "respawn": True,
                                         "actor": actor, "endpoint": endpoint}))
         loop.store.finish(step, "resumed", conn=conn)
@@ -388,9 +388,9 @@ def complete(loop: Loop, step: Step) -> None:
     loop.store.finish(step, "completed")
 
 
-#: What each kind of step runs (a test checks that every `StepKind` has one).
-RUN: dict[StepKind, Callable[[Loop, Step], None]] = {
-    StepKind.START: start, StepKind.ENTER: enter, StepKind.LAUNCH: launch,
-    StepKind.QUESTION: question, StepKind.DONE: node_done, StepKind.INPUT: take_input,
-    StepKind.PHASE: phase, StepKind.COMPLETE: complete,
+#: What each action of a step runs (a test checks that every `StepAction` has one).
+RUN: dict[StepAction, Callable[[Loop, Step], None]] = {
+    StepAction.START: start, StepAction.ENTER: enter, StepAction.LAUNCH: launch,
+    StepAction.QUESTION: question, StepAction.DONE: node_done, StepAction.INPUT: take_input,
+    StepAction.PHASE: phase, StepAction.COMPLETE: complete,
 }

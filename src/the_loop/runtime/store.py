@@ -24,7 +24,7 @@ from the_loop.runtime.db import Database
 from the_loop.runtime.identity import AGENT_PREFIX, agent_login
 from the_loop.runtime.input_bound import LAUNCH_FULL
 from the_loop.runtime.lease import clashes, host_id, owner_dead_here, owner_id, process_owner
-from the_loop.runtime.stepkinds import StepKind, step_kind
+from the_loop.runtime.stepactions import StepAction, step_action
 from the_loop.sqldb import Conn
 
 ACTIVE = ("armed", "running", "waiting", "gate")
@@ -35,7 +35,7 @@ class Step:
     seq: int
     key: str
     ref: str
-    kind: StepKind
+    action: StepAction
     payload: dict[str, Any]
     decisions: dict[str, Any]
     state: str
@@ -45,7 +45,7 @@ class Step:
     @classmethod
     def of(cls, row: Any) -> Step:
         key = str(row["key"])
-        return cls(int(row["seq"]), key, str(row["ref"]), step_kind(str(row["kind"]), key),
+        return cls(int(row["seq"]), key, str(row["ref"]), step_action(str(row["kind"]), key),
                    json.loads(row["payload"]), json.loads(row["decisions"]),
                    str(row["state"]), str(row["outcome"]), str(row["detail"]))
 
@@ -106,7 +106,7 @@ class Store:
             for endpoint, last in cursors.items():
                 conn.execute("INSERT INTO cursors(ref, last) VALUES (?, ?) ON CONFLICT(ref) "
                              "DO UPDATE SET last=excluded.last", (endpoint, last))
-            self.add_step(conn, StepKind.START.key(ref, seq), ref, StepKind.START,
+            self.add_step(conn, StepAction.START.key(ref, seq), ref, StepAction.START,
                           {"actor": actor, "source": source, "arm_seq": seq})
         return int(seq)
 
@@ -194,22 +194,22 @@ class Store:
             f"SELECT id, seen, owner, {self.now} - seen AS ago FROM hosts ORDER BY id")]
 
     # ------------------------------------------------------------------ steps
-    def add_step(self, conn: Conn, key: str, ref: str, kind: StepKind,
+    def add_step(self, conn: Conn, key: str, ref: str, action: StepAction,
                  payload: dict[str, Any]) -> None:
         """Queue a step (inside the caller's transaction); a key already queued is kept.
-        A kind that is not a `StepKind`, or a payload its kind cannot run, is refused here."""
-        if not isinstance(kind, StepKind):
-            raise TypeError(f"a step's kind is a StepKind, not {kind!r}")
-        kind.check(payload)
+        A non-`StepAction` action, or a payload its action cannot run, is refused here."""
+        if not isinstance(action, StepAction):
+            raise TypeError(f"a step's action is a StepAction, not {action!r}")
+        action.check(payload)
         now = time.time()
         conn.execute(
             "INSERT INTO steps(key, ref, kind, payload, created, updated) "
             "VALUES (?,?,?,?,?,?) ON CONFLICT(key) DO NOTHING",
-            (key, ref, kind.value, self.redact(json.dumps(payload)), now, now))
+            (key, ref, action.value, self.redact(json.dumps(payload)), now, now))
 
-    def queue(self, key: str, ref: str, kind: StepKind, payload: dict[str, Any]) -> None:
+    def queue(self, key: str, ref: str, action: StepAction, payload: dict[str, Any]) -> None:
         with self.db.transaction() as conn:
-            self.add_step(conn, key, ref, kind, payload)
+            self.add_step(conn, key, ref, action, payload)
 
     @staticmethod
     def extend_queued_launch(conn: Conn, ref: str, node: str, endpoint: str,
@@ -220,7 +220,7 @@ class Store:
         the prompt would pass `most` characters (runtime/input_bound.py)."""
         for row in conn.execute("SELECT key, payload, decisions FROM steps WHERE ref=? AND "
                                 "kind=? AND state='pending' ORDER BY seq",
-                                (ref, StepKind.LAUNCH.value)).fetchall():
+                                (ref, StepAction.LAUNCH.value)).fetchall():
             payload = json.loads(row["payload"])
             if (json.loads(row["decisions"]) or payload["node"] != node
                     or payload["endpoint"] != endpoint):
@@ -233,23 +233,23 @@ class Store:
             return str(row["key"])
         return ""
 
-    def queued_by(self, ref: str, sid: str, node: str, epoch: int) -> set[StepKind]:
+    def queued_by(self, ref: str, sid: str, node: str, epoch: int) -> set[StepAction]:
         """What session `sid` of `ref` queued of what an agent can: a question it asked,
         input it wrote (as its `agent_login`; as `agent:<sid>` before), its `graph complete`
         of `node` at `epoch` (still pending). Any of them proves that the session ran."""
-        kinds: set[StepKind] = set()
+        actions: set[StepAction] = set()
         for row in self.db.conn.execute(
                 "SELECT kind, payload, state FROM steps WHERE ref=? AND kind IN (?, ?, ?)",
-                (ref, StepKind.QUESTION.value, StepKind.INPUT.value, StepKind.DONE.value)):
-            p, kind = json.loads(row["payload"]), StepKind(row["kind"])
-            asked = kind is StepKind.QUESTION and p.get("session_id") == sid
-            wrote = kind is StepKind.INPUT and p.get("actor") in (agent_login(sid),
+                (ref, StepAction.QUESTION.value, StepAction.INPUT.value, StepAction.DONE.value)):
+            p, action = json.loads(row["payload"]), StepAction(row["kind"])
+            asked = action is StepAction.QUESTION and p.get("session_id") == sid
+            wrote = action is StepAction.INPUT and p.get("actor") in (agent_login(sid),
                                                                     AGENT_PREFIX + sid)
-            done = (kind is StepKind.DONE and row["state"] == "pending"
+            done = (action is StepAction.DONE and row["state"] == "pending"
                     and p.get("node") == node and int(p.get("epoch", -1)) == epoch)
             if asked or wrote or done:
-                kinds.add(kind)
-        return kinds
+                actions.add(action)
+        return actions
 
     def next_step(self, ref: str) -> Step | None:
         row = self.db.conn.execute(
@@ -307,7 +307,7 @@ class Store:
                 last = c.id
                 if c.author == skip:
                     continue
-                self.add_step(conn, StepKind.INPUT.key(endpoint, c.id), target, StepKind.INPUT,
+                self.add_step(conn, StepAction.INPUT.key(endpoint, c.id), target, StepAction.INPUT,
                               {"endpoint": endpoint, "comment": c.id, "actor": c.author,
                                "source": c.source})
                 n += 1
