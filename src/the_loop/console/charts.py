@@ -20,7 +20,7 @@ BANDS = 6  # phase band colours cycle through this many classes
 
 @dataclass
 class Axis:
-    """A work item's points on a time axis: one row per point kind, phases as bands."""
+    """A work item's points on a time axis: one row per point, phases as bands."""
 
     width: int
     height: int

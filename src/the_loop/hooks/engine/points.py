@@ -71,7 +71,7 @@ class WorkItem(WorkItemMethods):
 
 WORK_ITEM_DOCS: dict[str, str] = {
     "ref": "the tracker reference, e.g. local:acme/app#12",
-    "tracker": "the tracker kind, e.g. local",
+    "tracker": "the tracker the item lives in, e.g. local",
     "host": "the tracker's host (empty for the local tracker)",
     "owner": "the repository owner, e.g. acme",
     "repo": "the repository name, e.g. app",
