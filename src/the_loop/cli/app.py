@@ -221,6 +221,67 @@ def _require_text(parser: argparse.ArgumentParser, arg: str) -> None:
                      "the encoding of the terminal or script that wrote it)")
 
 
+def tophelp_module() -> str:
+    """The text of `the_loop/cli/tophelp.py`: `the-loop --help` as this parser prints it at
+    `TOPHELP_WIDTH` columns (tests/cli/test_startup_imports.py compares the two; rewrite
+    it with `python -m the_loop.cli.app`)."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(TOPHELP_WIDTH)
+    try:
+        text = build_parser("").format_help()
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
+    lines = "".join(f"    {line!r}\n" for line in text.splitlines(keepends=True))
+    return TOPHELP_TEMPLATE.format(width=TOPHELP_WIDTH, lines=lines)
+
+
+#: The width the static `--help` is written for: argparse's own when there is no terminal.
+TOPHELP_WIDTH = 80
+
+TOPHELP_TEMPLATE = '''"""`the-loop --help` at {width} columns, as the parser prints it.
+
+Written by `python -m the_loop.cli.app` (do not edit): tests/cli/test_startup_imports.py
+checks that it is the parser's output.
+
+`the-loop --help`, `-h` and a bare `the-loop` print this when the help is {width} columns
+wide (no terminal, or a terminal of {width}): no argparse imported, no parser built (issue
+34: a command costs at most 3x a bare Python). At any other width the parser prints it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: The terminal width TEXT was formatted for (argparse's own fallback without a terminal).
+WIDTH = {width}
+
+
+def columns() -> int:
+    """The width argparse formats help for: `shutil.get_terminal_size().columns` (COLUMNS,
+    else the terminal of stdout, else {width}), without importing shutil."""
+    try:
+        width = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        width = 0
+    if width <= 0:
+        out = sys.__stdout__
+        try:
+            width = os.get_terminal_size(out.fileno()).columns if out is not None else 0
+        except (AttributeError, ValueError, OSError):
+            width = 0
+        width = width or WIDTH
+    return width
+
+
+TEXT = (
+{lines})
+'''
+
+
 def unexpected(exc: Exception) -> str:
     """One line for an error no command turned into a `LoopError`.
 
@@ -240,3 +301,11 @@ def unexpected(exc: Exception) -> str:
         f"unexpected error: {exception_line(exc)}. This is a bug in the-loop; run again with "
         "THE_LOOP_DEBUG=1 for the traceback and report it"
     )
+
+
+if __name__ == "__main__":
+    import pathlib
+
+    target = pathlib.Path(__file__).with_name("tophelp.py")
+    target.write_text(tophelp_module(), encoding="utf-8")
+    print(f"wrote {target}")
