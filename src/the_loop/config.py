@@ -8,7 +8,6 @@ the config file, never the working directory.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,24 @@ TOP_LEVEL_KEYS: dict[str, str] = {
 }
 
 
-@dataclass
 class Config:
     """The parsed file: its location and its raw sections."""
 
-    path: Path | None
-    data: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("data", "path")
+
+    def __init__(self, path: Path | None, data: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {} if data is None else data
+
+    def __repr__(self) -> str:
+        return f"Config(path={self.path!r}, data={self.data!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Config):
+            return NotImplemented
+        return (self.path, self.data) == (other.path, other.data)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
 
     @property
     def folder(self) -> Path:
