@@ -2,7 +2,8 @@
 
 `the-loop --help`, `-h`, `--version` and a bare `the-loop` print without building a parser
 when the help is formatted at the width it was written for (cli/tophelp.py, generated from
-the parser); every other line goes to the parser (cli/app.py).
+the parser); the plain lines of the agent's `graph complete` and `ask` are read without
+argparse (cli/quick.py); every other line goes to the parser (cli/app.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         _write(f"the-loop {__version__}\n")
         raise SystemExit(0)
+    from the_loop.cli.quick import agent_args
+
+    args = agent_args(given)
+    if args is not None:  # `graph complete` and `ask`, read without argparse
+        from the_loop.cli.guard import call
+        from the_loop.interrupt import install as install_interrupt
+
+        install_interrupt()
+        return call(args.func, args)
     from the_loop.cli.app import run
 
     return run(given)

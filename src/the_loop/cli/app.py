@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from the_loop import __version__
+from the_loop.cli.guard import call, unexpected
 from the_loop.cli.helptext import decorate
-from the_loop.errors import LoopError, exception_line
 from the_loop.interrupt import install as install_interrupt
 
 Register = Callable[[Any], None]
@@ -184,20 +184,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    try:
-        code: int = func(args)
-        return code
-    except LoopError as exc:
-        print(f"the-loop: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("the-loop: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 1
-    except Exception as exc:  # the last guard: one line, never a traceback (issue 11 rule 7)
-        print(f"the-loop: {unexpected(exc)}", file=sys.stderr)
-        return 1
+    return call(func, args)
 
 
 def _known(word: str) -> str:
@@ -282,25 +269,7 @@ TEXT = (
 '''
 
 
-def unexpected(exc: Exception) -> str:
-    """One line for an error no command turned into a `LoopError`.
-
-    An OS error names the file and what the system said; anything else is a bug of ours,
-    said plainly; `THE_LOOP_DEBUG=1` prints the traceback as well.
-    """
-    if os.environ.get("THE_LOOP_DEBUG"):
-        import traceback
-
-        traceback.print_exc()
-    if isinstance(exc, OSError):
-        where = f"{exc.filename}: " if exc.filename else ""
-        return f"{where}{exc.strerror or exception_line(exc)}; check the path and its permissions"
-    if isinstance(exc, MemoryError):
-        return "out of memory; an input is too large (see docs/security.md)"
-    return (
-        f"unexpected error: {exception_line(exc)}. This is a bug in the-loop; run again with "
-        "THE_LOOP_DEBUG=1 for the traceback and report it"
-    )
+__all__ = ["ALL", "COMMANDS", "build_parser", "command_word", "run", "unexpected"]
 
 
 if __name__ == "__main__":
