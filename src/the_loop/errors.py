@@ -4,7 +4,7 @@
      ├── ConfigError            cli-config.yaml cannot be read or is malformed
      │    └── HooksConfigError  the hooks declaration cannot load (.entry, .key)
      ├── PolicyError            a policy folder cannot load (.errors: every problem, .folder)
-     ├── ExpressionError        a JMESPath expression does not compile (.kind, .column, …)
+     ├── ExpressionError        a JMESPath expression does not compile (.reason, .column, …)
      ├── HookError              a hook failed, with a message for a person; the chain records
      │                          it as `hooks.failed` and never lets it out (also raised by the
      │                          remote and policy executors; the SDK's `HookFailure`, also a
@@ -98,17 +98,17 @@ class PolicyError(LoopError):
 class ExpressionError(LoopError):
     """A JMESPath expression does not compile.
 
-    `kind` is one of `EXPRESSION_ERROR_KINDS`; `column` is 1-based (0: unknown); `detail` is
+    `reason` is one of `EXPRESSION_ERROR_REASONS`; `column` is 1-based (0: unknown); `detail` is
     the parser's word for the problem; `function`, `expected` and `got` describe a call with
     the wrong number of arguments or an unknown function (`function` only).
     """
 
     def __init__(
-        self, kind: str, message: str, *, column: int = 0, detail: str = "",
+        self, reason: str, message: str, *, column: int = 0, detail: str = "",
         function: str = "", expected: int | None = None, got: int | None = None,
     ) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.reason = reason
         self.column = column
         self.detail = detail
         self.function = function
@@ -116,8 +116,8 @@ class ExpressionError(LoopError):
         self.got = got
 
 
-#: What `ExpressionError.kind` may be.
-EXPRESSION_ERROR_KINDS = (
+#: What `ExpressionError.reason` may be.
+EXPRESSION_ERROR_REASONS = (
     "empty", "incomplete", "lexer", "syntax", "arity", "variadic-arity", "unknown-function",
     "too-deep", "bad-regex", "too-costly", "data",
 )
@@ -194,7 +194,7 @@ def exception_line(exc: BaseException, *, plain: bool = False,
                    secrets: Iterable[str] = ()) -> str:
     """`Type: message` for any exception, never raising, at most `MAX_ERROR` characters;
     each of `secrets` is replaced before the message is cut (a cut never leaves part of one)."""
-    kind = type(exc).__name__
+    class_name = type(exc).__name__
     try:
         text = str(exc)
     except BaseException as inner:  # an exception whose message itself raises
@@ -203,8 +203,8 @@ def exception_line(exc: BaseException, *, plain: bool = False,
     for secret in secrets:
         text = text.replace(secret, "[redacted]")
     if plain:
-        return clip(text, MAX_ERROR) or kind
-    return clip(f"{kind}: {text}" if text else kind, MAX_ERROR)
+        return clip(text, MAX_ERROR) or class_name
+    return clip(f"{class_name}: {text}" if text else class_name, MAX_ERROR)
 
 
 def describe_exception(exc: BaseException, *, plain: bool = False,
@@ -248,7 +248,7 @@ def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
 
 
 __all__ = [
-    "EXPRESSION_ERROR_KINDS",
+    "EXPRESSION_ERROR_REASONS",
     "MAX_ERROR",
     "QUOTE_LIMIT",
     "ConfigError",

@@ -87,9 +87,9 @@ def test_r5_1_hooks_lists_entries_without_importing_or_contacting(
     assert out.splitlines() == [
         f"{declared}:",
         "  NAME         KIND    TARGET                        POINTS         REQUIRED  ENABLED",
-        "  boom         path    hooks/boom.py                 session_spawn  no        yes",
-        "  telemetry    module  acme_not_installed.telemetry  (default)      no        yes",
-        "  compliance   url     https://127.0.0.1:9/hooks     (default)      yes       yes",
+        "  boom         local   hooks/boom.py                 session_spawn  no        yes",
+        "  telemetry    local   acme_not_installed.telemetry  (default)      no        yes",
+        "  compliance   remote  https://127.0.0.1:9/hooks     (default)      yes       yes",
         "  house-rules  policy  policies                      (default)      no        no",
     ]
     assert not (tmp_path / "imported.txt").exists()
@@ -103,12 +103,12 @@ def test_r5_1_hooks_json_lists_the_same_without_importing(
     data = json.loads(out)
     assert data["config"] == str(declared)
     assert data["hooks"][0] == {
-        "name": "boom", "kind": "path", "target": "hooks/boom.py",
+        "name": "boom", "kind": "local", "declared_as": "path", "target": "hooks/boom.py",
         "points": ["session_spawn"], "required": False, "enabled": True,
     }
-    assert [(h["name"], h["kind"], h["required"], h["enabled"]) for h in data["hooks"]] == [
-        ("boom", "path", False, True), ("telemetry", "module", False, True),
-        ("compliance", "url", True, True), ("house-rules", "policy", False, False),
+    assert [(h["name"], h["kind"], h["declared_as"], h["enabled"]) for h in data["hooks"]] == [
+        ("boom", "local", "path", True), ("telemetry", "local", "module", True),
+        ("compliance", "remote", "url", True), ("house-rules", "policy", "policy", False),
     ]
     assert not (tmp_path / "imported.txt").exists()
 

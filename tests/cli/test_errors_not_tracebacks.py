@@ -154,16 +154,16 @@ def test_i13_3_every_error_a_user_meets_is_a_loop_error_drawn_in_the_docstring()
     assert TrackerError is errors_module.TrackerError
 
 
-@pytest.mark.parametrize(("text", "kind"), [
+@pytest.mark.parametrize(("text", "reason"), [
     ("", "empty"), ("a ==", "incomplete"), ("a ~ b", "lexer"), ("a.]", "syntax"),
     ("length(a, b)", "arity"), ("not_null()", "variadic-arity"), ("nope(a)", "unknown-function"),
     ("regex_match('(a)\\1', a)", "bad-regex"), ("(" * 5000 + "a" + ")" * 5000, "too-deep"),
 ])
 def test_i13_3_jmespath_errors_become_one_error_of_ours_where_compiled(
-        text: str, kind: str) -> None:
+        text: str, reason: str) -> None:
     with pytest.raises(ExpressionError) as info:
         compile_policy_expression(text)
-    assert info.value.kind == kind
+    assert info.value.reason == reason
     assert not isinstance(info.value, jmes_errors.JMESPathError)
 
 

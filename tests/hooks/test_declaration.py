@@ -346,12 +346,13 @@ def test_r3_2_remote_keys_and_the_defaults_of_an_entry() -> None:
          "tokenEnv": "COMPLIANCE_TOKEN", "headers": {"X-Team": "platform"}},
         {"name": "prefix", "path": "hooks/prefix.py"},
     ], Path("/srv/loop"))
-    assert (remote.kind, remote.resolved, remote.token_env, remote.headers, remote.timeout) == (
-        "url", "https://compliance.acme.example/hooks", "COMPLIANCE_TOKEN",
+    assert (remote.kind, remote.declared_as, remote.resolved, remote.token_env, remote.headers,
+            remote.timeout) == (
+        "remote", "url", "https://compliance.acme.example/hooks", "COMPLIANCE_TOKEN",
         {"X-Team": "platform"}, 10.0,
     )
-    assert (local.kind, local.resolved, local.executor, local.with_) == (
-        "path", "/srv/loop/hooks/prefix.py", "", {},
+    assert (local.kind, local.declared_as, local.resolved, local.executor, local.with_) == (
+        "local", "path", "/srv/loop/hooks/prefix.py", "", {},
     )
     for entry in (remote, local):
         assert (entry.on, entry.required, entry.enabled) == (None, False, True)

@@ -205,7 +205,7 @@ def test_replay_over_a_served_log_reports_what_a_new_rule_changes_by_rule(
     assert report["replayed"] == 4 and report["changed"] == 2
     # issue 30.19: the baseline is named, by the revision that answered each recorded point
     [(recorded_by, n)] = report["baseline"]["revisions"].items()
-    assert (report["baseline"]["kind"], len(recorded_by), n) == ("recorded", 64, 4)
+    assert (report["baseline"]["choice"], len(recorded_by), n) == ("recorded", 64, 4)
     effects = report["by_rule"]["no-bots"]["effects"]
     assert [e["summary"] for e in effects if "summary" in e] == [
         "no-bots (policy) would have refused 2 launches on 2 items"]

@@ -15,7 +15,7 @@ from the_loop.hooks.policy.exprtext import SHOW, show
 from the_loop.hooks.policy.growth import GROWTH, growth
 from the_loop.hooks.policy.typecheck import INFER, T, type_problems
 from the_loop.jmes import NODE_TYPES
-from the_loop.jmes.kinds import NUM, kinds
+from the_loop.jmes.jtypes import NUM, jtypes
 from the_loop.jmes.nodes import NODES
 
 #: Each walker over the AST, by the name a reader finds it under, and its dispatch table.
@@ -88,6 +88,6 @@ def test_growth_dispatches_through_its_table(monkeypatch: pytest.MonkeyPatch) ->
 def test_infer_dispatches_through_its_table(monkeypatch: pytest.MonkeyPatch) -> None:
     ast = _parsed("lower(actor)")
     assert type_problems(ast, "session_spawn", when=False) == []
-    monkeypatch.setitem(INFER, "field", lambda checker, node, cur: T(kinds(NUM)))
+    monkeypatch.setitem(INFER, "field", lambda checker, node, cur: T(jtypes(NUM)))
     [(sub, message)] = type_problems(ast, "session_spawn", when=False)
     assert sub == "lower(actor)" and "actor (a number) as its first argument" in message

@@ -47,6 +47,30 @@ def test_every_fact_of_every_point_is_filled_in_a_real_walk(tmp_path: Path) -> N
             elif all(r.context.get(fact.name, fact.default) == fact.default for r in mine):
                 left.append(f"{point}.{fact.name} is always {fact.default!r}")
     assert not left, "facts never filled in at their call site:\n" + "\n".join(left)
+    _spawned_where_spawn_said(records)
+
+
+#: Facts the runtime knows though the point once listed them as the other loop's own
+#: (`unknown_facts`): each must stay filled, never go back to "not known".
+KNOWN_HERE = {("session_spawned", "cwd")}
+
+
+def test_facts_the_runtime_knows_are_never_listed_as_unknown() -> None:
+    listed = {(point, name) for point, spec in SPECS.items() for f in spec.facts
+              if f.name == "unknown_facts" for name in f.default}
+    assert not KNOWN_HERE & listed
+    assert all(getattr(SPECS[p].field(n), "sent_by", "") == "both" for p, n in KNOWN_HERE)
+
+
+def _spawned_where_spawn_said(records: list[Any]) -> None:
+    """session_spawned's cwd is the folder session_spawn said the session runs in."""
+    spawn_cwds = {(r.context["work_item"]["ref"], r.context["cwd"]) for r in records
+                  if r.point == "session_spawn"}
+    spawned = [r for r in records if r.point == "session_spawned"]
+    assert spawned
+    for r in spawned:
+        assert "cwd" not in r.context.get("unknown_facts", ())
+        assert (r.context["work_item"]["ref"], r.context.get("cwd")) in spawn_cwds
 
 
 def _unfilled_record_fields(point: str, name: str, mine: list[Any]) -> list[str]:

@@ -466,7 +466,7 @@ def test_i30_19_policy_dir_keeps_the_declared_hooks_name_so_a_rule_shows_once(ru
         "hook": "house-rules", "rules": ["frozen-items"], "error": ""}
     effects = data["by_rule"]["frozen-items"]["effects"]
     assert [e.get("side") for e in effects] == ["after"], effects
-    assert data["baseline"] == {"kind": "recorded", "revisions": {"(not recorded)": 3}}
+    assert data["baseline"] == {"choice": "recorded", "revisions": {"(not recorded)": 3}}
     code, out, _ = run.replay("--policy", str(folder), "--point", "work_item_start")
     assert code == 0
     assert f"through the policy folder {folder} (as hook 'house-rules')" in out
@@ -486,7 +486,7 @@ def test_i30_19_baseline_current_compares_with_the_declared_folder_as_it_is_toda
     assert current["changed"] == 1
     [diff] = current["differences"]
     assert diff["point"] == "work_item_start" and diff["work_item"] == run.refs[2]
-    assert current["baseline"]["kind"] == "current"
+    assert current["baseline"]["choice"] == "current"
     assert "house-rules" in current["baseline"]["through"]
     code, _, err = run.replay("--baseline", "current")
     assert code == 2 and "--baseline current compares a --policy DIR" in err

@@ -14,15 +14,13 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from the_loop import __version__
 from the_loop.cli.guard import call, unexpected
 from the_loop.cli.helptext import decorate
 from the_loop.interrupt import install as install_interrupt
-
-Register = Callable[[Any], None]
 
 
 class Command(NamedTuple):

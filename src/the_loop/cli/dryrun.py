@@ -109,14 +109,14 @@ def parse_facts(point: str, facts: list[str]) -> dict[str, Any]:
     return out
 
 
-def _typed(name: str, kind: str, text: str) -> Any:
-    if kind == "str":
+def _typed(name: str, type_name: str, text: str) -> Any:
+    if type_name == "str":
         return text
-    if kind == "bool" and text in ("true", "false"):
+    if type_name == "bool" and text in ("true", "false"):
         return text == "true"
-    if kind == "int" and text.strip().lstrip("-").isdigit():
+    if type_name == "int" and text.strip().lstrip("-").isdigit():
         return int(text)
-    if kind == "list[str]":
+    if type_name == "list[str]":
         if text.lstrip().startswith("["):
             try:
                 value = json.loads(text)
@@ -126,10 +126,10 @@ def _typed(name: str, kind: str, text: str) -> Any:
                 return value
         else:
             return [part.strip() for part in text.split(",") if part.strip()]
-    if kind == "WorkItem":
+    if type_name == "WorkItem":
         return text  # a ref; its record is filled from it
     want = {"bool": "true or false", "int": "a whole number",
-            "list[str]": "a JSON list of strings, or words separated by commas"}[kind]
+            "list[str]": "a JSON list of strings, or words separated by commas"}[type_name]
     raise UsageError(f"--facts {name}={text}: expected {want}")
 
 

@@ -184,11 +184,11 @@ class Baseline:
     """
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.kind = args.baseline
+        self.choice = args.baseline
         self.revisions: dict[str, int] = {}
         self.through = ""
         self._replayer: Any = None
-        if self.kind != "current":
+        if self.choice != "current":
             return
         from the_loop.runtime.replay import Replayer
 
@@ -217,7 +217,7 @@ class Baseline:
                 yield _as_baseline(rec, outcome)
 
     def words(self) -> str:
-        if self.kind == "current":
+        if self.choice == "current":
             return (f"baseline: what {self.through} decides today on the same points "
                     "(--baseline current)")
         shown = ", ".join(f"{rev} ({n})" for rev, n in self.revisions.items())
@@ -225,9 +225,9 @@ class Baseline:
                 + (f", by revision {shown}" if shown else ""))
 
     def to_json(self) -> dict[str, Any]:
-        if self.kind == "current":
-            return {"kind": "current", "through": self.through}
-        return {"kind": "recorded", "revisions": dict(self.revisions)}
+        if self.choice == "current":
+            return {"choice": "current", "through": self.through}
+        return {"choice": "recorded", "revisions": dict(self.revisions)}
 
 
 def _as_baseline(rec: Any, outcome: Any) -> Any:

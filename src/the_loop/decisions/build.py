@@ -28,12 +28,6 @@ UNKNOWN = registry.UNKNOWN
 _IGNORED_AT_GATE = ("question", "summary")
 
 
-def kind_of(executor: object) -> str:
-    """What a step records as its hook's kind: the registry's word for it (`local`, `remote`,
-    `policy`), or `unknown` for an executor of no registered kind, never a guess."""
-    return registry.logged_name(executor)
-
-
 def step_of(hook: str, kind: str, status: str, changed: Mapping[str, Any], error: str = "",
             dropped: Iterable[str] = (), detail: Mapping[str, Any] | None = None
             ) -> dict[str, Any]:
@@ -132,5 +126,5 @@ def refusing_rule(executor: Any, rules: list[str]) -> str:
     return rules[0] if rules else f"(hook {name})"
 
 
-__all__ = ["UNKNOWN", "applied", "chain_step", "kind_of", "loop_record", "refusing_rule",
+__all__ = ["UNKNOWN", "applied", "chain_step", "loop_record", "refusing_rule",
            "step_of"]

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 
-from the_loop.decisions.build import kind_of, loop_record
+from the_loop.decisions.build import loop_record
 from the_loop.decisions.encoding import encode_record
 from the_loop.decisions.layout import Row, item_key, recorded, rules_text
 from the_loop.decisions.stores import PRUNE_SLICE, SQLiteStore, Store, open_store
@@ -31,6 +31,7 @@ from the_loop.errors import LoopError
 from the_loop.events import EventLog, redact
 from the_loop.hooks.engine.chain import Chain, Outcome
 from the_loop.hooks.engine.points import Context
+from the_loop.hooks.executors.registry import logged_name
 from the_loop.sqldb import StoreError, converted
 
 __all__ = ["DecisionLog"]
@@ -81,7 +82,7 @@ class DecisionLog:
         """The row one fired point is stored as."""
         if chain is not self._chain:
             self._chain = chain
-            self._kinds = {link.name: kind_of(link.executor) for link in chain.links}
+            self._kinds = {link.name: logged_name(link.executor) for link in chain.links}
         rec = loop_record(ctx, outcome, self._kinds, input_id=input_id)
         line = encode_record(rec)
         found = self.log.secrets_in(line)

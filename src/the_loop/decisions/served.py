@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from the_loop.decisions.build import UNKNOWN, kind_of, step_of
+from the_loop.decisions.build import UNKNOWN, step_of
 from the_loop.decisions.encoding import context_json, encode_record
 from the_loop.decisions.layout import VERSION, Row, decode, item_key, rules_text
 from the_loop.decisions.masking import Masker
 from the_loop.hooks.engine.points import Context, WorkItem
+from the_loop.hooks.executors.registry import logged_name
 
 
 class Call(Protocol):
@@ -94,7 +95,7 @@ class ServedRecords:
     def _step(self, call: Call) -> dict[str, Any]:
         executor = call.executor
         if executor is not self._named[0]:  # one executor serves until a reload
-            self._named = (executor, _name(executor), kind_of(executor))
+            self._named = (executor, _name(executor), logged_name(executor))
         status = "failed" if call.failure else "changed" if call.changes else "unchanged"
         return step_of(self._named[1], self._named[2], status, call.changes, call.failure,
                        (), call.detail)

@@ -42,8 +42,6 @@ PAGE_SIZE = 32768
 _ROWS_PER_INSERT = 140
 _COPY_SLICE = 50  # rows a PostgreSQL writer formats between two yields of the lock
 _COPY = f"COPY decision_log({', '.join(FIELDS)}) FROM STDIN"
-#: One row read back: (id, at, point, work_item, record text).
-ReadRow = tuple[int, float, str, str, str]
 #: Seconds a PostgreSQL connection attempt may take before the batch counts as failed.
 CONNECT_TIMEOUT = 5
 

@@ -6,9 +6,9 @@ in (``Compiler(functions)``, each a ``FunctionSpec``). Read it in this order, on
 1. ``api.py``: the entry point (``Compiler``, ``CompiledExpression``, ``compile_stats``):
    parse with the ``jmespath`` package, check function names and arities, generate, or fall
    back to the reference; optimistic code and its guarded twin.
-2. ``kinds.py``: the type lattice: the JMESPath types a value may have (``kinds(STR, NULL)``).
+2. ``jtypes.py``: the type lattice: the JMESPath types a value may have (``jtypes(STR, NULL)``).
 3. ``ir.py``: the intermediate representation: a compiled value (``Val``: Python code and its
-   kind) inside a generated function (``Fn``); ``NODE_TYPES``, every node type the parser builds.
+   jtypes) inside a generated function (``Fn``); ``NODE_TYPES``, every node type the parser builds.
 4. ``emitter.py``: ``Emitter``, which walks the AST and writes Python source, and ``NODES``,
    the one dispatch table from node type to node compiler; then the node compilers themselves:
    ``nodes.py`` (fields, comparisons, logic, projections) and ``calls.py`` (function calls).
@@ -33,7 +33,7 @@ from the_loop.jmes.api import (
     compile_stats,
 )
 from the_loop.jmes.ir import NODE_TYPES
-from the_loop.jmes.kinds import FIELD_TYPES
+from the_loop.jmes.jtypes import FIELD_TYPES
 from the_loop.jmes.library import FunctionSpec
 from the_loop.jmes.paths import root_paths
 

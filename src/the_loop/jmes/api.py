@@ -63,7 +63,7 @@ from jmespath import exceptions
 from the_loop.jmes import batch
 from the_loop.jmes.emitter import Emitter
 from the_loop.jmes.ir import Node, Unsupported
-from the_loop.jmes.kinds import FIELD_TYPES
+from the_loop.jmes.jtypes import FIELD_TYPES
 from the_loop.jmes.library import FunctionSpec, Library
 from the_loop.jmes.nodes import NODES
 from the_loop.jmes.parsing import SpecParser

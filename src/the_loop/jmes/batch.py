@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from the_loop.jmes.emitter import Emitter
 from the_loop.jmes.ir import Fn, Node, Unsupported, Val
-from the_loop.jmes.kinds import ANY, BOOL, K_ARR, K_NUM, K_OBJ, K_STR, Kind, kinds
+from the_loop.jmes.jtypes import ANY, BOOL, K_ARR, K_NUM, K_OBJ, K_STR, JTypes, jtypes
 from the_loop.jmes.library import Library
 from the_loop.jmes.nodes import NODES
 from the_loop.jmes.semantics import truthy
@@ -40,9 +40,9 @@ __all__ = [
 
 _ROOT = "_view"  # the JSON view of the root, in generated code (assigned only when used)
 _USES_ROOT = re.compile(r"\b_view\b")
-#: The exact class of each field type, checked once per call, and the kind it then proves.
+#: The exact class of each field type, checked once per call, and the jtypes it then proves.
 _CLASSES = {"str": "str", "bool": "bool", "int": "int", "list[str]": "list"}
-_KINDS: dict[str, Kind] = {"str": K_STR, "bool": kinds(BOOL), "int": K_NUM, "list[str]": K_ARR}
+_JTYPES: dict[str, JTypes] = {"str": K_STR, "bool": jtypes(BOOL), "int": K_NUM, "list[str]": K_ARR}
 
 
 class RecordType(NamedTuple):
@@ -132,16 +132,16 @@ class _Batch:
                 self.prologue.append(f"{var} = {code}")
                 found = Val(var, K_OBJ)
             else:
-                found = self.checked(code, _CLASSES[declared], _KINDS[declared])
+                found = self.checked(code, _CLASSES[declared], _JTYPES[declared])
             self.bound[path] = found
         return found
 
-    def checked(self, code: str, cls: str, kind: Kind) -> Val:
-        """A value read once, first thing, whose class is checked: its kind is then exact."""
+    def checked(self, code: str, cls: str, may_be: JTypes) -> Val:
+        """A value read once, first thing, whose class is checked: its jtypes are then exact."""
         var = self.gen.name("_p")
         self.prologue += [f"{var} = {code}", f"if {var}.__class__ is not {cls}:",
                           f"    {self.on_mismatch}"]
-        return Val(var, kind)
+        return Val(var, may_be)
 
     def condition(self, condition: Condition, collect_errors: bool) -> None:
         """Append ``condition`` to the main function: ``hits.append(tag)`` when it holds.

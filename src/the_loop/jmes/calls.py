@@ -2,9 +2,9 @@
 
 ``function_call`` compiles any call to the ``_f_<name>``/``_pf_<name>`` helpers (``helpers.py``:
 the reference's type checks included). ``SPECIALISED`` lists the built-ins with a fast path
-(``length``, ``contains``, ``starts_with`` ...), used when the argument kinds prove that a plain
+(``length``, ``contains``, ``starts_with`` ...), used when the arguments' jtypes prove that a plain
 Python operation gives the same result; a fast path returns None to keep the generic call. A
-caller's function (``library.FunctionSpec``) is called directly when its arguments' kinds pass
+caller's function (``library.FunctionSpec``) is called directly when its arguments' jtypes pass
 its checks, and inlined when it declares a ``str_method`` or a ``pattern_matcher``.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from the_loop.jmes.emitter import Emitter
 from the_loop.jmes.ir import Fn, Node, Unsupported, Val, pending
-from the_loop.jmes.kinds import (
+from the_loop.jmes.jtypes import (
     ANY,
     BOOL,
     EXPREF,
@@ -26,8 +26,8 @@ from the_loop.jmes.kinds import (
     NUM,
     RETURNS,
     STR,
-    Kind,
-    kinds,
+    JTypes,
+    jtypes,
 )
 from the_loop.jmes.library import FunctionSpec
 
@@ -93,14 +93,14 @@ def _extra(e: Emitter, spec: FunctionSpec, args: list[Val], fn: Fn) -> Val:
         if found is not None:
             return found
     codes = ", ".join(a.code for a in args)
-    kind = frozenset(spec.returns) or ANY
+    may_be = frozenset(spec.returns) or ANY
     if not spec.variadic and all(
-        not types or all(allowed_kind(t, a) for t in types)
+        not types or all(allowed_jtype(t, a) for t in types)
         for types, a in zip(spec.arg_types, args, strict=True)
     ):
         impl = e.global_("_impl_", spec.impl)
-        return pending(f"{impl}({codes})", kind)
-    return pending(f"_pf_{spec.name}({codes})", kind)
+        return pending(f"{impl}({codes})", may_be)
+    return pending(f"_pf_{spec.name}({codes})", may_be)
 
 
 def _simples(e: Emitter, args: list[Val], fn: Fn) -> list[Val]:
@@ -109,11 +109,11 @@ def _simples(e: Emitter, args: list[Val], fn: Fn) -> list[Val]:
 
 def _length(e: Emitter, args: list[Val], fn: Fn, nodes: list[Node], cur: Val) -> Val | None:
     (a,) = args
-    if a.kind <= K_SIZED:
-        return pending(f"len({a.code})", kinds(NUM))
+    if a.jtypes <= K_SIZED:
+        return pending(f"len({a.code})", jtypes(NUM))
     (a,) = _simples(e, args, fn)
     code = f"len({a.code}) if {a.code}.__class__ in _LEN_TYPES else _f_length({a.code})"
-    return pending(code, kinds(NUM))
+    return pending(code, jtypes(NUM))
 
 
 def _contains(e: Emitter, args: list[Val], fn: Fn, nodes: list[Node], cur: Val) -> Val | None:
@@ -123,31 +123,31 @@ def _contains(e: Emitter, args: list[Val], fn: Fn, nodes: list[Node], cur: Val) 
         (search,) = _simples(e, args[1:], fn)
         members = e.global_("_set", frozenset(literals))
         fast = f"({search.code} in {members}) if {search.code}.__class__ is str else False"
-        if NULL not in cur.kind:
-            return pending(fast, kinds(BOOL))
+        if NULL not in cur.jtypes:
+            return pending(fast, jtypes(BOOL))
         slow = f"_f_contains(None, {search.code})"
-        return pending(f"({fast}) if {cur.code} is not None else {slow}", kinds(BOOL))
+        return pending(f"({fast}) if {cur.code} is not None else {slow}", jtypes(BOOL))
     subject, search = _simples(e, args, fn)
     s, x = subject.code, search.code
     guards = []
-    if not subject.kind <= K_STR_ARR:
+    if not subject.jtypes <= K_STR_ARR:
         guards.append(f"{s}.__class__ in _STR_LIST")
-    if not search.kind <= K_STR:
+    if not search.jtypes <= K_STR:
         guards.append(f"{x}.__class__ is str")
     if not guards:
-        return pending(f"{x} in {s}", kinds(BOOL))
+        return pending(f"{x} in {s}", jtypes(BOOL))
     code = f"({x} in {s}) if {' and '.join(guards)} else _f_contains({s}, {x})"
-    return pending(code, kinds(BOOL))
+    return pending(code, jtypes(BOOL))
 
 
 def _string_method(e: Emitter, args: list[Val], fn: Fn, method: str, name: str) -> Val:
     subject, other = _simples(e, args, fn)
-    guards = [f"{v.code}.__class__ is str" for v in (subject, other) if not v.kind <= K_STR]
+    guards = [f"{v.code}.__class__ is str" for v in (subject, other) if not v.jtypes <= K_STR]
     call = f"{subject.code}.{method}({other.code})"
     if not guards:
-        return pending(call, kinds(BOOL))
+        return pending(call, jtypes(BOOL))
     slow = f"_f_{name}({subject.code}, {other.code})"
-    return pending(f"{call} if {' and '.join(guards)} else {slow}", kinds(BOOL))
+    return pending(f"{call} if {' and '.join(guards)} else {slow}", jtypes(BOOL))
 
 
 def _starts_with(e: Emitter, args: list[Val], fn: Fn, nodes: list[Node], cur: Val) -> Val | None:
@@ -171,18 +171,18 @@ def _not_null(e: Emitter, args: list[Val], fn: Fn, nodes: list[Node], cur: Val) 
         tested.append(a)
     if not tested:
         return tail
-    kind: Kind = tail.kind.union(*(a.kind for a in tested))
+    may_be: JTypes = tail.jtypes.union(*(a.jtypes for a in tested))
     code = " else ".join(f"{a.code} if {a.code} is not None" for a in tested)
-    return pending(f"{code} else {tail.code}", kind)
+    return pending(f"{code} else {tail.code}", may_be)
 
 
 def _to_string(e: Emitter, args: list[Val], fn: Fn, nodes: list[Node], cur: Val) -> Val | None:
     (a,) = args
-    if a.kind <= K_STR:
+    if a.jtypes <= K_STR:
         return a
     (a,) = _simples(e, args, fn)
     code = f"{a.code} if {a.code}.__class__ is str else _f_to_string({a.code})"
-    return pending(code, kinds(STR))
+    return pending(code, jtypes(STR))
 
 
 SPECIALISED: dict[str, Special] = {
@@ -198,11 +198,11 @@ SPECIALISED: dict[str, Special] = {
 def _str_method(e: Emitter, args: list[Val], fn: Fn, name: str, method: str) -> Val:
     """``x.<method>()`` for a string ``x``, else the checked call (which raises)."""
     (a,) = args
-    if a.kind <= K_STR:
-        return pending(f"{a.code}.{method}()", kinds(STR))
+    if a.jtypes <= K_STR:
+        return pending(f"{a.code}.{method}()", jtypes(STR))
     (a,) = _simples(e, args, fn)
     code = f"{a.code}.{method}() if {a.code}.__class__ is str else _pf_{name}({a.code})"
-    return pending(code, kinds(STR))
+    return pending(code, jtypes(STR))
 
 
 def _pattern(
@@ -220,12 +220,12 @@ def _pattern(
     if match is None:
         return None  # the generic call raises the function's error when evaluated
     m = e.global_("_m", match)
-    if subject.kind <= K_STR:
-        return pending(f"{m}({subject.code}) is not None", kinds(BOOL))
+    if subject.jtypes <= K_STR:
+        return pending(f"{m}({subject.code}) is not None", jtypes(BOOL))
     s = e.simple(subject, fn).code
     slow = f"_pf_{name}({pattern.code}, {s})"
     code = f"({m}({s}) is not None) if {s}.__class__ is str else {slow}"
-    return pending(code, kinds(BOOL))
+    return pending(code, jtypes(BOOL))
 
 
 def string_literals(node: Node) -> list[str] | None:
@@ -238,6 +238,6 @@ def string_literals(node: Node) -> list[str] | None:
     return values
 
 
-def allowed_kind(jmespath_type: str, value: Val) -> bool:
-    """True when every value of ``value``'s kind passes the check for ``jmespath_type``."""
-    return "-" not in jmespath_type and value.kind <= {jmespath_type}
+def allowed_jtype(jmespath_type: str, value: Val) -> bool:
+    """True when every value of ``value``'s jtypes passes the check for ``jmespath_type``."""
+    return "-" not in jmespath_type and value.jtypes <= {jmespath_type}

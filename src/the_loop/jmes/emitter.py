@@ -28,7 +28,7 @@ from the_loop.jmes.ir import (
     Val,
     pending,
 )
-from the_loop.jmes.kinds import ANY, K_NUM, K_STR, NULL, NUM, kind_of
+from the_loop.jmes.jtypes import ANY, K_NUM, K_STR, NULL, NUM, jtypes_of
 from the_loop.jmes.library import Library
 from the_loop.jmes.semantics import truthy
 
@@ -100,7 +100,7 @@ class Emitter:
         ``inline_literals``, strings and finite numbers, a number in parentheses so that
         ``(0).__class__`` and ``-(1)`` stay valid Python); other constants are globals."""
         if value is None or value is True or value is False:
-            return Val(repr(value), kind_of(value), value)
+            return Val(repr(value), jtypes_of(value), value)
         if self.inline_literals:
             cls = value.__class__
             if cls is str:
@@ -109,7 +109,7 @@ class Emitter:
                 cls is float and math.isfinite(value)
             ):
                 return Val(f"({value!r})", K_NUM, value)
-        return Val(self.global_("_k", value), kind_of(value), value)
+        return Val(self.global_("_k", value), jtypes_of(value), value)
 
     def global_(self, prefix: str, value: Any) -> str:
         name = self.name(prefix)
@@ -190,15 +190,15 @@ class Emitter:
         sub = Fn(self.name("_h"), "c")
         value = self.expr(node, cur._replace(code="c", simple=True), sub)
         self.defs.append(sub.source(value.code))
-        return pending(f"{sub.name}({cur.code})", value.kind)
+        return pending(f"{sub.name}({cur.code})", value.jtypes)
 
     def truth(self, v: Val, fn: Fn) -> str:
         """A Python condition equivalent to the JMESPath truth of ``v`` (embeds it once)."""
         if v.is_literal:
             return repr(truthy(v.literal))
-        if NUM not in v.kind:
+        if NUM not in v.jtypes:
             return v.code  # Python and JMESPath truth agree on every other type
-        if v.kind == K_NUM:  # numbers are always true; a pending value is still evaluated
+        if v.jtypes == K_NUM:  # numbers are always true; a pending value is still evaluated
             return "True" if v.simple else f"({v.code} is not None)"
         c = self.simple(v, fn).code
         return f"({c} or ({c} == 0 and {c} is not False))"
@@ -207,7 +207,7 @@ class Emitter:
         """``target.append(v)`` unless v is null (projections drop nulls)."""
         if v.is_literal and v.literal is None:
             return
-        if NULL in v.kind:
+        if NULL in v.jtypes:
             v = self.simple(v, fn)
             with fn.block(f"if {v.code} is not None:"):
                 fn.emit(f"{target}.append({v.code})")

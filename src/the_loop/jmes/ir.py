@@ -1,7 +1,7 @@
 """The intermediate representation: compiled values (``Val``) inside generated functions (``Fn``).
 
 The emitter turns each AST node (``Node``, jmespath's parsed dicts) into a ``Val``: a Python
-expression (``code``) with the kind it may have at run time (``kinds.py``), and the literal
+expression (``code``) with the JMESPath types it may have at run time (``jtypes``), and the literal
 itself when it is one. Statements a node needs (a loop, a temporary) go into the ``Fn`` being
 generated, at the current indentation. ``Unsupported`` says the compiler does not handle a
 node: the caller falls back to the reference interpreter for that expression.
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from the_loop.jmes.kinds import Kind
+from the_loop.jmes.jtypes import JTypes
 
 __all__ = [
     "MAX_DEPTH", "MAX_LOOPS", "NODE_TYPES", "NO_LITERAL", "Fn", "Node", "Unsupported", "Val",
@@ -55,7 +55,7 @@ class Val(NamedTuple):
     """
 
     code: str
-    kind: Kind
+    jtypes: JTypes
     literal: Any = NO_LITERAL
     root: bool = False
     simple: bool = True
@@ -102,6 +102,6 @@ class Fn:
 
 
 
-def pending(code: str, kind: Kind) -> Val:
+def pending(code: str, may_be: JTypes) -> Val:
     """A value that is an expression to evaluate once (parenthesised, so it embeds anywhere)."""
-    return Val(f"({code})", kind, simple=False)
+    return Val(f"({code})", may_be, simple=False)

@@ -1,7 +1,7 @@
 """The node compilers: one function per node type of jmespath's AST, listed in ``NODES``.
 
 Each mirrors ``jmespath.visitor.TreeInterpreter``'s handling of its node (same evaluation order,
-same null propagation, same errors) and specialises where a value's kind proves the outcome the
+same null propagation, same errors) and specialises where a value's jtypes prove the outcome the
 same: a comparison with a string literal is a plain ``==``, a projection over a value known to
 be a list skips the ``isinstance`` test, and so on. Function calls are in ``calls.py``.
 """
@@ -15,7 +15,7 @@ from contextlib import nullcontext
 from the_loop.jmes import calls
 from the_loop.jmes.emitter import Emitter, NodeCompiler
 from the_loop.jmes.ir import Fn, Node, Unsupported, Val, pending
-from the_loop.jmes.kinds import (
+from the_loop.jmes.jtypes import (
     ANY,
     ARR,
     BOOL,
@@ -29,7 +29,7 @@ from the_loop.jmes.kinds import (
     NULL,
     NUM,
     OBJ,
-    kinds,
+    jtypes,
 )
 from the_loop.jmes.semantics import ORDERING, ORDERING_PY, eq, get_index, truthy
 
@@ -46,23 +46,23 @@ def field(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
     key = node["value"]
     if cur.is_literal:
         return e.const(cur.literal.get(key) if isinstance(cur.literal, dict) else None)
-    if OBJ not in cur.kind:
+    if OBJ not in cur.jtypes:
         return discard(e, cur, fn)
     if cur.root:
         bound = e.bind((key,), fn)
         if bound is not None:
             return bound[0]
-    kind = ANY
+    may_be = ANY
     if cur.root and key in e.field_types:
-        kind = DECLARED[e.field_types[key]]
+        may_be = DECLARED[e.field_types[key]]
     c, k = cur.code, e.global_("_k", key)
-    if e.optimistic or cur.kind == K_OBJ:
+    if e.optimistic or cur.jtypes == K_OBJ:
         # Optimistic: a value without .get raises AttributeError, and the whole evaluation
         # is redone by the guarded code (see compile_expression).
         code = f"{c}.get({k})"
     else:
         code = f"{c}.get({k}) if {c}.__class__ is dict else _getf({c}, {k})"
-    return pending(code, kind)
+    return pending(code, may_be)
 
 
 def subexpression(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
@@ -92,25 +92,25 @@ def index(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
     i: int = node["value"]
     if cur.is_literal:
         return e.const(get_index(cur.literal, i))
-    if ARR not in cur.kind:
+    if ARR not in cur.jtypes:
         return e.const(None)
     c = cur.code
     fits = f"len({c}) > {i}" if i >= 0 else f"len({c}) >= {-i}"
-    if cur.kind == K_ARR:
+    if cur.jtypes == K_ARR:
         return pending(f"{c}[{i}] if {fits} else None", ANY)
     code = f"({c}[{i}] if {fits} else None) if {c}.__class__ is list else _index({c}, {i})"
     return pending(code, ANY)
 
 
 def slice_(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
-    if ARR not in cur.kind or (cur.is_literal and not isinstance(cur.literal, list)):
+    if ARR not in cur.jtypes or (cur.is_literal and not isinstance(cur.literal, list)):
         return e.const(None)
     parts = ["" if part is None else str(int(part)) for part in node["children"]]
     c = cur.code
     sliced = f"{c}[{':'.join(parts)}]"
-    if cur.kind == K_ARR:
-        return pending(sliced, kinds(ARR))
-    return pending(f"{sliced} if isinstance({c}, list) else None", kinds(ARR, NULL))
+    if cur.jtypes == K_ARR:
+        return pending(sliced, jtypes(ARR))
+    return pending(f"{sliced} if isinstance({c}, list) else None", jtypes(ARR, NULL))
 
 
 def comparator(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
@@ -123,11 +123,11 @@ def comparator(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
             return e.const(not eq(a.literal, b.literal))
         return e.const(ORDERING[op](a.literal, b.literal))
     if op in ("eq", "ne"):
-        return pending(equality(e, a, b, fn, negate=op == "ne"), kinds(BOOL))
+        return pending(equality(e, a, b, fn, negate=op == "ne"), jtypes(BOOL))
     py = ORDERING_PY[op]
-    if a.kind == K_NUM and b.kind == K_NUM:
-        return pending(f"{a.code} {py} {b.code}", kinds(BOOL))
-    if NUM not in a.kind or NUM not in b.kind:
+    if a.jtypes == K_NUM and b.jtypes == K_NUM:
+        return pending(f"{a.code} {py} {b.code}", jtypes(BOOL))
+    if NUM not in a.jtypes or NUM not in b.jtypes:
         # Never both numbers: null (both sides were still evaluated, in order).
         for v in (a, b):
             if not v.simple:
@@ -135,10 +135,10 @@ def comparator(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
         return e.const(None)
     a = e.simple(a, fn)
     b = e.simple(b, fn)
-    guards = " and ".join(f"{v.code}.__class__ in _NUMS" for v in (a, b) if v.kind != {NUM})
+    guards = " and ".join(f"{v.code}.__class__ in _NUMS" for v in (a, b) if v.jtypes != {NUM})
     slow = f"_{ORDERING[op].__name__.lstrip('_')}({a.code}, {b.code})"
     code = f"({a.code} {py} {b.code}) if {guards} else {slow}"
-    return pending(code, kinds(BOOL, NULL))
+    return pending(code, jtypes(BOOL, NULL))
 
 
 def equality(e: Emitter, a: Val, b: Val, fn: Fn, *, negate: bool) -> str:
@@ -159,9 +159,9 @@ def equality(e: Emitter, a: Val, b: Val, fn: Fn, *, negate: bool) -> str:
                 return f"{not_}({x.code} == {y.code} and {x.code} is not {boolean})"
             return f"{a.code} {eq} {b.code}"
     for x in (a, b):
-        if x.kind <= K_STR_NULL:
+        if x.jtypes <= K_STR_NULL:
             return f"{a.code} {eq} {b.code}"
-        if x.kind <= K_BOOL_NULL:
+        if x.jtypes <= K_BOOL_NULL:
             return f"{a.code} {is_} {b.code}"
     return f"{not_}_eq({a.code}, {b.code})"
 
@@ -191,20 +191,20 @@ def logical(e: Emitter, node: Node, cur: Val, fn: Fn, *, is_and: bool) -> Val:
         b = e.expr(right, cur, fn)
         emitted = len(fn.lines) > inner
         fn.emit(f"{t} = {b.code}")
-    kind = a.kind | b.kind
-    if not emitted and NUM not in a.kind:
+    may_be = a.jtypes | b.jtypes
+    if not emitted and NUM not in a.jtypes:
         # Python's and/or return the same operand as JMESPath's when truth agrees.
         del fn.lines[mark:]
         op = "and" if is_and else "or"
-        return pending(f"({a.code} {op} {b.code})", kind)
-    return Val(t, kind)
+        return pending(f"({a.code} {op} {b.code})", may_be)
+    return Val(t, may_be)
 
 
 def not_expression(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
     a = e.expr(node["children"][0], cur, fn)
     if a.is_literal:
         return e.const(not truthy(a.literal))
-    return pending(f"not {e.truth(a, fn)}", kinds(BOOL))
+    return pending(f"not {e.truth(a, fn)}", jtypes(BOOL))
 
 
 def multi_select_list(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
@@ -218,8 +218,8 @@ def multi_select_dict(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
 def multi_select(e: Emitter, node: Node, cur: Val, fn: Fn, *, is_dict: bool) -> Val:
     if cur.is_literal and cur.literal is None:
         return e.const(None)
-    kind = kinds(OBJ if is_dict else ARR)
-    nullable = NULL in cur.kind and not cur.is_literal
+    may_be = jtypes(OBJ if is_dict else ARR)
+    nullable = NULL in cur.jtypes and not cur.is_literal
     children = node["children"]
     if is_dict:
         items = [(child["children"][0], cur) for child in children]
@@ -243,9 +243,9 @@ def multi_select(e: Emitter, node: Node, cur: Val, fn: Fn, *, is_dict: bool) -> 
     if not emitted:
         del fn.lines[mark:]
         if nullable:
-            return pending(f"{display} if {cur.code} is not None else None", kind | K_NULL)
-        return pending(display, kind)
-    return Val(t, kind | K_NULL if nullable else kind)
+            return pending(f"{display} if {cur.code} is not None else None", may_be | K_NULL)
+        return pending(display, may_be)
+    return Val(t, may_be | K_NULL if nullable else may_be)
 
 
 def key_val_pair(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
@@ -258,7 +258,7 @@ def project(e: Emitter, base: Val, right: Node, fn: Fn, condition: Node | None =
     x = e.name("e")
     element = Val(x, ANY)
     if condition is None and right["type"] == "identity":
-        return pending(f"[{x} for {x} in {base.code} if {x} is not None]", kinds(ARR))
+        return pending(f"[{x} for {x} in {base.code} if {x} is not None]", jtypes(ARR))
     t = e.name("t")
     fn.emit(f"{t} = []")
     with fn.block(f"for {x} in {base.code}:", loop=True):
@@ -268,13 +268,13 @@ def project(e: Emitter, base: Val, right: Node, fn: Fn, condition: Node | None =
             test = e.truth(e.expr(condition, element, fn), fn)
             with fn.block(f"if {test}:"):
                 e.collect(fn, t, e.expr(right, element, fn))
-    return Val(t, kinds(ARR))
+    return Val(t, jtypes(ARR))
 
 
 def guarded(e: Emitter, base: Val, fn: Fn, body: Callable[[Val], Val]) -> Val:
     """``body(base)`` when ``base`` is a list, else null (``base`` is made simple)."""
     base = e.simple(base, fn)
-    if base.kind == K_ARR:
+    if base.jtypes == K_ARR:
         return body(base)
     mark = len(fn.lines)
     t = e.name("t")
@@ -287,14 +287,14 @@ def guarded(e: Emitter, base: Val, fn: Fn, body: Callable[[Val], Val]) -> Val:
     if not emitted:
         del fn.lines[mark:]
         code = f"({inner.code}) if isinstance({base.code}, list) else None"
-        return pending(code, inner.kind | K_NULL)
-    return Val(t, inner.kind | K_NULL)
+        return pending(code, inner.jtypes | K_NULL)
+    return Val(t, inner.jtypes | K_NULL)
 
 
 def projection(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
     left, right = node["children"]
     base = e.expr(left, cur, fn)
-    if ARR not in base.kind or (base.is_literal and not isinstance(base.literal, list)):
+    if ARR not in base.jtypes or (base.is_literal and not isinstance(base.literal, list)):
         return discard(e, base, fn)
     return guarded(e, base, fn, lambda b: project(e, b, right, fn))
 
@@ -302,7 +302,7 @@ def projection(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
 def filter_projection(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
     left, right, condition = node["children"]
     base = e.expr(left, cur, fn)
-    if ARR not in base.kind or (base.is_literal and not isinstance(base.literal, list)):
+    if ARR not in base.jtypes or (base.is_literal and not isinstance(base.literal, list)):
         return discard(e, base, fn)
     return guarded(e, base, fn, lambda b: project(e, b, right, fn, condition))
 
@@ -310,7 +310,7 @@ def filter_projection(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
 def value_projection(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
     left, right = node["children"]
     base = e.expr(left, cur, fn)
-    if OBJ not in base.kind or (base.is_literal and not isinstance(base.literal, dict)):
+    if OBJ not in base.jtypes or (base.is_literal and not isinstance(base.literal, dict)):
         return discard(e, base, fn)
     b = e.simple(base, fn).code
     values = e.simple(
@@ -322,15 +322,15 @@ def value_projection(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
     with fn.block(f"if {values.code} is not None:"):
         inner = project(e, values, right, fn)
         fn.emit(f"{t} = {inner.code}")
-    return Val(t, kinds(ARR, NULL))
+    return Val(t, jtypes(ARR, NULL))
 
 
 def flatten(e: Emitter, node: Node, cur: Val, fn: Fn) -> Val:
     base = e.expr(node["children"][0], cur, fn)
-    if ARR not in base.kind or (base.is_literal and not isinstance(base.literal, list)):
+    if ARR not in base.jtypes or (base.is_literal and not isinstance(base.literal, list)):
         return discard(e, base, fn)
-    kind = kinds(ARR) if base.kind == K_ARR else kinds(ARR, NULL)
-    return pending(f"_flatten({base.code})", kind)
+    may_be = jtypes(ARR) if base.jtypes == K_ARR else jtypes(ARR, NULL)
+    return pending(f"_flatten({base.code})", may_be)
 
 
 def discard(e: Emitter, v: Val, fn: Fn) -> Val:

@@ -76,9 +76,9 @@ class SpecParser(Parser):
 
 
 def _shown(token: dict[str, Any]) -> str:
-    kind, value = token["type"], token["value"]
-    if kind == "literal" and isinstance(value, str):
+    token_type, value = token["type"], token["value"]
+    if token_type == "literal" and isinstance(value, str):
         return repr(value)
-    if kind == "eof":
+    if token_type == "eof":
         return "the end"
-    return f"{value!r}" if value not in (None, "") else kind
+    return f"{value!r}" if value not in (None, "") else token_type

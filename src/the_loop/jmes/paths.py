@@ -62,37 +62,37 @@ class _Walker:
         self.found: dict[tuple[str, ...], None] = {}
 
     def walk(self, node: Mapping[str, Any], cur: _Chains) -> _Chains:
-        kind = node["type"]
+        node_type = node["type"]
         children = node.get("children", [])
-        if kind == "field":
+        if node_type == "field":
             out = tuple((*chain, node["value"]) for chain in cur if len(chain) < MAX_DEPTH)
             self.found.update(dict.fromkeys(out))
             return out
-        if kind in ("subexpression", "index_expression", "pipe"):
+        if node_type in ("subexpression", "index_expression", "pipe"):
             for child in children:
                 cur = self.walk(child, cur)
             return cur
-        if kind in ("current", "identity"):
+        if node_type in ("current", "identity"):
             return cur
-        if kind == "or_expression":  # either operand can be the value
+        if node_type == "or_expression":  # either operand can be the value
             return _union(self.walk(children[0], cur), self.walk(children[1], cur))
-        if kind == "and_expression":  # the left operand is the value only when it is falsy,
+        if node_type == "and_expression":  # the left operand is the value only when it is falsy,
             self.walk(children[0], cur)  # and then nothing can be read from it
             return self.walk(children[1], cur)
-        if kind == "key_val_pair":
+        if node_type == "key_val_pair":
             return self.walk(children[0], cur)
-        if kind == "function_expression":
+        if node_type == "function_expression":
             results = [self.walk(child, cur) for child in children]
             return _union(*results) if node["value"] == "not_null" else ()
-        return self.elements(kind, children, cur)
+        return self.elements(node_type, children, cur)
 
-    def elements(self, kind: str, children: list[Any], cur: _Chains) -> _Chains:
+    def elements(self, node_type: str, children: list[Any], cur: _Chains) -> _Chains:
         """Nodes whose value is not a field chain of the root."""
-        if kind in ("projection", "value_projection", "filter_projection", "expref"):
+        if node_type in ("projection", "value_projection", "filter_projection", "expref"):
             # The first child of a projection reads from `cur`; the rest (and an expref's
             # expression) read from projected elements, never from the root.
             first, *rest = children
-            self.walk(first, () if kind == "expref" else cur)
+            self.walk(first, () if node_type == "expref" else cur)
             for child in rest:
                 self.walk(child, ())
             return ()

@@ -23,12 +23,6 @@ class Launched:
     log: Path
 
 
-def new_session_id() -> str:
-    import uuid
-
-    return "s-" + uuid.uuid4().hex[:12]
-
-
 #: What every harness gets from the daemon's environment (by name); `harnesses[].env`
 #: adds more. A variable named by any tokenEnv is never passed, whatever lists it.
 SAFE_ENV = frozenset({

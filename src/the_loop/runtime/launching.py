@@ -73,7 +73,7 @@ def launch(loop: Loop, step: Step) -> None:
     row = loop.store.session(sid) or {}
     spawned = loop.decide(step, lambda: SessionSpawned(
         **loop.base(ref), session_id=sid, pid=int(row.get("pid", 0)), harness=h.name,
-        model=h.model, endpoint=target, respawn=p["respawn"], node=node.name,
+        model=h.model, cwd=str(path), endpoint=target, respawn=p["respawn"], node=node.name,
         phase=node.phase))
     if spawned["announce"] is not False:
         model = f", model {h.model}" if h.model else ""

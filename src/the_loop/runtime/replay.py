@@ -134,7 +134,7 @@ def policy_chain(folder: Path, *, name: str = "policy") -> Chain:
 
 def replay_mode(link: Link) -> str:
     """`CALL` or `RECORDED`, as the registry says for the link's kind; `LoopError` otherwise."""
-    kind = registry.kind_of(link.executor)
+    kind = registry.registered_kind(link.executor)
     if kind is None:
         raise LoopError(
             f"policy replay: hook {link.name!r} is a {type(link.executor).__name__}, which is "
@@ -270,7 +270,7 @@ class Replayer:
         self.targets = {link.name: rule_targets(link.executor) for link in chain.links}
         recorded = [link.name for link in chain.links
                     if link.name in stand_ins
-                    or getattr(registry.kind_of(link.executor), "replay", None) == RECORDED]
+                    or getattr(registry.registered_kind(link.executor), "replay", None) == RECORDED]
         self.report = Report(stand_ins={"hooks": recorded,
                                         "called": bool(recorded) and not stand_ins})
         self.on_outcome: Callable[[Recorded, Context, Outcome], None] | None = None

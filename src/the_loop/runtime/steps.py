@@ -214,16 +214,16 @@ def take_input(loop: Loop, step: Step) -> None:
     control = classify(text)
     if control == "stop" and w["session_id"]:
         loop.end_session(str(w["session_id"]))  # before any hook: nothing delays a stop
-    if control:
-        kind = "command"
+    if control:  # the input's type, input_received's fact `kind` (a policy reads it so)
+        input_type = "command"
     elif w["state"] == "waiting":
-        kind = "answer"
+        input_type = "answer"
     elif endpoint and endpoint != ref:
-        kind = "review"
+        input_type = "review"
     else:
-        kind = "comment"
+        input_type = "comment"
     d = loop.decide(step, lambda: InputReceived(
-        **loop.base(ref), kind=kind, actor=actor, source=source, control=control,
+        **loop.base(ref), kind=input_type, actor=actor, source=source, control=control,
         node=node.name, phase=node.phase, text=text))
     failpoint("input")
     if d.refused and control not in UNREFUSABLE:
@@ -239,8 +239,8 @@ def take_input(loop: Loop, step: Step) -> None:
     # approval into a rejection -- a decision cannot pass a gate or choose an edge.
     final = str(d["text"])
     said = _overridden(loop, step, d, control) if d.refused else ""
-    done = _act(loop, step, w, node, control, final, kind, said)
-    loop.log.emit("input.delivered", work_item=ref, kind=kind, actor=actor, done=done,
+    done = _act(loop, step, w, node, control, final, said)
+    loop.log.emit("input.delivered", work_item=ref, kind=input_type, actor=actor, done=done,
                   source=source)
 
 
@@ -254,7 +254,7 @@ def _overridden(loop: Loop, step: Step, d: Decided, control: str) -> str:
 
 
 def _act(loop: Loop, step: Step, w: dict[str, object], node: object, control: str,
-         final: str, kind: str, said: str = "") -> str:
+         final: str, said: str = "") -> str:
     from the_loop.runtime.graph import Node
 
     assert isinstance(node, Node)

@@ -133,8 +133,8 @@ def _entry(index: int, e: dict[str, Any], base_dir: Path) -> HookEntry:
         resolved = str(p if p.is_absolute() else (base_dir / p).absolute())
     common = ("name", "kind", "on", "required", "enabled")
     return HookEntry(
-        index=index, name=e["name"], kind=key, target=target, resolved=resolved,
-        on=e.get("on"), required=e["required"], enabled=e["enabled"],
+        index=index, name=e["name"], declared_as=key, kind=BY_KEY[key].name, target=target,
+        resolved=resolved, on=e.get("on"), required=e["required"], enabled=e["enabled"],
         executor=e.get("executor", ""), with_=dict(e.get("with", {})),
         token_env=e.get("tokenEnv", ""), headers=dict(e.get("headers", {})),
         timeout=float(e.get("timeoutSeconds", DEFAULT_TIMEOUT)),

@@ -14,14 +14,16 @@ DEFAULT_TIMEOUT = 10.0
 class HookEntry:
     """One validated entry of the `hooks:` list (nothing imported or contacted yet).
 
-    `kind` is the declaration key the entry used (module | path | url | policy); the executor
-    kind it selects is `registry.kind_named(entry.kind)`. `options` holds every key of that
-    variant as checked, so a kind reads its own keys from there.
+    `declared_as` is the declaration key the entry used (module | path | url | policy |
+    command); `kind` is the executor kind that key selects (`registry.BY_KEY`: local for
+    module and path), the word the decision log records for the entry's steps too.
+    `options` holds every key of that variant as checked, so a kind reads its own keys there.
     """
 
     index: int
     name: str
-    kind: str  # module | path | url | policy | command
+    declared_as: str  # module | path | url | policy | command
+    kind: str  # local | remote | policy | command
     target: Any  # as written (a string; a list for `command:`)
     resolved: str  # module name, absolute path, or url
     on: tuple[str, ...] | None = None  # None: the executor's default points
@@ -44,7 +46,8 @@ class HookEntry:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "kind": self.kind, "target": self.shown or str(self.target),
+            "name": self.name, "kind": self.kind, "declared_as": self.declared_as,
+            "target": self.shown or str(self.target),
             "points": list(self.on) if self.on is not None else "default",
             "required": self.required, "enabled": self.enabled,
         }

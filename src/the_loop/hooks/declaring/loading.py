@@ -37,7 +37,7 @@ def build_chain(entries: list[HookEntry], *, log: EventLog | None = None) -> Cha
         points = defaults if entry.on is None else tuple(p for p in entry.on if p in defaults)
         # A local entry's timeoutSeconds bounds it in the chain (a url: entry's own client
         # keeps its deadline).
-        timeout = entry.options.get("timeoutSeconds") if BY_KEY[entry.kind] is LOCAL else None
+        timeout = entry.options.get("timeoutSeconds") if entry.kind == LOCAL.name else None
         links.append(Link(entry.name, executor, frozenset(points), entry.required, timeout))
     chain = Chain(links, log=log)
     for link in links:  # executors that record their own events (policy audit) share the log
@@ -52,7 +52,7 @@ def construct(
 ) -> LifecycleHooks | Executor:
     """Build one entry's executor as its kind says; raises `HooksConfigError` naming entry
     and key (`names`: how the keys a fix refers to are spelled, see `local.construct`)."""
-    built: LifecycleHooks | Executor = BY_KEY[entry.kind].build(entry, names or {})
+    built: LifecycleHooks | Executor = BY_KEY[entry.declared_as].build(entry, names or {})
     return built
 
 
@@ -70,7 +70,7 @@ def load_executor(
     `names` maps the keys path/module/executor/with to what the person typed, and every
     error is a `HooksConfigError` whose message starts with that name.
     """
-    kind = "path" if path else "module"
+    declared_as = "path" if path else "module"
     target = path or module or ""
     resolved = target
     if path:
@@ -86,8 +86,9 @@ def load_executor(
         except Invalid as exc:
             raise HooksConfigError(f"{names[key]}: {exc.message}", key=key,
                                    detail=exc.message) from None
-    entry = HookEntry(index=0, name="served", kind=kind, target=target, resolved=resolved,
-                      executor=executor, with_=dict(with_ or {}))
+    entry = HookEntry(index=0, name="served", declared_as=declared_as, kind=LOCAL.name,
+                      target=target, resolved=resolved, executor=executor,
+                      with_=dict(with_ or {}))
     try:
         return construct_local(entry, names)
     except HooksConfigError as exc:

@@ -220,12 +220,12 @@ class SessionSpawned(Context):
     node: str = fact("", "the graph node the session works on")
     phase: str = fact("", "the phase of that node")
     tmux_target: str = fact("", "the tmux pane the session runs in", other_loop=True)
-    cwd: str = fact("", "the workspace folder the session runs in", other_loop=True)
+    cwd: str = fact("", "the workspace folder the session runs in")
     effort: str = fact("", "the reasoning effort the harness is asked for", other_loop=True)
     harness_args: list[str] = fact(  # noqa: RUF009
         [], "the extra arguments the harness was launched with", other_loop=True)
     unknown_facts: list[str] = unknown(  # noqa: RUF009
-        "tmux_target", "cwd", "effort", "harness_args")
+        "tmux_target", "effort", "harness_args")
     announce: bool = decision(
         True, "whether the loop posts its 'session started' comment",
         "false skips the session-started comment and nothing else",

@@ -17,8 +17,6 @@ from typing import Any
 
 FACT = "fact"
 DECISION = "decision"
-#: Who sends a fact: both loops (as far as the names go), or only the open-source the-loop.
-SENT_BY = ("both", "other-loop")
 
 
 @dataclass(frozen=True)

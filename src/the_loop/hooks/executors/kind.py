@@ -7,7 +7,7 @@ A kind (`local`, `remote`, `policy`) is what runs; a declaration key (`module:`,
   keys an entry of that variant may add), from which the entry spec and its JSON Schema are
   derived (`declaring/declaration.py`);
 - `build(entry, names)`: how an entry becomes an executor (imports, connects lazily, compiles);
-- `classes`: the executor classes of this kind, by qualified name (`kind_of` walks an
+- `classes`: the executor classes of this kind, by qualified name (`registered_kind` walks an
   executor's class hierarchy for them, importing nothing);
 - `default_points(executor)` and `handler(executor, point)`: the points it handles when `on`
   does not narrow them, and the callable the chain invokes;

@@ -65,7 +65,7 @@ def construct(entry: HookEntry, names: Mapping[str, str] | None = None) -> Lifec
     cls = _pick_class(entry, module, names)
     wrong = problems(type(cls) if isinstance(cls, LifecycleHooks) else cls)
     if wrong:
-        raise entry_error(entry, entry.kind, "; ".join(wrong))
+        raise entry_error(entry, entry.declared_as, "; ".join(wrong))
     if isinstance(cls, LifecycleHooks):
         if entry.with_:
             raise entry_error(entry, "with", f"{entry.executor} is already an instance; "
@@ -110,9 +110,9 @@ def _import_installed(name: str) -> ModuleType:
 
 
 def _import(entry: HookEntry) -> ModuleType:
-    key = "module" if entry.kind == "module" else "path"
+    key = "module" if entry.declared_as == "module" else "path"
     try:
-        if entry.kind == "module":
+        if entry.declared_as == "module":
             return _import_installed(entry.resolved)
         path = Path(entry.resolved)
         if not path.is_file():
@@ -156,7 +156,7 @@ def _pick_class(entry: HookEntry, module: ModuleType, names: Mapping[str, str]) 
     ]
     own = [c for c in found if c.__module__ == module.__name__] or found
     if not own:
-        raise entry_error(entry, entry.kind, f"{entry.target!r} defines no LifecycleHooks "
+        raise entry_error(entry, entry.declared_as, f"{entry.target!r} defines no LifecycleHooks "
                                              "subclass; subclass the_loop.sdk.hooks.LifecycleHooks")
     if len(own) > 1:
         listed = ", ".join(sorted(c.__name__ for c in own))

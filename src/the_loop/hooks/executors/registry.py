@@ -59,7 +59,7 @@ def register(kind: Kind) -> Callable[[], None]:
     return unregister
 
 
-def kind_of(executor: object) -> Kind | None:
+def registered_kind(executor: object) -> Kind | None:
     """The registered kind of `executor` (by its class or a base class), or None."""
     cls = type(executor)
     try:
@@ -79,7 +79,7 @@ UNKNOWN = "unknown"
 def logged_name(executor: object) -> str:
     """The word a decision record uses for `executor`'s kind (its kind's `logged_as`), or
     `unknown` for an executor of no registered kind, never a guess."""
-    kind = kind_of(executor)
+    kind = registered_kind(executor)
     return kind.logged_as if kind is not None else UNKNOWN
 
 
@@ -99,7 +99,7 @@ def secret_names(entry: Mapping[str, Any]) -> list[str]:
 def handler_for(executor: Any, point: str) -> Callable[[Any], Any]:
     """The callable the chain invokes for `executor` at `point` (its kind says how; an
     executor of no registered kind is asked itself, by the `Executor` protocol)."""
-    kind = kind_of(executor)
+    kind = registered_kind(executor)
     if kind is None:
         handler: Callable[[Any], Any] = executor.handler(point)
         return handler
@@ -108,12 +108,12 @@ def handler_for(executor: Any, point: str) -> Callable[[Any], Any]:
 
 def default_points(executor: Any) -> tuple[str, ...]:
     """The points `executor` handles when its entry's `on` does not narrow them."""
-    kind = kind_of(executor)
+    kind = registered_kind(executor)
     if kind is None:
         points: tuple[str, ...] = executor.points()
         return points
     return kind.default_points(executor)
 
 
-__all__ = ["BY_KEY", "KINDS", "UNKNOWN", "VARIANTS", "default_points", "handler_for", "kind_of",
-           "logged_name", "register", "secret_names"]
+__all__ = ["BY_KEY", "KINDS", "UNKNOWN", "VARIANTS", "default_points", "handler_for",
+           "logged_name", "register", "registered_kind", "secret_names"]

@@ -240,8 +240,8 @@ class RemoteExecutor(CalledAtEveryPoint):
                 f"cannot resolve host {self._host!r} of {self.where}: {exc.strerror or exc}"
             ) from None
         failure: OSError | None = None
-        for family, kind, proto, _, addr in infos:
-            sock = socket.socket(family, kind, proto)
+        for family, socktype, proto, _, addr in infos:
+            sock = socket.socket(family, socktype, proto)
             try:
                 sock.settimeout(left(deadline))
                 sock.connect(addr)

@@ -73,18 +73,23 @@ class BranchCounter:
                 continue
             try:
                 self._eval(ast.ast, (), parts, root)
-            except Exception:  # the case reports the failure; stop counting this rule there
+            except Exception:
+                # Not named: any exception is this rule's failure at run time, which the
+                # case's own run of the executor reports (it takes any: executors/policy.py,
+                # `PointRule._value`); the reference interpreter raises no one class
+                # (JMESPathError, a ValueError; OverflowError for ceil/floor of an infinite
+                # number; RecursionError for deep data). Counting stops at the failing part.
                 continue
 
     def _eval(self, node: Mapping[str, Any], path: Path_, parts: dict[Path_, Part],
               root: Any) -> Any:
-        kind = node.get("type")
+        node_type = node.get("type")
         children = node.get("children") or []
-        if kind in _LOGIC:
+        if node_type in _LOGIC:
             value = self._eval(children[0], (*path, 0), parts, root)
-            if truthy(value) == (kind == "and_expression"):
+            if truthy(value) == (node_type == "and_expression"):
                 value = self._eval(children[1], (*path, 1), parts, root)
-        elif kind == "not_expression":
+        elif node_type == "not_expression":
             value = not truthy(self._eval(children[0], (*path, 0), parts, root))
         else:
             evaluate = self._evaluators.get(id(node))
@@ -155,13 +160,13 @@ def _collect(node: Mapping[str, Any], path: Path_, parts: dict[Path_, Part], *,
     """The parts on the boolean skeleton under `node`, by path, in source order: `&&`/`||`
     and `!` are not parts themselves (their operands are: `!contains(…)` counts the
     contains)."""
-    kind = node.get("type")
+    node_type = node.get("type")
     children = node.get("children") or []
-    if kind in _LOGIC:
+    if node_type in _LOGIC:
         for i, child in enumerate(children[:2]):
             _collect(child, (*path, i), parts, operand=True)
-    elif kind == "not_expression":
+    elif node_type == "not_expression":
         _collect(children[0], (*path, 0), parts, operand=operand)
-    elif operand or kind == "comparator" or (
-            kind == "function_expression" and node.get("value") == "contains"):
+    elif operand or node_type == "comparator" or (
+            node_type == "function_expression" and node.get("value") == "contains"):
         parts[path] = Part(show(node))

@@ -17,7 +17,7 @@ def describe_compile_error(shown: str, text: str, exc: ExpressionError) -> str:
     """What is wrong with expression `text` and at which column, from its `ExpressionError`;
     a syntax error also names an unbalanced parenthesis or a lone `=` it finds."""
     said = _describe(shown, text, exc)
-    if exc.kind in ("incomplete", "lexer", "syntax"):
+    if exc.reason in ("incomplete", "lexer", "syntax"):
         said += "".join(f". {hint}" for hint in syntax_hints(text))
     return said
 
@@ -68,21 +68,21 @@ def _code(text: str) -> list[tuple[int, str]]:
 
 
 def _describe(shown: str, text: str, exc: ExpressionError) -> str:
-    if exc.kind == "empty":
+    if exc.reason == "empty":
         return f"{shown} is empty; write an expression or remove the key"
-    if exc.kind == "incomplete":
+    if exc.reason == "incomplete":
         return f"{shown} is incomplete: it ends at column {exc.column} where more was expected"
-    if exc.kind == "lexer":
+    if exc.reason == "lexer":
         return f"syntax error in {shown} at column {exc.column}: {exc.detail}"
-    if exc.kind in ("arity", "variadic-arity"):
+    if exc.reason in ("arity", "variadic-arity"):
         want = "?" if exc.expected is None else exc.expected
         got = "?" if exc.got is None else exc.got
-        least = "at least " if exc.kind == "variadic-arity" else ""
+        least = "at least " if exc.reason == "variadic-arity" else ""
         return (
             f"{shown} calls {exc.function}() with {got} argument(s) at column "
             f"{_column_of_call(text, exc.function)}; it takes {least}{want}"
         )
-    if exc.kind == "unknown-function":
+    if exc.reason == "unknown-function":
         m = re.search(r"function:?\s*([A-Za-z_][A-Za-z0-9_]*)", exc.detail)
         name = m.group(1) if m else "?"
         names = sorted(PolicyFunctions.FUNCTION_TABLE)  # JMESPath's built-ins and ours
@@ -92,13 +92,13 @@ def _describe(shown: str, text: str, exc: ExpressionError) -> str:
             + (f"; did you mean {hint}()?" if hint else "")
             + f" Functions: {', '.join(names)}"
         )
-    if exc.kind == "syntax" and exc.column:
+    if exc.reason == "syntax" and exc.column:
         return f"syntax error in {shown} at column {exc.column}: {exc.detail}"
-    if exc.kind == "bad-regex":
+    if exc.reason == "bad-regex":
         return f"{shown} at column {exc.column}: {exc}"
-    if exc.kind == "data":  # a read of the policy data it does not hold
+    if exc.reason == "data":  # a read of the policy data it does not hold
         return f"{shown} {exc}"
-    if exc.kind == "too-costly":
+    if exc.reason == "too-costly":
         return f"{shown} is refused: it {exc}"
     return f"{shown} does not compile: {exc}"
 

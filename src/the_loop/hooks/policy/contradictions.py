@@ -68,16 +68,16 @@ def contradiction(ast: Mapping[str, Any], point: str) -> str:
 def _dnf(node: Mapping[str, Any], point: str, positive: bool) -> list[list[Atom]] | None:
     """The condition (or its negation) as a list of conjunctions of atoms; None past
     `MAX_TERMS`. An atom with an empty path is a part the check does not read."""
-    kind = node.get("type")
+    node_type = node.get("type")
     children = node.get("children") or []
-    if kind == "not_expression" and children:
+    if node_type == "not_expression" and children:
         return _dnf(children[0], point, not positive)
-    if kind in ("and_expression", "or_expression") and len(children) == 2:
+    if node_type in ("and_expression", "or_expression") and len(children) == 2:
         left = _dnf(children[0], point, positive)
         right = _dnf(children[1], point, positive)
         if left is None or right is None:
             return None
-        if (kind == "and_expression") == positive:  # a conjunction: every pair
+        if (node_type == "and_expression") == positive:  # a conjunction: every pair
             if len(left) * len(right) > MAX_TERMS:
                 return None
             return [a + b for a in left for b in right]
@@ -87,9 +87,9 @@ def _dnf(node: Mapping[str, Any], point: str, positive: bool) -> list[list[Atom]
 
 
 def _atom(node: Mapping[str, Any], point: str) -> Atom:
-    kind = node.get("type")
+    node_type = node.get("type")
     children = node.get("children") or []
-    if kind == "comparator" and node.get("value") in ("eq", "ne") and len(children) == 2:
+    if node_type == "comparator" and node.get("value") in ("eq", "ne") and len(children) == 2:
         for fact, literal in (children, reversed(children)):
             path, value = _fact(fact, point), _value(literal)
             if path is not None and value is not None:
@@ -97,7 +97,8 @@ def _atom(node: Mapping[str, Any], point: str) -> Atom:
                 if node["value"] == "eq":
                     return Atom(path[0], node, allowed=one)
                 return Atom(path[0], node, excluded=one)
-    if kind == "function_expression" and node.get("value") == "contains" and len(children) == 2:
+    if (node_type == "function_expression" and node.get("value") == "contains"
+            and len(children) == 2):
         path, among = _fact(children[1], point), _values(children[0])
         if path is not None and among is not None:
             return Atom(path[0], node, allowed=among)

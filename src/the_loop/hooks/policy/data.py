@@ -22,7 +22,6 @@ from the_loop import yamlsafe
 from the_loop.errors import ExpressionError
 from the_loop.hooks.engine.points import closest
 from the_loop.hooks.policy.files import DATA_FOLDER, Snapshot, Unloadable, load_yaml
-from the_loop.jmes import root_paths
 
 __all__ = ["ROOT", "PolicyData", "check_value", "read_data", "reads_context", "reads_data"]
 
@@ -70,7 +69,7 @@ class PolicyData:
                     return self._unknown(where, key, [str(k) for k in value], depth)
                 value = value[key]
             else:
-                return (f"{where} is {_kind(value)}, which has no fields; read {where} "
+                return (f"{where} is {_a_type_name(value)}, which has no fields; read {where} "
                         "itself")
         return None
 
@@ -89,7 +88,7 @@ class PolicyData:
         return said + holds
 
 
-def _kind(value: Any) -> str:
+def _a_type_name(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):
@@ -112,28 +111,28 @@ class _Rewriter:
         self.text = text
 
     def walk(self, node: dict[str, Any], at_start: bool) -> dict[str, Any]:
-        kind = node.get("type")
+        node_type = node.get("type")
         children = node.get("children") or []
-        if kind == "field" and at_start and node.get("value") == ROOT:
+        if node_type == "field" and at_start and node.get("value") == ROOT:
             return self._literal(())
-        if kind == "subexpression":
+        if node_type == "subexpression":
             return self._chain(node, at_start)
         if not children:
             return node
-        new = [self.walk(child, self._starts(kind, i, at_start)) if isinstance(child, dict)
+        new = [self.walk(child, self._starts(node_type, i, at_start)) if isinstance(child, dict)
                else child for i, child in enumerate(children)]
         if all(a is b for a, b in zip(new, children, strict=True)):
             return node
         return {**node, "children": new}
 
     @staticmethod
-    def _starts(kind: Any, index: int, at_start: bool) -> bool:
-        """Whether a path may start at child `index` of a `kind` node."""
-        if kind in ("index_expression", "pipe", "projection", "value_projection"):
+    def _starts(node_type: Any, index: int, at_start: bool) -> bool:
+        """Whether a path may start at child `index` of a `node_type` node."""
+        if node_type in ("index_expression", "pipe", "projection", "value_projection"):
             return at_start if index == 0 else False
-        if kind == "filter_projection":  # [left, right, condition]
+        if node_type == "filter_projection":  # [left, right, condition]
             return at_start if index == 0 else index == 2
-        return True if kind in ("function_expression", "expref") else at_start
+        return True if node_type in ("function_expression", "expref") else at_start
 
     def _chain(self, node: dict[str, Any], at_start: bool) -> dict[str, Any]:
         """`data.a.b` (one subexpression node of fields) folded into one literal; in
@@ -184,14 +183,14 @@ def reads_data(node: Any) -> bool:
 def reads_context(node: Mapping[str, Any], at_start: bool = True) -> bool:
     """Whether the (rewritten) expression may read the context: a field, `@` or an identity
     where a path starts. False means its value is a constant (data and literals only)."""
-    kind = node.get("type")
-    if at_start and kind in ("field", "current", "identity"):
+    node_type = node.get("type")
+    if at_start and node_type in ("field", "current", "identity"):
         return True
     children = [c for c in node.get("children") or [] if isinstance(c, Mapping)]
-    if kind == "subexpression":
+    if node_type == "subexpression":
         return reads_context(children[0], at_start) or any(
             reads_context(c, False) for c in children[1:])
-    return any(reads_context(c, _Rewriter._starts(kind, i, at_start))
+    return any(reads_context(c, _Rewriter._starts(node_type, i, at_start))
                for i, c in enumerate(children))
 
 
@@ -200,11 +199,6 @@ def _column(text: str, dotted: str) -> int:
     pattern = r"\s*\.\s*".join(re.escape(n) for n in names)
     m = re.search(rf"(?<![A-Za-z0-9_.'`]){pattern}(?![A-Za-z0-9_])", text)
     return m.start() + 1 if m else 0
-
-
-def data_paths(ast: Mapping[str, Any]) -> list[tuple[str, ...]]:
-    """The data paths an AST read before it was rewritten (for tools that show reads)."""
-    return [p[1:] for p in root_paths(ast) if p and p[0] == ROOT]
 
 
 def check_value(value: Any, where: str) -> str | None:

@@ -134,11 +134,11 @@ def false_parts(node: Mapping[str, Any], data: Any) -> list[FalsePart]:
 
     `a && b`: whichever of a, b was false (a first, as evaluated); `a || b`: both.
     """
-    kind = node.get("type")
-    if kind == "and_expression":
+    node_type = node.get("type")
+    if node_type == "and_expression":
         left, right = node["children"]
         return false_parts(left if not truthy(_eval(left, data)) else right, data)
-    if kind == "or_expression":
+    if node_type == "or_expression":
         left, right = node["children"]
         return false_parts(left, data) + false_parts(right, data)
     fields: dict[str, Any] = {}
@@ -169,5 +169,11 @@ def data_reads(node: Mapping[str, Any]) -> dict[str, Any]:
 def _eval(node: Mapping[str, Any], data: Any) -> Any:
     try:
         return COMPILER.library.reference.evaluator(node)(data)
-    except Exception:  # the whole condition evaluated, so a part fails only inside `||`
+    except Exception:
+        # Not named: the reference interpreter's run-time failures are no one class
+        # (JMESPathError, a ValueError, for a wrong type or arity; OverflowError for
+        # ceil/floor of an infinite number; RecursionError for deep data), and the executor
+        # takes any exception as the rule's failure (executors/policy.py,
+        # `PointRule._value`; `explain` above too): a part shown here must not end
+        # `policy explain` with a traceback where the whole condition evaluated.
         return None

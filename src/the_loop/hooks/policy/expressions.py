@@ -4,7 +4,7 @@
 (`functions.POLICY_FUNCTION_SPECS`); every policy expression, condition matcher and template
 is compiled by it. `compile_policy_expression` wraps its `compile_expression` (which speaks
 jmespath's own exception classes, as a JMESPath implementation should) and converts
-each of them, once, into an `ExpressionError` carrying the kind, the column and the details
+each of them, once, into an `ExpressionError` carrying the reason, the column and the details
 as data; `checks.describe_compile_error` words it. Two load checks of issue 11 rule 6 live
 here too: a pattern given to `regex_match` or `glob_match` as a literal is compiled, so one
 RE2 refuses is a load error, not a failure on the first work item; and an expression that
@@ -90,10 +90,10 @@ def _convert(exc: jmes_errors.JMESPathError, text: str) -> ExpressionError:
         detail = str(getattr(exc, "message", "") or "unknown token")
         return ExpressionError("lexer", detail, column=column or 1, detail=detail)
     if isinstance(exc, (jmes_errors.VariadictArityError, jmes_errors.ArityError)):
-        kind = "variadic-arity" if isinstance(exc, jmes_errors.VariadictArityError) else "arity"
+        reason = "variadic-arity" if isinstance(exc, jmes_errors.VariadictArityError) else "arity"
         expected, got = getattr(exc, "expected_arity", None), getattr(exc, "actual_arity", None)
         return ExpressionError(
-            kind, str(exc), function=str(getattr(exc, "function_name", "")),
+            reason, str(exc), function=str(getattr(exc, "function_name", "")),
             expected=expected if isinstance(expected, int) else None,
             got=got if isinstance(got, int) else None,
         )

@@ -154,8 +154,9 @@ def constant_truth(ast: Mapping[str, Any], point: str) -> tuple[bool | None, Map
 
 def _deciding(node: Mapping[str, Any], point: str, truth: bool) -> Mapping[str, Any]:
     """The innermost operand of `&&` (for false) or `||` (for true) that decides `truth`."""
-    kind = node.get("type")
-    if kind in ("and_expression", "or_expression") and (kind == "and_expression") != truth:
+    node_type = node.get("type")
+    if (node_type in ("and_expression", "or_expression")
+            and (node_type == "and_expression") != truth):
         for child in node["children"]:
             if Checker().infer(child, root_type(point)).truth is truth:
                 return _deciding(child, point, truth)

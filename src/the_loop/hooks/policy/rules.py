@@ -374,17 +374,17 @@ class _Checker:
             pieces.append(("expr", m.group(1).strip()))
             pos = m.end()
         pieces.append(("text", text[pos:]))
-        for kind, piece in pieces:
-            if kind == "text" and ("{{" in piece or "}}" in piece):
+        for part_type, piece in pieces:
+            if part_type == "text" and ("{{" in piece or "}}" in piece):
                 fail(key, f"unbalanced '{{{{' or '}}}}' in {quote(text)}; write a placeholder as "
                           "{{ expression }}")
                 return None
-            if kind == "expr" and not piece:
+            if part_type == "expr" and not piece:
                 fail(key, f"empty placeholder {{{{ }}}} in {quote(text)}")
                 return None
         compiled: dict[str, list[str | CompiledExpression]] = {p: [] for p in points}
-        for kind, piece in pieces:
-            if kind == "text":
+        for part_type, piece in pieces:
+            if part_type == "text":
                 if piece:
                     for p in points:
                         compiled[p].append(piece)

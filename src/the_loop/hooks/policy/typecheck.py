@@ -30,7 +30,7 @@ from the_loop.hooks.policy.typemodel import (
     truth_of,
 )
 from the_loop.jmes.ir import NO_LITERAL
-from the_loop.jmes.kinds import (
+from the_loop.jmes.jtypes import (
     ANY,
     ARR,
     BOOL,
@@ -40,7 +40,7 @@ from the_loop.jmes.kinds import (
     OBJ,
     RETURNS,
     STR,
-    kinds,
+    jtypes,
 )
 from the_loop.jmes.semantics import eq
 
@@ -61,8 +61,8 @@ class Checker:
     # ------------------------------------------------------------------ one per node type
 
     def _field(self, node: Node, cur: T) -> T:
-        if OBJ not in cur.kinds:
-            return T(kinds(NULL), truth=False)
+        if OBJ not in cur.jtypes:
+            return T(jtypes(NULL), truth=False)
         if cur.fields is None:
             return UNKNOWN
         return cur.fields.get(str(node["value"]), UNKNOWN)
@@ -84,7 +84,7 @@ class Checker:
 
     def _not(self, node: Node, cur: T) -> T:
         t = self.infer(_children(node)[0], cur)
-        return T(kinds(BOOL), truth=None if t.truth is None else not t.truth)
+        return T(jtypes(BOOL), truth=None if t.truth is None else not t.truth)
 
     def _and_or(self, node: Node, cur: T) -> T:
         ch = _children(node)
@@ -103,8 +103,8 @@ class Checker:
 
     def _index_expression(self, node: Node, cur: T) -> T:
         left = self.infer(_children(node)[0], cur)
-        if left.elem is not None and ARR in left.kinds:
-            ks = left.elem | kinds(NULL)
+        if left.elem is not None and ARR in left.jtypes:
+            ks = left.elem | jtypes(NULL)
             return T(ks, truth=truth_of(ks))
         return UNKNOWN
 
@@ -115,18 +115,18 @@ class Checker:
         if node["type"] == "filter_projection":
             self.infer(ch[2], each)
         self.infer(ch[1], each)
-        return T(kinds(ARR, NULL))
+        return T(jtypes(ARR, NULL))
 
     def _flatten(self, node: Node, cur: T) -> T:
         self.infer(_children(node)[0], cur)
-        return T(kinds(ARR, NULL))
+        return T(jtypes(ARR, NULL))
 
     def _multi_select_list(self, node: Node, cur: T) -> T:
         """[a, b]: a list of their values; null on null."""
         ch = _children(node)
-        elem = frozenset().union(*(self.infer(c, cur).kinds for c in ch))
-        ks = kinds(ARR) if cur.kinds <= kinds(OBJ, ARR, STR, NUM, BOOL) else kinds(ARR, NULL)
-        return T(ks, elem=elem, truth=True if ks == kinds(ARR) and ch else None)
+        elem = frozenset().union(*(self.infer(c, cur).jtypes for c in ch))
+        ks = jtypes(ARR) if cur.jtypes <= jtypes(OBJ, ARR, STR, NUM, BOOL) else jtypes(ARR, NULL)
+        return T(ks, elem=elem, truth=True if ks == jtypes(ARR) and ch else None)
 
     def _parts_unknown(self, node: Node, cur: T) -> T:  # value_projection, multi_select_dict
         for child in _children(node):
@@ -143,9 +143,9 @@ class Checker:
 
     # ------------------------------------------------------------------ the rules
 
-    def _logic(self, kind: str, a: T, b: T) -> T:
-        ks = a.kinds | b.kinds
-        if kind == "and_expression":  # a when a is falsy, else b
+    def _logic(self, node_type: str, a: T, b: T) -> T:
+        ks = a.jtypes | b.jtypes
+        if node_type == "and_expression":  # a when a is falsy, else b
             truth = False if a.truth is False or b.truth is False else (
                 True if a.truth is True and b.truth is True else None)
         else:  # a when a is truthy, else b
@@ -157,22 +157,22 @@ class Checker:
         op = str(node["value"])
         if a.literal is not NO_LITERAL and b.literal is not NO_LITERAL and op in ("eq", "ne"):
             same = eq(a.literal, b.literal)
-            return T(kinds(BOOL), truth=same if op == "eq" else not same)
-        if a.kinds >= ANY or b.kinds >= ANY or a.kinds >= EXPREF or b.kinds >= EXPREF:
-            return T(kinds(BOOL, NULL) if op not in ("eq", "ne") else kinds(BOOL))
+            return T(jtypes(BOOL), truth=same if op == "eq" else not same)
+        if a.jtypes >= ANY or b.jtypes >= ANY or a.jtypes >= EXPREF or b.jtypes >= EXPREF:
+            return T(jtypes(BOOL, NULL) if op not in ("eq", "ne") else jtypes(BOOL))
         if op in ("eq", "ne"):
-            if not a.kinds & b.kinds:
+            if not a.jtypes & b.jtypes:
                 always = "false" if op == "eq" else "true"
                 self._fail(node, f"compares {self._side(node, 0, a)} with "
                            f"{self._side(node, 1, b)}: they are never equal, so it is always "
                            f"{always}. {_equality_fix(node, a, b)}")
-            return T(kinds(BOOL))
-        if NUM not in a.kinds or NUM not in b.kinds:
+            return T(jtypes(BOOL))
+        if NUM not in a.jtypes or NUM not in b.jtypes:
             self._fail(node, f"orders {self._side(node, 0, a)} against "
                        f"{self._side(node, 1, b)} with {OPS[op]}, which compares numbers only "
                        f"(anything else gives null, which is false). {_ordering_fix(node, a, b)}")
-            return T(kinds(NULL), truth=False)
-        return T(kinds(BOOL, NULL))
+            return T(jtypes(NULL), truth=False)
+        return T(jtypes(BOOL, NULL))
 
     def _call(self, node: Node, args: list[T]) -> T:
         name = str(node["value"])
@@ -183,9 +183,9 @@ class Checker:
                 param = declared[min(i, len(declared) - 1)] if declared else {"types": []}
                 self._check_arg(node, name, i, arg, t, tuple(param.get("types", ())))
         if name == "contains" and len(args) == 2 and self._never_holds(node, *args):
-            return T(kinds(BOOL), truth=False)
+            return T(jtypes(BOOL), truth=False)
         if name == "contains" and len(args) == 2 and args[0].literal == []:  # an empty list
-            return T(kinds(BOOL), truth=False)
+            return T(jtypes(BOOL), truth=False)
         if name in POLICY_FUNCTION_SPECS:
             ks = frozenset(POLICY_FUNCTION_SPECS[name].returns)
         else:
@@ -195,10 +195,10 @@ class Checker:
     def _check_arg(
         self, node: Node, name: str, i: int, arg: Node, t: T, allowed: tuple[str, ...]
     ) -> None:
-        if not allowed or t.kinds >= ANY:
+        if not allowed or t.jtypes >= ANY:
             return
         bases = {a.split("-", 1)[0] for a in allowed}
-        fits = t.kinds & bases
+        fits = t.jtypes & bases
         if fits and ARR in fits and fits == {ARR} and t.elem is not None:
             subs = {a.split("-", 1)[1] for a in allowed if a.startswith("array-")}
             if subs and "array" not in allowed and t.elem and not t.elem & subs:
@@ -214,15 +214,15 @@ class Checker:
     def _never_holds(self, node: Node, subject: T, search: T) -> bool:
         """`contains(subject, search)` where the types say search can never be in subject:
         a list whose elements are all of other types, or a string searched for a non-string."""
-        if search.kinds >= ANY or search.kinds >= EXPREF:
+        if search.jtypes >= ANY or search.jtypes >= EXPREF:
             return False
-        if subject.kinds == kinds(ARR) and subject.elem:
+        if subject.jtypes == jtypes(ARR) and subject.elem:
             held = subject.elem
-        elif subject.kinds == kinds(STR):
-            held = kinds(STR)
+        elif subject.jtypes == jtypes(STR):
+            held = jtypes(STR)
         else:
             return False
-        if search.kinds & held:
+        if search.jtypes & held:
             return False
         self._fail(node, f"asks whether {self._side(node, 0, subject)} holds "
                    f"{self._side(node, 1, search)}: it never can, so it is always false. "
@@ -306,23 +306,23 @@ def _equality_fix(node: Node, a: T, b: T) -> str:
     if not _written(y, ty):  # no fix that rewrites a literal applies to data
         ty = dataclasses.replace(ty, literal=NO_LITERAL)
     sx, sy = show(x), show(y)
-    if ARR in ty.kinds and STR in tx.kinds and not _written(y, ty):  # actor == data.people
+    if ARR in ty.jtypes and STR in tx.jtypes and not _written(y, ty):  # actor == data.people
         x, tx, y, ty = y, ty, x, tx
         sx, sy = sy, sx
-    if ARR in tx.kinds and STR in ty.kinds:
+    if ARR in tx.jtypes and STR in ty.jtypes:
         neg = "" if node["value"] == "eq" else "!"
         what = "holds" if node["value"] == "eq" else "lacks"
         return f"To test whether the list {what} it, write {neg}contains({sx}, {sy})."
-    if NUM in tx.kinds and _number_text(ty.literal):
+    if NUM in tx.jtypes and _number_text(ty.literal):
         return f"A number literal takes backquotes: {sx} {OPS[node['value']]} `{ty.literal}`."
-    if BOOL in tx.kinds and ty.literal in ("true", "false"):
+    if BOOL in tx.jtypes and ty.literal in ("true", "false"):
         neg = "" if (ty.literal == "true") == (node["value"] == "eq") else "!"
         return (f"A boolean literal takes backquotes (`{ty.literal}`); simpler, test the "
                 f"field itself: {neg}{sx}.")
-    if STR in tx.kinds and ty.literal is not NO_LITERAL and not isinstance(ty.literal, str):
+    if STR in tx.jtypes and ty.literal is not NO_LITERAL and not isinstance(ty.literal, str):
         return f"A string takes single quotes: {sx} {OPS[node['value']]} " \
                f"{literal(json_text(ty.literal))}."
-    if NULL in ty.kinds and len(ty.kinds) == 1:
+    if NULL in ty.jtypes and len(ty.jtypes) == 1:
         return f"{sx} is never null; test it directly, or remove the comparison."
     return "Compare values of the same type (`the-loop hooks points` lists each field's type)."
 
@@ -336,12 +336,12 @@ def _ordering_fix(node: Node, a: T, b: T) -> str:
     if not _written(y, ty):
         ty = dataclasses.replace(ty, literal=NO_LITERAL)
     op = OPS[node["value"]]
-    if NUM in tx.kinds and _number_text(ty.literal):
+    if NUM in tx.jtypes and _number_text(ty.literal):
         left, right = (show(x), f"`{ty.literal}`")
         if x is not node["children"][0]:  # the literal was written first: keep the order
             left, right = right, left
         return f"A number literal takes backquotes: {left} {op} {right}."
-    if STR in tx.kinds:
+    if STR in tx.jtypes:
         return (f"{show(x)} is a string: compare it with == or !=, or test it with "
                 "starts_with() / ends_with() / contains().")
     return "Order numbers only (`the-loop hooks points` lists each field's type)."
@@ -352,7 +352,7 @@ def _contains_fix(node: Node, search: T) -> str:
     if search.literal is not NO_LITERAL:
         return (f"A string takes single quotes: contains({subject}, "
                 f"{literal(json_text(search.literal))}).")
-    if search.kinds <= kinds(NUM, NULL) and NUM in search.kinds:
+    if search.jtypes <= jtypes(NUM, NULL) and NUM in search.jtypes:
         return f"Turn the number into a string first: contains({subject}, to_string({needle}))."
     return ("Look for a value of the elements' type (`the-loop hooks points` lists each "
             "field's type).")
@@ -361,15 +361,15 @@ def _contains_fix(node: Node, search: T) -> str:
 def _argument_fix(node: Node, name: str, arg: Node, t: T) -> str:
     s = show(arg)
     rest = [show(c) for c in node["children"][1:]]
-    if ARR in t.kinds and t.elem == kinds(STR) and name in ("starts_with", "ends_with"):
+    if ARR in t.jtypes and t.elem == jtypes(STR) and name in ("starts_with", "ends_with"):
         other = rest[0] if rest else "'x'"
         return (f"To test one exact label write contains({s}, {other}); to test every "
                 f"label write {s}[?{name}(@, {other})] (a non-empty list when one matches).")
-    if ARR in t.kinds and name in _ON_STRINGS:
+    if ARR in t.jtypes and name in _ON_STRINGS:
         return f"Apply it to each element instead: {s}[?…] or map(&{name}(@), {s})."
-    if NUM in t.kinds:
+    if NUM in t.jtypes:
         return f"Turn the number into a string first: to_string({s})."
-    if STR in t.kinds:
+    if STR in t.jtypes:
         return f"If the string holds a number, convert it first: to_number({s})."
     return "`the-loop hooks points` lists each field's type; docs/policy-guide.md each function's."
 
@@ -384,7 +384,7 @@ def type_problems(ast: Node, point: str, *, when: bool) -> list[tuple[str, str]]
     found = list(checker.problems)
     if when and not found and t.truth is not None and not reads_data(ast):  # else a lint
         what = "true" if t.truth else "false"
-        why = (" (a number is always true in JMESPath, even 0)" if t.kinds <= kinds(NUM)
+        why = (" (a number is always true in JMESPath, even 0)" if t.jtypes <= jtypes(NUM)
                else "")
         found.append((show(ast), f"is always {what} whatever the context{why}, so the rule "
                       f"{'always' if t.truth else 'never'} applies. Compare a field with a "

@@ -13,7 +13,7 @@ from typing import Any
 
 from the_loop.hooks.engine.points import SPECS, WORK_ITEM_TYPES
 from the_loop.jmes.ir import NO_LITERAL
-from the_loop.jmes.kinds import ANY, ARR, BOOL, NULL, NUM, OBJ, STR, Kind, kind_of, kinds
+from the_loop.jmes.jtypes import ANY, ARR, BOOL, NULL, NUM, OBJ, STR, JTypes, jtypes, jtypes_of
 from the_loop.jmes.semantics import truthy
 
 __all__ = ["UNKNOWN", "T", "describe", "of_literal", "root_type", "truth_of"]
@@ -27,8 +27,8 @@ class T:
     value itself; `truth`: True/False when the value is always truthy/falsy.
     """
 
-    kinds: Kind
-    elem: Kind | None = None
+    jtypes: JTypes
+    elem: JTypes | None = None
     fields: Mapping[str, T] | None = None
     literal: Any = NO_LITERAL
     truth: bool | None = None
@@ -36,17 +36,17 @@ class T:
 
 UNKNOWN = T(ANY)
 _CATALOG: dict[str, T] = {
-    "str": T(kinds(STR)), "int": T(kinds(NUM), truth=True), "bool": T(kinds(BOOL)),
-    "list[str]": T(kinds(ARR), elem=kinds(STR)),
+    "str": T(jtypes(STR)), "int": T(jtypes(NUM), truth=True), "bool": T(jtypes(BOOL)),
+    "list[str]": T(jtypes(ARR), elem=jtypes(STR)),
 }
-_WORK_ITEM = T(kinds(OBJ), fields={
+_WORK_ITEM = T(jtypes(OBJ), fields={
     f: _CATALOG[t] for f, t in WORK_ITEM_TYPES.items()
 }, truth=True)
 
 
 def root_type(point: str) -> T:
     """The context at `point` as the checker sees it (every field present, never null)."""
-    return T(kinds(OBJ), fields={
+    return T(jtypes(OBJ), fields={
         f.name: _WORK_ITEM if f.type == "WorkItem" else _CATALOG[f.type]
         for f in SPECS[point].fields
     }, truth=True)
@@ -58,28 +58,28 @@ def describe(t: T) -> str:
              NULL: "null", "expref": "an &expression"}
     parts: list[str] = []
     for k in (ARR, STR, NUM, BOOL, OBJ, NULL, "expref"):
-        if k not in t.kinds:
+        if k not in t.jtypes:
             continue
         if k == ARR:
-            parts.append("a list of strings" if t.elem == kinds(STR) else
-                         "a list of numbers" if t.elem == kinds(NUM) else "a list")
+            parts.append("a list of strings" if t.elem == jtypes(STR) else
+                         "a list of numbers" if t.elem == jtypes(NUM) else "a list")
         else:
             parts.append(names[k])
     return " or ".join(parts) or "nothing"
 
 
 def of_literal(value: Any) -> T:
-    """A literal's type: the value itself, its kind, its elements' kinds and its truth."""
+    """A literal's type: the value itself, its jtypes, its elements' jtypes and its truth."""
     elem = None
     if isinstance(value, list):
-        elem = frozenset().union(*(kind_of(v) for v in value)) if value else frozenset()
-    return T(kind_of(value), elem=elem, literal=value, truth=truthy(value))
+        elem = frozenset().union(*(jtypes_of(v) for v in value)) if value else frozenset()
+    return T(jtypes_of(value), elem=elem, literal=value, truth=truthy(value))
 
 
-def truth_of(ks: Kind) -> bool | None:
-    """True/False when every value of kinds `ks` is truthy/falsy (null; a number), else None."""
-    if ks <= kinds(NULL):
+def truth_of(ks: JTypes) -> bool | None:
+    """True/False when every value of jtypes `ks` is truthy/falsy (null; a number), else None."""
+    if ks <= jtypes(NULL):
         return False
-    if ks <= kinds(NUM):
+    if ks <= jtypes(NUM):
         return True
     return None

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from the_loop.config import Config
-from the_loop.decisions.build import applied, chain_step, kind_of
+from the_loop.decisions.build import applied, chain_step
 from the_loop.errors import HooksConfigError, LoopError
 from the_loop.events import EventLog
 from the_loop.hooks.declaring.loading import chain_from_config
@@ -21,6 +21,7 @@ from the_loop.hooks.engine.chain import Chain
 from the_loop.hooks.engine.executor import Decisions
 from the_loop.hooks.engine.points import POINTS, Context
 from the_loop.hooks.executors.policy import PolicyExecutor, load_policy
+from the_loop.hooks.executors.registry import logged_name
 from the_loop.hooks.serving.revisions import declared_revision
 
 
@@ -43,7 +44,7 @@ class ChainExecutor:
         self.revision = revision
         self.config_path = config_path
         self._points = tuple(p for p in POINTS if chain.names(p))
-        self._kinds = {link.name: kind_of(link.executor) for link in chain.links}
+        self._kinds = {link.name: logged_name(link.executor) for link in chain.links}
 
     def points(self) -> tuple[str, ...]:
         return self._points

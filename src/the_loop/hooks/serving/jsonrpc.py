@@ -99,10 +99,6 @@ class CallRecord(NamedTuple):
     executor: Any = None
     caller: str = ""
 
-    @property
-    def is_point(self) -> bool:
-        return self.point in POINTS
-
 
 OnCall = Callable[[CallRecord], None]
 

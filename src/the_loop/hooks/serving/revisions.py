@@ -55,7 +55,7 @@ def sources(chain: Chain) -> list[Path]:
 
 def _module_of(executor: object) -> ModuleType | None:
     """The module a local hook's class is defined in (None for any other kind)."""
-    kind = registry.kind_of(executor)
+    kind = registry.registered_kind(executor)
     if kind is None or kind.logged_as != "local":
         return None
     return sys.modules.get(type(executor).__module__)
