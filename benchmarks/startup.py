@@ -1,4 +1,4 @@
-"""The CPU a `the-loop` command costs before and while it does its one thing (issue 34, item 1).
+"""The CPU a `the-loop` command costs before and while it does its one thing (issue 34, item 3).
 
 Each command runs `--runs` times as a real process; its CPU is user + system time of the
 child from `wait4`, and the table gives the least of the runs (the least disturbed by the
