@@ -1,17 +1,20 @@
-"""The CPU a `the-loop` command costs before and while it does its one thing (issue 34, item 1).
+"""The CPU a `the-loop` command costs before and while it does its one thing (issue 34, item 3).
 
-Each command runs `--runs` times as a real process; its CPU is user + system time from
-`wait4`, and the table keeps the least of the runs (the least disturbed by the other work on
-the machine). The floor is `python -c pass`, measured in the same run; the ratio is a
-command's CPU over the floor's. With `--baseline REF` the same commands also run from a
-checkout of REF (benchmarks/baseline.py) and sit beside this one's.
+Each command runs `--runs` times as a real process; its CPU is user + system time of the
+child from `wait4`, and the table gives the least of the runs (the least disturbed by the
+other work on the machine) and their median. The floor is `python -c pass`, measured in the
+same run; the ratio is a command's CPU over the floor's of the same column. With
+`--baseline REF` the same commands also run from a checkout of REF (benchmarks/baseline.py)
+and sit beside this one's. Runs alternate: each round runs every command of every column
+once, so a burst of load hits all of them alike.
 
     .venv/bin/python benchmarks/startup.py [--runs 15] [--baseline HEAD~1]
 
 Children write and read bytecode in a cache of the run (PYTHONPYCACHEPREFIX), as an
 installed package would, even when PYTHONDONTWRITEBYTECODE is set here. The commands:
 `the-loop --help`, `the-loop graph complete` and `the-loop ask` on an item at an agent node
-of a local loop (SQLite, no hooks), `the-loop hooks points`.
+of a local loop (SQLite, no hooks) in the environment its session's harness was given (the
+harness writes it down), `the-loop hooks points`.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from baseline import checkout, describe, env_for
@@ -36,8 +42,10 @@ tracker: {kind: local, repository: acme/app}
 harness: idle
 harnesses:
   - name: idle
-    command: ["true"]
+    command: [PYTHON, "-c", WRITE_ENV, OUT]
 """
+#: The session's harness: writes down the environment the loop gave it, and exits.
+WRITE_ENV = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"
 
 COMMANDS: dict[str, list[str]] = {
     "python -c pass": ["-c", "pass"],
@@ -63,33 +71,44 @@ def cpu_of(argv: list[str], env: dict[str, str], cwd: Path) -> float:
 
 
 def loop_folder(root: Path) -> dict[str, str]:
-    """A local loop with one item at its first (agent) node; the session's environment."""
+    """A local loop with one item at its first (agent) node; its session's environment."""
     root.mkdir()
     config = root / "cli-config.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
+    seen = root / "session-env.json"
+    config.write_text(CONFIG.replace("PYTHON", json.dumps(sys.executable))
+                      .replace("WRITE_ENV", json.dumps(WRITE_ENV))
+                      .replace("OUT", json.dumps(str(seen))), encoding="utf-8")
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         for args in (["items", "add", "Bench"], ["start", "1", "--actor", "alice"],
                      ["poll", "--once"]):
             if cli_main(["--config", str(config), *args]):
                 raise RuntimeError(f"the-loop {args} failed: {quiet.getvalue()}")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("THE_LOOP_") and k != "PYTHONDONTWRITEBYTECODE"}
+    deadline = time.monotonic() + 60
+    while not seen.is_file() or not seen.read_text(encoding="utf-8").endswith("}"):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the session's harness did not write its environment")
+        time.sleep(0.05)
+    env: dict[str, str] = json.loads(seen.read_text(encoding="utf-8"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     # Bytecode as an installed package has it: compiled once, into a cache of this run
     # (a process that compiles every module from source costs 3x the CPU).
     env["PYTHONPYCACHEPREFIX"] = str(root.parent / "pycache")
-    return {**env, "THE_LOOP_CLI_CONFIG": str(config), "THE_LOOP_WORK_ITEM": "local:acme/app#1"}
+    return env
 
 
-def measure(env: dict[str, str], cwd: Path, runs: int) -> dict[str, float]:
-    best: dict[str, float] = {}
-    for argv in COMMANDS.values():  # the bytecode cache is written here, not measured
-        cpu_of(argv, env, cwd)
-    for _ in range(runs):  # interleaved, so a burst of load hits every command alike
-        for name, argv in COMMANDS.items():
-            cpu = cpu_of(argv, env, cwd)
-            best[name] = min(best.get(name, cpu), cpu)
-    return best
+def measure(envs: dict[str, dict[str, str]], cwd: Path, runs: int
+            ) -> dict[str, dict[str, list[float]]]:
+    """Each column's CPU seconds of each command, one per run."""
+    for env in envs.values():  # the bytecode cache is written here, not measured
+        for argv in COMMANDS.values():
+            cpu_of(argv, env, cwd)
+    cpu: dict[str, dict[str, list[float]]] = {c: {n: [] for n in COMMANDS} for c in envs}
+    for _ in range(runs):  # alternating, so a burst of load hits every command alike
+        for column, env in envs.items():
+            for name, argv in COMMANDS.items():
+                cpu[column][name].append(cpu_of(argv, env, cwd))
+    return cpu
 
 
 def main() -> int:
@@ -98,29 +117,36 @@ def main() -> int:
     ap.add_argument("--baseline", default="", metavar="REF",
                     help="also measure a checkout of REF (e.g. HEAD~1, main)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="loop-startup-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="loop-startup-") as tmp, \
+            contextlib.ExitStack() as stack:
         session = loop_folder(Path(tmp) / "loop")
-        columns = {"this checkout": measure(env_for(None, session), Path(tmp), args.runs)}
+        envs = {"this checkout": env_for(None, session)}
         if args.baseline:
-            with checkout(args.baseline) as src:
-                columns[describe(args.baseline)] = measure(env_for(src, session), Path(tmp),
-                                                           args.runs)
+            src = stack.enter_context(checkout(args.baseline))
+            envs[describe(args.baseline)] = env_for(src, session)
+        columns = measure(envs, Path(tmp), args.runs)
     load = os.getloadavg()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at end")
     print(f"command: python benchmarks/startup.py --runs {args.runs}"
           + (f" --baseline {args.baseline}" if args.baseline else ""))
-    print(f"\nCPU (user + system) of one process, least of {args.runs} runs; ratio ÷ the "
-          "floor (python -c pass) of the same column; target ≤ 3.0 for --help, graph "
+    print(f"\nCPU (user + system) of one process over {args.runs} alternating runs: the least "
+          "(ms) and the median (ms); ratio: the least ÷ the floor's least (python -c pass) of "
+          "the same column (median ÷ median in brackets); target ≤ 3.0 for --help, graph "
           "complete, ask\n")
+    for n in columns:
+        print(f"- {n}")
     names = list(columns)
-    print("| command | " + " | ".join(f"{n}: ms | ratio" for n in names) + " |")
-    print("|---|" + "---:|---:|" * len(names))
+    print("\n| command | " + " | ".join(f"{i + 1}: least | median | ratio"
+                                       for i in range(len(names))) + " |")
+    print("|---|" + "---:|---:|---:|" * len(names))
     for command in COMMANDS:
         cells = []
         for n in names:
+            least, median = min(columns[n][command]), statistics.median(columns[n][command])
             floor = columns[n]["python -c pass"]
-            cells.append(f"{columns[n][command] * 1e3:.1f} | {columns[n][command] / floor:.2f}")
+            cells.append(f"{least * 1e3:.1f} | {median * 1e3:.1f} | {least / min(floor):.2f} "
+                         f"({median / statistics.median(floor):.2f})")
         print(f"| {command} | " + " | ".join(cells) + " |")
     return 0
 

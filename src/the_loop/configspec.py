@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from the_loop.errors import clip, quote
@@ -78,17 +77,40 @@ def did_you_mean(name: object, valid: Sequence[str]) -> str:
     return f" (did you mean {hint!r}?)" if hint else ""
 
 
-@dataclass(frozen=True, kw_only=True)
 class Spec:
-    """One value's description: what it must be (`expected`), and what runs after the shape."""
+    """One value's description: what it must be (`expected`), and what runs after the shape.
 
-    expected: str = ""
-    hint: str = ""  # appended after `got …`: the fix
-    description: str = ""  # for the JSON Schema
-    shown: Callable[[Any], str] = got  # how a wrong value is shown (secrets are not)
-    then: tuple[Check, ...] = ()
-    #: JSON Schema keywords for what a named post-check enforces (a schema cannot call it)
-    schema: dict[str, Any] = field(default_factory=dict)
+    Specs are plain classes with keyword-only constructors, built once at import and never
+    changed (not dataclasses: a command reads the config spec at every start, and the
+    dataclass decorator costs about a millisecond per class: issue 34).
+    """
+
+    def __init__(
+        self,
+        *,
+        expected: str = "",
+        hint: str = "",  # appended after `got …`: the fix
+        description: str = "",  # for the JSON Schema
+        shown: Callable[[Any], str] = got,  # how a wrong value is shown (secrets are not)
+        then: tuple[Check, ...] = (),
+        #: JSON Schema keywords for what a named post-check enforces (a schema cannot call it)
+        schema: dict[str, Any] | None = None,
+    ) -> None:
+        self.expected = expected
+        self.hint = hint
+        self.description = description
+        self.shown = shown
+        self.then = then
+        self.schema: dict[str, Any] = {} if schema is None else schema
+
+    def replace(self, **changes: Any) -> Spec:
+        """A copy of this spec with `changes` (as `dataclasses.replace` would make)."""
+        unknown = [k for k in changes if k not in self.__dict__]
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no {', '.join(unknown)}")
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__, **changes)
+        return copy
 
     def check(self, value: Any, path: Path = (), ctx: Any = None) -> Any:
         return self.run_then(self._check(value, path, ctx), path, ctx)
@@ -129,19 +151,25 @@ class Spec:
         return {}
 
 
-@dataclass(frozen=True, kw_only=True)
 class Any_(Spec):
     """Anything YAML can hold (constructor arguments, for instance)."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class Str(Spec):
     """A string, optionally matching `pattern` (a JSON Schema regex, checked the same way)."""
 
-    expected: str = "a string"
-    pattern: str | None = None
-    #: the message for a string that misses the pattern, when it is not `expected vs got`
-    mismatch: Callable[[str], str] | None = None
+    def __init__(
+        self,
+        *,
+        expected: str = "a string",
+        pattern: str | None = None,
+        #: the message for a string that misses the pattern, when it is not `expected vs got`
+        mismatch: Callable[[str], str] | None = None,
+        **common: Any,
+    ) -> None:
+        super().__init__(expected=expected, **common)
+        self.pattern = pattern
+        self.mismatch = mismatch
 
     def _check(self, value: Any, path: Path, ctx: Any) -> Any:
         if not isinstance(value, str):
@@ -159,9 +187,9 @@ class Str(Spec):
         return out
 
 
-@dataclass(frozen=True, kw_only=True)
 class Bool(Spec):
-    expected: str = "true or false"
+    def __init__(self, *, expected: str = "true or false", **common: Any) -> None:
+        super().__init__(expected=expected, **common)
 
     def _check(self, value: Any, path: Path, ctx: Any) -> Any:
         if type(value) is not bool:
@@ -172,12 +200,14 @@ class Bool(Spec):
         return {"type": "boolean"}
 
 
-@dataclass(frozen=True, kw_only=True)
 class Number(Spec):
     """An int or float (never a bool) with `above` < value ≤ `maximum`; returned as float."""
 
-    above: float | None = None
-    maximum: float | None = None
+    def __init__(self, *, above: float | None = None, maximum: float | None = None,
+                 **common: Any) -> None:
+        super().__init__(**common)
+        self.above = above
+        self.maximum = maximum
 
     def _check(self, value: Any, path: Path, ctx: Any) -> Any:
         if type(value) not in (int, float) or (
@@ -195,13 +225,20 @@ class Number(Spec):
         return out
 
 
-@dataclass(frozen=True, kw_only=True)
 class Enum(Spec):
     """One of `values`; a near miss gets a did-you-mean."""
 
-    values: tuple[str, ...]
-    #: the whole message for a value not in `values`, when it is not `expected vs got`
-    message: Callable[[Any], str] | None = None
+    def __init__(
+        self,
+        *,
+        values: tuple[str, ...],
+        #: the whole message for a value not in `values`, when it is not `expected vs got`
+        message: Callable[[Any], str] | None = None,
+        **common: Any,
+    ) -> None:
+        super().__init__(**common)
+        self.values = values
+        self.message = message
 
     def _check(self, value: Any, path: Path, ctx: Any) -> Any:
         if isinstance(value, str) and value in self.values:
@@ -216,19 +253,23 @@ class Enum(Spec):
         return {"enum": list(self.values)}
 
 
-@dataclass(frozen=True, kw_only=True)
 class ListOf(Spec):
     """A list of `item`s. `single`: a lone string stands for a list of one; `split`: a string
     is split on white space; `indexed`: an item's errors name its index (else the list's path).
+    `unique`: an item listed twice is an error; `nullable`: an empty YAML value is [].
     """
 
-    item: Spec
-    min_items: int = 0
-    single: bool = False
-    split: bool = False
-    unique: bool = False  # an item listed twice is an error
-    indexed: bool = True
-    nullable: bool = False  # an empty YAML value is []
+    def __init__(self, *, item: Spec, min_items: int = 0, single: bool = False,
+                 split: bool = False, unique: bool = False, indexed: bool = True,
+                 nullable: bool = False, **common: Any) -> None:
+        super().__init__(**common)
+        self.item = item
+        self.min_items = min_items
+        self.single = single
+        self.split = split
+        self.unique = unique
+        self.indexed = indexed
+        self.nullable = nullable
 
     def _check(self, value: Any, path: Path, ctx: Any) -> Any:
         if value is None and self.nullable:
@@ -260,7 +301,6 @@ class ListOf(Spec):
         return array
 
 
-@dataclass(frozen=True, kw_only=True)
 class DictOf(Spec):
     """A mapping of `key` to `value`, free-form keys; `nullable`: an empty YAML value is {}.
 
@@ -268,9 +308,12 @@ class DictOf(Spec):
     prefixed with its key (`X-Team: expected …`).
     """
 
-    key: Str
-    value: Spec
-    nullable: bool = False
+    def __init__(self, *, key: Str, value: Spec, nullable: bool = False,
+                 **common: Any) -> None:
+        super().__init__(**common)
+        self.key = key
+        self.value = value
+        self.nullable = nullable
 
     def _check(self, value: Any, path: Path, ctx: Any) -> Any:
         if value is None and self.nullable:
@@ -302,29 +345,37 @@ class DictOf(Spec):
 MISSING: Any = object()
 
 
-@dataclass(frozen=True)
 class Field:
-    """A key of a mapping: its spec, and either why it is required or its default."""
+    """A key of a mapping: its spec, and either why it is required (`required`: the reason,
+    said after `missing; `) or its `default` (a value, or a zero-argument callable for a
+    fresh one). `nullable`: an empty YAML value (None) counts as absent."""
 
-    spec: Spec
-    required: str = ""  # the reason, said after `missing; `
-    default: Any = MISSING  # a value, or a zero-argument callable for a fresh one
-    nullable: bool = False  # an empty YAML value (None) counts as absent
+    __slots__ = ("default", "nullable", "required", "spec")
+
+    def __init__(self, spec: Spec, required: str = "", default: Any = MISSING,
+                 nullable: bool = False) -> None:
+        self.spec = spec
+        self.required = required
+        self.default = default
+        self.nullable = nullable
 
     def default_value(self) -> Any:
         return self.default() if callable(self.default) else self.default
 
 
-@dataclass(frozen=True, kw_only=True)
 class Mapping(Spec):
     """A mapping with known keys; an unknown key gets a did-you-mean and the allowed keys.
 
-    `extra`: keys that belong to other sections and are left alone.
+    `extra`: keys that belong to other sections and are left alone; `unknown_hint`: said
+    after the allowed keys, when a key is unknown.
     """
 
-    fields: dict[str, Field]
-    extra: bool = False
-    unknown_hint: str = ""  # said after the allowed keys, when a key is unknown
+    def __init__(self, *, fields: dict[str, Field], extra: bool = False,
+                 unknown_hint: str = "", **common: Any) -> None:
+        super().__init__(**common)
+        self.fields = fields
+        self.extra = extra
+        self.unknown_hint = unknown_hint
 
     def collect(
         self, value: Any, path: Path = (), ctx: Any = None, *, then: bool = True
@@ -387,7 +438,6 @@ def _properties(fields: dict[str, Field]) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True, kw_only=True)
 class Tagged(Mapping):
     """A mapping with exactly one of the `tags` keys, which decides the other keys allowed.
 
@@ -395,8 +445,11 @@ class Tagged(Mapping):
     The result carries the chosen tag under `kind`.
     """
 
-    variants: dict[str, dict[str, Field]]
-    noun: str = "entry"
+    def __init__(self, *, variants: dict[str, dict[str, Field]], noun: str = "entry",
+                 **mapping: Any) -> None:
+        super().__init__(**mapping)
+        self.variants = variants
+        self.noun = noun
 
     def allowed(self) -> tuple[str, ...]:
         keys = list(self.fields) + list(self.variants)
@@ -441,12 +494,14 @@ class Tagged(Mapping):
         ]}
 
 
-@dataclass(frozen=True, kw_only=True)
 class KindOf(Spec):
     """A mapping whose `kind:` value picks the description of the rest."""
 
-    variants: dict[str, Mapping]
-    key: str = "kind"
+    def __init__(self, *, variants: dict[str, Mapping], key: str = "kind",
+                 **common: Any) -> None:
+        super().__init__(**common)
+        self.variants = variants
+        self.key = key
 
     def _check(self, value: Any, path: Path, ctx: Any) -> Any:
         if not isinstance(value, dict) or value.get(self.key) not in self.variants:

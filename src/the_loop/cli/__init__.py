@@ -1,11 +1,53 @@
-"""Command-line entry point: `main(argv) -> int`, one module per command group."""
+"""Command-line entry point: `main(argv) -> int`, one module per command group.
+
+`the-loop --help`, `-h`, `--version` and a bare `the-loop` print without building a parser
+when the help is formatted at the width it was written for (cli/tophelp.py, generated from
+the parser); the plain lines of the agent's `graph complete` and `ask` are read without
+argparse (cli/quick.py); every other line goes to the parser (cli/app.py).
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
+
+#: The lines the top-level parser only answers with its own help (or version) text.
+_HELP = (["-h"], ["--help"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    given = list(argv) if argv is not None else sys.argv[1:]
+    if (given in _HELP or given == []) and "_ARGCOMPLETE" not in os.environ:
+        from the_loop.cli import tophelp
+
+        if tophelp.columns() == tophelp.WIDTH:
+            _write(tophelp.TEXT)
+            if given:
+                raise SystemExit(0)  # as argparse's --help action exits
+            return 2  # no command: the help, as a usage error
+    elif given == ["--version"]:
+        from the_loop import __version__
+
+        _write(f"the-loop {__version__}\n")
+        raise SystemExit(0)
+    from the_loop.cli.quick import agent_args
+
+    args = agent_args(given)
+    if args is not None:  # `graph complete` and `ask`, read without argparse
+        from the_loop.cli.guard import call
+        from the_loop.interrupt import install as install_interrupt
+
+        install_interrupt()
+        return call(args.func, args)
     from the_loop.cli.app import run
 
-    return run(argv)
+    return run(given)
+
+
+def _write(text: str) -> None:
+    """Print as argparse prints help: to stdout, a closed or missing stdout ignored."""
+    try:
+        sys.stdout.write(text)
+    except (AttributeError, OSError):
+        return

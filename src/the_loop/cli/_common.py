@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from the_loop.config import Config, find_config, read_config
 from the_loop.errors import LoopError, UsageError
+
+if TYPE_CHECKING:  # `ask` and `graph complete` run without argparse (cli/quick.py)
+    import argparse
 
 #: The longest wait a duration flag takes (a day): past it a poller is not polling.
 MAX_SECONDS = 86_400.0
@@ -27,6 +28,8 @@ def seconds(text: str, *, least: float = 0.0) -> float:
     except ValueError:
         value = float("nan")
     if not (least <= value <= MAX_SECONDS):  # also refuses nan and inf
+        import argparse
+
         raise argparse.ArgumentTypeError(
             f"expected a number of seconds from {least:g} up to {MAX_SECONDS:g} (e.g. 5 or "
             f"0.5), got {text!r}")
@@ -70,6 +73,8 @@ def require_path(args: argparse.Namespace, value: str, option: str, *, or_else: 
     if there is None:
         raise LoopError(f"{option}{value}: nothing at {path.absolute()} (a path on the command "
                         f"line is relative to the working directory); {or_else}")
+    import shlex
+
     shown = shlex.quote(os.path.relpath(there))
     raise LoopError(
         f"{option}{value}: nothing at {path.absolute()}; paths on the command line resolve "

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from the_loop import __version__
+from the_loop.cli.guard import call, unexpected
 from the_loop.cli.helptext import decorate
-from the_loop.errors import LoopError, exception_line
 from the_loop.interrupt import install as install_interrupt
 
 
@@ -182,20 +182,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    try:
-        code: int = func(args)
-        return code
-    except LoopError as exc:
-        print(f"the-loop: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("the-loop: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 1
-    except Exception as exc:  # the last guard: one line, never a traceback (issue 11 rule 7)
-        print(f"the-loop: {unexpected(exc)}", file=sys.stderr)
-        return 1
+    return call(func, args)
 
 
 def _known(word: str) -> str:
@@ -219,22 +206,73 @@ def _require_text(parser: argparse.ArgumentParser, arg: str) -> None:
                      "the encoding of the terminal or script that wrote it)")
 
 
-def unexpected(exc: Exception) -> str:
-    """One line for an error no command turned into a `LoopError`.
+def tophelp_module() -> str:
+    """The text of `the_loop/cli/tophelp.py`: `the-loop --help` as this parser prints it at
+    `TOPHELP_WIDTH` columns (tests/cli/test_startup_imports.py compares the two; rewrite
+    it with `python -m the_loop.cli.app`)."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(TOPHELP_WIDTH)
+    try:
+        text = build_parser("").format_help()
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
+    lines = "".join(f"    {line!r}\n" for line in text.splitlines(keepends=True))
+    return TOPHELP_TEMPLATE.format(width=TOPHELP_WIDTH, lines=lines)
 
-    An OS error names the file and what the system said; anything else is a bug of ours,
-    said plainly; `THE_LOOP_DEBUG=1` prints the traceback as well.
-    """
-    if os.environ.get("THE_LOOP_DEBUG"):
-        import traceback
 
-        traceback.print_exc()
-    if isinstance(exc, OSError):
-        where = f"{exc.filename}: " if exc.filename else ""
-        return f"{where}{exc.strerror or exception_line(exc)}; check the path and its permissions"
-    if isinstance(exc, MemoryError):
-        return "out of memory; an input is too large (see docs/security.md)"
-    return (
-        f"unexpected error: {exception_line(exc)}. This is a bug in the-loop; run again with "
-        "THE_LOOP_DEBUG=1 for the traceback and report it"
-    )
+#: The width the static `--help` is written for: argparse's own when there is no terminal.
+TOPHELP_WIDTH = 80
+
+TOPHELP_TEMPLATE = '''"""`the-loop --help` at {width} columns, as the parser prints it.
+
+Written by `python -m the_loop.cli.app` (do not edit): tests/cli/test_startup_imports.py
+checks that it is the parser's output.
+
+`the-loop --help`, `-h` and a bare `the-loop` print this when the help is {width} columns
+wide (no terminal, or a terminal of {width}): no argparse imported, no parser built (issue
+34: a command costs at most 3x a bare Python). At any other width the parser prints it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: The terminal width TEXT was formatted for (argparse's own fallback without a terminal).
+WIDTH = {width}
+
+
+def columns() -> int:
+    """The width argparse formats help for: `shutil.get_terminal_size().columns` (COLUMNS,
+    else the terminal of stdout, else {width}), without importing shutil."""
+    try:
+        width = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        width = 0
+    if width <= 0:
+        out = sys.__stdout__
+        try:
+            width = os.get_terminal_size(out.fileno()).columns if out is not None else 0
+        except (AttributeError, ValueError, OSError):
+            width = 0
+        width = width or WIDTH
+    return width
+
+
+TEXT = (
+{lines})
+'''
+
+
+__all__ = ["ALL", "COMMANDS", "build_parser", "command_word", "run", "unexpected"]
+
+
+if __name__ == "__main__":
+    import pathlib
+
+    target = pathlib.Path(__file__).with_name("tophelp.py")
+    target.write_text(tophelp_module(), encoding="utf-8")
+    print(f"wrote {target}")

@@ -10,17 +10,17 @@ say that nothing moves until it is mended.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from the_loop.cli._common import add_json, config_of, positive_seconds, print_json, seconds
 from the_loop.errors import HooksConfigError, LoopError, UsageError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # `ask` and `graph complete` run without argparse (cli/quick.py)
+    import argparse
+
     from the_loop.runtime.service import Loop
 
 
@@ -249,6 +249,8 @@ def _wait_for(loop: Loop, key: str, ref: str, timeout: float) -> int:
 
 
 def cmd_poll(args: argparse.Namespace) -> int:
+    import threading
+
     from the_loop.runtime.narrate import narrator
     from the_loop.runtime.poller import poll_once, run_forever
 

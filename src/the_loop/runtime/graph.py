@@ -21,9 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from the_loop import yamlsafe
 from the_loop.configspec import (
     Bool,
     Enum,
@@ -98,6 +95,10 @@ def load_graph(spec: str) -> Graph:
     """`builtin`, or a YAML file; raises `ConfigError` naming the node or edge."""
     if spec == "builtin":
         return builtin_graph()
+    import yaml  # a graph file only: the builtin graph and the commands that use it need none
+
+    from the_loop import yamlsafe
+
     path = Path(spec)
     try:
         data = yamlsafe.load_file(path)

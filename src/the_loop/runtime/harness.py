@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from the_loop.config import ENV_VAR
 from the_loop.errors import LoopError
+
+if TYPE_CHECKING:  # a launch imports it: the session's own commands never launch (issue 34)
+    import subprocess
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ def launch(
     child that kept the descriptor) runs: `session_alive` asks the lock, never a bare pid.
     Raises `LoopError` when the command cannot be started (not found, not executable).
     """
+    import subprocess
+
     log_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
     log_path = log_dir / f"{session_id}.log"
     # The prompt is a file the harness reads as stdin: a loop killed right after the

@@ -470,9 +470,9 @@ class Loop:
 
     def close(self, *, wait: float = 0.0) -> None:
         """Close the database; with `wait`, first let this process's sessions finish."""
-        import subprocess
+        for proc in self.procs.values():  # none in a one-shot command: no subprocess import
+            import subprocess
 
-        for proc in self.procs.values():
             if wait and proc.poll() is None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=wait)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,7 @@ _POINTS = point_list(hint=f". Valid points: {', '.join(POINTS)}; leave `on` out 
 HOOK_ENTRY = Tagged(
     expected=f"a mapping with name and one of {', '.join(VARIANTS)}", then=(_kind_check,),
     fields={
-        "name": Field(replace(NAME, description="unique name"),
+        "name": Field(NAME.replace(description="unique name"),
                       required=f"every entry needs a name matching {NAME_PATTERN}"),
         "on": Field(_POINTS),
         "required": Field(Bool(), default=False),
