@@ -33,9 +33,8 @@ from the_loop.hooks.serving.connection import (
     MAX_PIPELINED,
     SLICE,
     Connection,
-    Duplicates,
 )
-from the_loop.hooks.serving.core import POOL_THREADS, Core
+from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall, served_points
 from the_loop.hooks.serving.operations import Operations
 
@@ -75,7 +74,6 @@ class HookServer:
         self.head_timeout = head_timeout
         self.max_connections = max_connections
         self.conns: set[Connection] = set()
-        self.duplicates = Duplicates(POOL_THREADS)
         self.loop = _new_loop()
         # Set (on the loop) by shutdown(): a future, not loop.stop(), so a shutdown that
         # comes while create_server is still running is not spent there and lost.
@@ -139,7 +137,6 @@ class HookServer:
                     server.close()
                     for conn in list(self.conns):
                         conn.transport.abort()
-                        conn.drop()
                     loop.run_until_complete(asyncio.sleep(0))
         finally:
             asyncio.set_event_loop(None)
