@@ -282,18 +282,19 @@ class Connection(asyncio.Protocol):
     def _start(self, cycle: Cycle) -> None:
         """Run the cycle's call in the pool; its thread hands the answer back to the loop."""
         cycle.running = True
-        future = self.core.pool.submit(self.core.call, b"".join(cycle.body), self.peer)
-        future.add_done_callback(lambda done: _soon(self.loop, self._answered, cycle, done))
+        self.core.pool.run(self.core.call, (b"".join(cycle.body), self.peer),
+                           lambda reply, failure: _soon(self.loop, self._answered, cycle,
+                                                        reply, failure))
 
-    def _answered(self, cycle: Cycle, future: concurrent.futures.Future[Reply]) -> None:
+    def _answered(self, cycle: Cycle, reply: Reply | None, failure: BaseException | None
+                  ) -> None:
         """On the loop: the pool's answer to `cycle`; write it and go on."""
         cycle.running = False
-        try:
-            cycle.reply = future.result()
-        except concurrent.futures.CancelledError:  # the server shut down
+        if isinstance(failure, concurrent.futures.CancelledError):  # the server shut down
             return
-        except BaseException as exc:  # the caller gets a 500, never silence
-            cycle.reply = self.core.refuse(500, f"internal error: {type(exc).__name__}")
+        if reply is None:  # the caller gets a 500, never silence
+            reply = self.core.refuse(500, f"internal error: {type(failure).__name__}")
+        cycle.reply = reply
         self._next()
 
     def _continue(self) -> None:
@@ -354,8 +355,10 @@ class Connection(asyncio.Protocol):
 
 def _soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
     """From a pool thread: `fn(*args)` on the loop (gone after a shutdown: dropped)."""
-    with contextlib.suppress(RuntimeError):
+    try:
         loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop is closed
+        pass
 
 
 def _common(reply: Reply, plain: bool) -> bytes | None:
