@@ -355,10 +355,8 @@ class Connection(asyncio.Protocol):
 
 def _soon(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
     """From a pool thread: `fn(*args)` on the loop (gone after a shutdown: dropped)."""
-    try:
+    with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:  # the loop is closed
-        pass
 
 
 def _common(reply: Reply, plain: bool) -> bytes | None:
