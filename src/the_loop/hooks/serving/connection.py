@@ -250,9 +250,8 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------------- answering
 
     def _next(self) -> None:
-        """Write the queued answers in request order as far as they are decided; start the
-        first undecided one's call (inline, or in the pool); then resume reading, set the
-        idle deadline or send a `100 Continue` owed, whichever is due."""
+        """Write the queued answers in request order as far as they are decided, starting
+        the first undecided one's call (inline, or in the pool); then `_after_answers`."""
         transport = self.transport
         queue = self.queue
         while queue and not self.write_paused and not transport.is_closing():
@@ -266,10 +265,16 @@ class Connection(asyncio.Protocol):
                 cycle.reply = self.core.call(b"".join(cycle.body), self.peer)
             queue.popleft()
             self._write(cycle.reply, cycle.keep, cycle.head)
-        if transport.is_closing():
-            return
+        if not transport.is_closing():
+            self._after_answers()
+
+    def _after_answers(self) -> None:
+        """What is due once the answers that can go out are out: close after a half-close,
+        resume reading, the idle deadline, or the `100 Continue` owed to the request being
+        read."""
+        queue = self.queue
         if self.eof and not queue and not self.held:
-            transport.close()
+            self.transport.close()
             return
         if len(queue) < MAX_PIPELINED:
             self._resume()

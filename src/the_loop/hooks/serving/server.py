@@ -17,8 +17,9 @@ for a burst of callers (`BACKLOG`) and a cap on open connections (`max_connectio
 caller past it is answered 503 with `Retry-After: 1` and closed).
 
 The event loop runs in the thread that calls `serve_forever` (or the one
-`serve_in_thread` starts); a hook class runs in `Core.pool`, never on the loop's thread.
-A connection's protocol (parsing, ordering, answering) is `connection.Connection`.
+`serve_in_thread` starts); a hook class runs in `Core.pool`, never on the loop's thread,
+and its thread hands the answer back to the loop, a connection's one writer. A connection's
+protocol (framing, ordering, answering) is `connection.Connection`.
 """
 
 from __future__ import annotations
