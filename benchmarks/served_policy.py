@@ -335,9 +335,9 @@ def baseline_rows(folder: Path, body: bytes, throughput: Throughput, ref: str
     try:
         for name, args in setups:
             for side, src in (("before", old), ("after", "")):
-                if args[-1] == "":  # a log file of each side's own
-                    args = (*args[:-1], str(folder / f"{side}-{len(servers)}.db"))
-                servers[name, side] = _hooks_serve(folder, *args, src=src)
+                # a log file of each side's own
+                own = tuple(a or str(folder / f"{side}.db") for a in args)
+                servers[name, side] = _hooks_serve(folder, *own, src=src)
         for i in range(BASELINE_ROUNDS):
             sides = ("before", "after") if i % 2 == 0 else ("after", "before")
             for name, _ in setups:
