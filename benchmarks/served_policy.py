@@ -303,8 +303,9 @@ def print_decision_log(rows: list[LogRow]) -> bool:
 # `python benchmarks/served_policy.py --baseline REF` serves each setup twice, from `git
 # archive REF` and from this tree, in alternating rounds of one run.
 
-#: setup, callers, before µs/call, after µs/call, median of the rounds' after ÷ before
-BaselineRow = tuple[str, int, float, float, float]
+#: setup, callers, before µs/call, after µs/call, median of the rounds' after ÷ before,
+#: calls/s before and after (median round)
+BaselineRow = tuple[str, int, float, float, float, float, float]
 BASELINE_ROUNDS = 10  # more than ROUNDS: the target is a 5 % difference
 
 
@@ -373,7 +374,9 @@ def baseline_rows(folder: Path, body: bytes, throughput: Throughput, ref: str
             rounds = [(a / ac) / (b / bc)
                       for a, ac, b, bc in zip(a_cpu, a_calls, b_cpu, b_calls, strict=True)]
             rows.append((name, n, sum(b_cpu) / sum(b_calls) * 1e6,
-                         sum(a_cpu) / sum(a_calls) * 1e6, statistics.median(rounds)))
+                         sum(a_cpu) / sum(a_calls) * 1e6, statistics.median(rounds),
+                         statistics.median(b_calls) / ROUND_SECONDS,
+                         statistics.median(a_calls) / ROUND_SECONDS))
     return rows
 
 
@@ -382,15 +385,16 @@ def print_baseline(rows: list[BaselineRow], ref: str) -> bool:
     print(f"\n### Server CPU per call, before ({ref}) and after (this tree)\n")
     print(f"{BASELINE_ROUNDS} alternating rounds of {ROUND_SECONDS} s per server and caller "
           "count, keep-alive callers sending as fast as answered; CPU of the server's threads "
-          "summed over all rounds, and the median of the rounds' ratios.\n")
+          "summed over all rounds, and the median of the rounds' ratios; calls/s of the median "
+          "round.\n")
     print("| setup | callers | before µs/call | after µs/call | after ÷ before | "
-          "median of rounds |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "median of rounds | calls/s before | calls/s after |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     met = True
-    for name, n, before, after, median in rows:
+    for name, n, before, after, median, b_rate, a_rate in rows:
         met = met and after <= 1.05 * before
         print(f"| {name} | {n} | {before:.1f} | {after:.1f} | {after / before:.3f} | "
-              f"{median:.3f} |")
+              f"{median:.3f} | {b_rate:,.0f} | {a_rate:,.0f} |")
     return met
 
 
