@@ -15,8 +15,10 @@ alternating rounds. Two views:
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -118,11 +120,13 @@ def _pair(stack: str, n: int, body: bytes, throughput: Throughput,
             cpu["e"] / len(lat["e"]) * 1e6, cpu["p"] / len(lat["p"]) * 1e6)
 
 
-def _hooks_serve(folder: Path, *args: str) -> tuple[str, subprocess.Popen[str]]:
-    """`hooks serve ARGS` (its decision log off unless ARGS name one)."""
+def _hooks_serve(folder: Path, *args: str, src: str = "") -> tuple[str, subprocess.Popen[str]]:
+    """`hooks serve ARGS` (its decision log off unless ARGS name one), from the source tree
+    `src` when given (a baseline's), else from this one."""
     log = [] if "--decision-log" in args else ["--decision-log", "off"]
+    env = {**os.environ, "PYTHONPATH": src} if src else None
     proc = subprocess.Popen([sys.executable, "-m", "the_loop", "hooks", "serve", *args, *log,
-                             "--port", "0", "--quiet"], cwd=folder, text=True,
+                             "--port", "0", "--quiet"], cwd=folder, text=True, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()
@@ -294,12 +298,121 @@ def print_decision_log(rows: list[LogRow]) -> bool:
     return met
 
 
+# --------------------------------------------------------------------------------------------
+# Before and after a change to the server (issue 33: served CPU per call may rise ≤ 5 %):
+# `python benchmarks/served_policy.py --baseline REF` serves each setup twice, from `git
+# archive REF` and from this tree, in alternating rounds of one run.
+
+#: setup, callers, before µs/call, after µs/call, median of the rounds' after ÷ before,
+#: calls/s before and after (median round)
+BaselineRow = tuple[str, int, float, float, float, float, float]
+BASELINE_ROUNDS = 10  # more than ROUNDS: the target is a 5 % difference
+
+
+def _baseline_src(folder: Path, ref: str) -> str:
+    """The `src` folder of `git archive REF`, unpacked under `folder`."""
+    out = folder / "baseline"
+    out.mkdir()
+    repo = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(repo), "archive", ref, "src"],
+                             capture_output=True, check=False)
+    if archive.returncode:
+        raise SystemExit(f"git archive {ref} failed: {archive.stderr.decode().strip()}")
+    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
+    return str(out / "src")
+
+
+def _task_cpu(pid: int) -> float:
+    """CPU seconds of every thread of `pid` (scheduler nanoseconds, not clock ticks)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def baseline_rows(folder: Path, body: bytes, throughput: Throughput, ref: str
+                  ) -> list[BaselineRow]:
+    """Server CPU per call with 1 and 4 callers, before (REF) and after (this tree), for a
+    policy folder with its log off and in SQLite (answered on the event loop) and for an
+    empty hook class (answered from a pool thread): summed over all rounds, and the median
+    of the rounds' after ÷ before (a burst of load elsewhere falls on one round)."""
+    policy_dir = policy_folder(folder)
+    (folder / "empty.py").write_text(EMPTY_SOURCE, encoding="utf-8")
+    old = _baseline_src(folder, ref)
+    setups = [("policy, log off", ("--policy", str(policy_dir))),
+              ("policy, SQLite log", ("--policy", str(policy_dir), "--decision-log", "")),
+              ("hook class (pool thread)", ("--path", "empty.py"))]
+    servers: dict[tuple[str, str], tuple[str, subprocess.Popen[str]]] = {}
+    cpu: dict[tuple[str, str, int], list[float]] = {}
+    calls: dict[tuple[str, str, int], list[int]] = {}
+    try:
+        for name, args in setups:
+            for side, src in (("before", old), ("after", "")):
+                # a log file of each side's own
+                own = tuple(a or str(folder / f"{side}.db") for a in args)
+                servers[name, side] = _hooks_serve(folder, *own, src=src)
+        for i in range(BASELINE_ROUNDS):
+            sides = ("before", "after") if i % 2 == 0 else ("after", "before")
+            for name, _ in setups:
+                for n in LOG_THREADS:
+                    for side in sides:
+                        url, proc = servers[name, side]
+                        before = _task_cpu(proc.pid)
+                        _, values = throughput(_client(url, body), n, ROUND_SECONDS)
+                        cpu.setdefault((name, side, n), []).append(_task_cpu(proc.pid) - before)
+                        calls.setdefault((name, side, n), []).append(len(values))
+    finally:
+        for _, proc in servers.values():
+            proc.terminate()
+            proc.wait(30)
+    rows: list[BaselineRow] = []
+    for name, _ in setups:
+        for n in LOG_THREADS:
+            b_cpu, a_cpu = cpu[name, "before", n], cpu[name, "after", n]
+            b_calls, a_calls = calls[name, "before", n], calls[name, "after", n]
+            rounds = [(a / ac) / (b / bc)
+                      for a, ac, b, bc in zip(a_cpu, a_calls, b_cpu, b_calls, strict=True)]
+            rows.append((name, n, sum(b_cpu) / sum(b_calls) * 1e6,
+                         sum(a_cpu) / sum(a_calls) * 1e6, statistics.median(rounds),
+                         statistics.median(b_calls) / ROUND_SECONDS,
+                         statistics.median(a_calls) / ROUND_SECONDS))
+    return rows
+
+
+def print_baseline(rows: list[BaselineRow], ref: str) -> bool:
+    """Print the table; True when no row's CPU per call rose by more than 5 % (summed)."""
+    print(f"\n### Server CPU per call, before ({ref}) and after (this tree)\n")
+    print(f"{BASELINE_ROUNDS} alternating rounds of {ROUND_SECONDS} s per server and caller "
+          "count, keep-alive callers sending as fast as answered; CPU of the server's threads "
+          "summed over all rounds, and the median of the rounds' ratios; calls/s of the median "
+          "round.\n")
+    print("| setup | callers | before µs/call | after µs/call | after ÷ before | "
+          "median of rounds | calls/s before | calls/s after |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    met = True
+    for name, n, before, after, median, b_rate, a_rate in rows:
+        met = met and after <= 1.05 * before
+        print(f"| {name} | {n} | {before:.1f} | {after:.1f} | {after / before:.3f} | "
+              f"{median:.3f} | {b_rate:,.0f} | {a_rate:,.0f} |")
+    return met
+
+
 def main() -> int:
     import tempfile
 
     from remote import BODY, _throughput
 
     args = sys.argv[1:]
+    if "--baseline" in args:
+        ref = args[args.index("--baseline") + 1]
+        began, load = time.perf_counter(), os.getloadavg()[0]
+        with tempfile.TemporaryDirectory() as tmp:
+            met = print_baseline(baseline_rows(Path(tmp), BODY, _throughput, ref), ref)
+        print(f"\nTarget: server CPU per call rises ≤ 5 %: {'met' if met else 'MISSED'}. "
+              f"Load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
+              f"CPUs: {os.cpu_count()}; run {time.perf_counter() - began:.1f} s.")
+        return 0 if met else 1
     pg = args[args.index("--pg") + 1] if "--pg" in args else os.environ.get(
         "THE_LOOP_TEST_PG_DSN", "")
     began = time.perf_counter()

@@ -100,6 +100,28 @@ def test_pipelined_requests_are_answered_in_order_on_one_connection() -> None:
         f"P{i}" for i in range(20)]
 
 
+def test_answers_decided_at_the_head_wait_behind_a_call_still_running_in_the_pool() -> None:
+    """A health check and a 404 pipelined behind a hook call that blocks: nothing is
+    answered until the call returns, then all four in request order."""
+    gate = Gate()
+    with HookServer(gate) as server, socket.create_connection(
+        ("127.0.0.1", server.port), timeout=10
+    ) as sock:
+        sock.sendall(request("block", 1) + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                     + request("two", 2) + b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert gate.entered.wait(10)
+        sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            sock.recv(1024)  # the health check did not overtake the running call
+        sock.settimeout(10)
+        gate.release.set()
+        answers = read_answers(sock, 4)
+    assert [status for status, _ in answers] == [200, 200, 200, 404]
+    assert json.loads(answers[0][1])["result"] == {"prompt": "BLOCK"}
+    assert b"session_spawn" in answers[1][1]
+    assert json.loads(answers[2][1])["result"] == {"prompt": "TWO"}
+
+
 def test_a_blocking_hook_does_not_stall_the_other_callers() -> None:
     gate = Gate()
     with HookServer(gate) as server:
@@ -118,8 +140,8 @@ def test_a_blocking_hook_does_not_stall_the_other_callers() -> None:
 
 
 def test_shutdown_closes_a_connection_whose_hook_call_still_runs() -> None:
-    """The pool thread holds a duplicate of the socket to answer on: a shutdown ends the
-    connection at once all the same, not when the hook returns (which may be never)."""
+    """A hook call still runs in a pool thread: a shutdown ends its caller's connection at
+    once, not when the hook returns (which may be never)."""
     gate = Gate()
     server = HookServer(gate)
     server.serve_in_thread()
@@ -136,10 +158,11 @@ def test_shutdown_closes_a_connection_whose_hook_call_still_runs() -> None:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
-def test_queued_hook_calls_hold_no_more_socket_duplicates_than_the_pool_has_threads() -> None:
-    """100 callers whose hooks block: 64 run (the pool's threads), 36 queue. Each running
-    call holds a duplicate of its socket to answer on; the queued ones hold none, so a
-    burst of callers cannot run the process out of file descriptors."""
+def test_hook_calls_that_block_hold_no_file_descriptor_beyond_their_sockets() -> None:
+    """100 callers whose hooks block: 64 run (the pool's threads), 36 queue. Only the event
+    loop writes answers, on the connection's own socket: a running call holds no other
+    file descriptor (one duplicate of its socket each, 64 in all, before issue 33), so a
+    burst of callers costs the process its sockets and nothing more."""
     gate = Gate()
     n = 100
     with HookServer(gate) as server:
@@ -155,7 +178,7 @@ def test_queued_hook_calls_hold_no_more_socket_duplicates_than_the_pool_has_thre
                 time.sleep(0.05)
             time.sleep(0.3)  # the rest reach the queue
             opened = len(os.listdir("/proc/self/fd")) - before
-            assert opened <= 2 * n + POOL_THREADS + 8  # both ends of each, 64 duplicates
+            assert opened <= 2 * n + 8  # both ends of each connection, and a few
             gate.release.set()
             answers = [read_answers(sock, 1)[0][0] for sock in socks]
         finally:
@@ -166,8 +189,8 @@ def test_queued_hook_calls_hold_no_more_socket_duplicates_than_the_pool_has_thre
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
-def test_callers_that_hang_up_leave_no_socket_duplicates_open() -> None:
-    """A connection keeps its duplicate between calls; it goes when the connection does."""
+def test_callers_that_hang_up_leave_no_file_descriptor_open() -> None:
+    """Answered from the pool, then hung up on: each connection's socket goes with it."""
     with HookServer(Gate()) as server:
         before = len(os.listdir("/proc/self/fd"))
         for i in range(100):
@@ -181,7 +204,7 @@ def test_callers_that_hang_up_leave_no_socket_duplicates_open() -> None:
 
 
 def test_a_connection_idle_after_an_answer_from_the_pool_is_closed() -> None:
-    """The thread that answered a hook call sets the idle deadline the loop enforces."""
+    """Once the loop wrote an answer the pool handed back, the idle deadline runs."""
     with HookServer(Gate(), idle_timeout=0.3) as server, socket.create_connection(
         ("127.0.0.1", server.port), timeout=10
     ) as sock:

@@ -28,13 +28,14 @@ Rules (`wire` holds the codes and `Reply`):
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
 import json
 import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import CancelledError, Executor, Future
 from typing import Any, ParamSpec, TypeVar
 
 from the_loop.hooks.serving.exposure import warn_if_open
@@ -67,6 +68,10 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
+#: A job for `HookThreads.run`: `fn`, its arguments, and what to do with its outcome.
+Then = Callable[[Any, BaseException | None], None]
+
+
 class HookThreads(Executor):
     """Up to `size` daemon threads running hook calls, started as calls need them.
 
@@ -76,46 +81,55 @@ class HookThreads(Executor):
 
     def __init__(self, size: int, name: str) -> None:
         self._size, self._name = size, name
-        self._work: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...],
-                                            dict[str, Any]] | None] = queue.SimpleQueue()
-        self._idle = threading.Semaphore(0)
-        self._lock = threading.Lock()
+        self._work: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], Then] | None]
+        self._work = queue.SimpleQueue()
+        self._lock = threading.Lock()  # guards the three counts below
         self._threads = 0
+        self._idle = 0  # threads waiting for work that no job has claimed yet
         self._closed = False
 
-    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
-               ) -> Future[_T]:
-        future: Future[_T] = Future()
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...], then: Then) -> None:
+        """Run `fn(*args)` in one of the threads, then `then(result, None)` there, or
+        `then(None, exc)` when it raised (`CancelledError` for a job shut down before it
+        ran). The thread counts as idle before `then` runs: a call that `then` leads to
+        (a server's next request once the answer is out) finds it, and no other thread is
+        started or woken for it."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the hook threads were shut down")
-            self._work.put((future, fn, args, kwargs))
-            if not self._idle.acquire(blocking=False) and self._threads < self._size:
+            self._work.put((fn, args, then))
+            if self._idle:
+                self._idle -= 1
+            elif self._threads < self._size:
                 self._threads += 1
                 threading.Thread(target=self._serve, name=f"{self._name}_{self._threads}",
                                  daemon=True).start()
+
+    def submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+               ) -> Future[_T]:
+        """`Executor.submit` (for `loop.run_in_executor`), on `run`."""
+        future: Future[_T] = Future()
+
+        def call() -> _T:
+            if not future.set_running_or_notify_cancel():
+                raise CancelledError  # the caller cancelled it first
+            return fn(*args, **kwargs)
+
+        self.run(call, (), functools.partial(_settle, future))
         return future
 
     def _serve(self) -> None:
-        while (item := self._work.get()) is not None:
-            future, fn, args, kwargs = item
-            del item
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = fn(*args, **kwargs)
-                except BaseException as exc:  # the caller's future carries it
-                    self._idle.release()
-                    future.set_exception(exc)
-                else:
-                    # idle before the future's callbacks run (a server answers in them):
-                    # a call submitted once the answer is out finds this thread, and no
-                    # other thread is started or woken for it
-                    self._idle.release()
-                    future.set_result(result)
-                    del result
-            else:
-                self._idle.release()
-            del future, fn, args, kwargs
+        while (job := self._work.get()) is not None:
+            fn, args, then = job
+            del job
+            try:
+                result, failure = fn(*args), None
+            except BaseException as exc:  # `then` carries it
+                result, failure = None, exc
+            with self._lock:
+                self._idle += 1
+            then(result, failure)
+            del fn, args, then, result, failure
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Take no more calls; cancel the waiting ones when asked; each thread ends after
@@ -124,13 +138,24 @@ class HookThreads(Executor):
             self._closed = True
             while cancel_futures:
                 try:
-                    item = self._work.get_nowait()
+                    job = self._work.get_nowait()
                 except queue.Empty:
                     break
-                if item is not None:
-                    item[0].cancel()
+                if job is not None:
+                    job[2](None, CancelledError())
             for _ in range(self._threads):
                 self._work.put(None)
+
+
+def _settle(future: Future[Any], result: Any, failure: BaseException | None) -> None:
+    if future.done():  # cancelled before it ran
+        return
+    if isinstance(failure, CancelledError):
+        future.cancel()
+    elif failure is not None:
+        future.set_exception(failure)
+    else:
+        future.set_result(result)
 
 
 def runs_inline(executor: AnyExecutor) -> bool:

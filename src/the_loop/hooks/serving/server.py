@@ -17,8 +17,9 @@ for a burst of callers (`BACKLOG`) and a cap on open connections (`max_connectio
 caller past it is answered 503 with `Retry-After: 1` and closed).
 
 The event loop runs in the thread that calls `serve_forever` (or the one
-`serve_in_thread` starts); a hook class runs in `Core.pool`, never on the loop's thread.
-A connection's protocol (parsing, ordering, answering) is `connection.Connection`.
+`serve_in_thread` starts); a hook class runs in `Core.pool`, never on the loop's thread,
+and its thread hands the answer back to the loop, a connection's one writer. A connection's
+protocol (framing, ordering, answering) is `connection.Connection`.
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ from the_loop.hooks.serving.connection import (
     MAX_PIPELINED,
     SLICE,
     Connection,
-    Duplicates,
 )
-from the_loop.hooks.serving.core import POOL_THREADS, Core
+from the_loop.hooks.serving.core import Core
 from the_loop.hooks.serving.jsonrpc import AnyExecutor, OnCall, served_points
 from the_loop.hooks.serving.operations import Operations
 
@@ -75,7 +75,6 @@ class HookServer:
         self.head_timeout = head_timeout
         self.max_connections = max_connections
         self.conns: set[Connection] = set()
-        self.duplicates = Duplicates(POOL_THREADS)
         self.loop = _new_loop()
         # Set (on the loop) by shutdown(): a future, not loop.stop(), so a shutdown that
         # comes while create_server is still running is not spent there and lost.
@@ -139,7 +138,6 @@ class HookServer:
                     server.close()
                     for conn in list(self.conns):
                         conn.transport.abort()
-                        conn.drop()
                     loop.run_until_complete(asyncio.sleep(0))
         finally:
             asyncio.set_event_loop(None)
