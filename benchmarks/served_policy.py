@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROUNDS = 6
+ROUNDS = 10
 ROUND_SECONDS = 0.5
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -190,8 +190,9 @@ def print_served(rows: list[Row]) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# The decision log's cost (issue 23): the same served policy with its log off, in SQLite and
-# in PostgreSQL, measured in one run: `python benchmarks/served_policy.py [--pg DSN]`.
+# The decision log's cost (issues 23 and 32.5): the same served policy with its log off, in
+# SQLite and in PostgreSQL, measured in one run: `python benchmarks/served_policy.py [--pg DSN]`.
+# The × CPU columns are log on ÷ log off server CPU per call, 1 and 4 callers, per store.
 
 LOG_THREADS = (1, 4)  # closed-loop callers for server CPU per call
 PACED_THREADS = 4
@@ -267,9 +268,14 @@ def decision_log_rows(folder: Path, body: bytes, throughput: Throughput, pg_dsn:
              paced[name]) for name, _, _ in servers]
 
 
+#: Log on ÷ log off server CPU per call at most (issue 32.5), 1 and 4 callers, each store.
+CPU_TARGET = 1.10
+
+
 def print_decision_log(rows: list[LogRow]) -> bool:
-    """Print the table; True when SQLite costs ≤ +25 % CPU per call (with 1 and 4 callers)
-    and PostgreSQL's paced p99 is ≤ 1.5× the unlogged server's."""
+    """Print the table; True when each log costs ≤ `CPU_TARGET`× the unlogged server's CPU
+    per call (with 1 and 4 callers). PostgreSQL's paced p99 (≤ 1.5× the unlogged server's,
+    issue 23) is printed beside it."""
     print("\n### The decision log's cost: one served 100-rule policy, log off / SQLite / "
           "PostgreSQL\n")
     print(f"{ROUNDS} alternating rounds of {ROUND_SECONDS} s per server: server CPU per call "
@@ -284,10 +290,8 @@ def print_decision_log(rows: list[LogRow]) -> bool:
     for name, rate, cpu, lat in rows:
         ratios = {n: cpu[n] / base[2][n] for n in LOG_THREADS}
         p99_ratio = _p99(lat) / _p99(base[3])
-        if name == "SQLite":
-            met = met and all(r <= 1.25 for r in ratios.values())
-        if name == "PostgreSQL":
-            met = met and p99_ratio <= 1.5
+        if name != "off":
+            met = met and all(r <= CPU_TARGET for r in ratios.values())
         print(f"| {name} | {rate[1]:,.0f} | {cpu[1]:.0f} | {ratios[1]:.2f} | {rate[4]:,.0f} | "
               f"{cpu[4]:.0f} | {ratios[4]:.2f} | {sorted(lat)[len(lat) // 2]:.3f} | "
               f"{_p99(lat):.3f} | {p99_ratio:.2f} |")
@@ -305,8 +309,9 @@ def main() -> int:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         met = print_decision_log(decision_log_rows(Path(tmp), BODY, _throughput, pg))
-    print(f"\nTargets: SQLite log ≤ +25 % server CPU per call; PostgreSQL p99 ≤ 1.5× no log: "
-          f"{'met' if met else 'MISSED'}{'' if pg else ' (PostgreSQL not measured: --pg DSN)'}"
+    print(f"\nTarget: log on ≤ {CPU_TARGET:.2f}× log off in server CPU per call, 1 and 4 "
+          f"callers, each log: {'met' if met else 'MISSED'}"
+          f"{'' if pg else ' (PostgreSQL not measured: --pg DSN)'}"
           f". CPUs: {os.cpu_count()}; Python {sys.version.split()[0]}; run "
           f"{time.perf_counter() - began:.1f} s.")
     return 0 if met else 1
