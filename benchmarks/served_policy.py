@@ -15,6 +15,7 @@ alternating rounds. Two views:
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import subprocess
@@ -118,11 +119,13 @@ def _pair(stack: str, n: int, body: bytes, throughput: Throughput,
             cpu["e"] / len(lat["e"]) * 1e6, cpu["p"] / len(lat["p"]) * 1e6)
 
 
-def _hooks_serve(folder: Path, *args: str) -> tuple[str, subprocess.Popen[str]]:
-    """`hooks serve ARGS` (its decision log off unless ARGS name one)."""
+def _hooks_serve(folder: Path, *args: str, env: dict[str, str] | None = None
+                 ) -> tuple[str, subprocess.Popen[str]]:
+    """`hooks serve ARGS` (its decision log off unless ARGS name one); `env`: another
+    commit's code (`baseline.env_for`)."""
     log = [] if "--decision-log" in args else ["--decision-log", "off"]
     proc = subprocess.Popen([sys.executable, "-m", "the_loop", "hooks", "serve", *args, *log,
-                             "--port", "0", "--quiet"], cwd=folder, text=True,
+                             "--port", "0", "--quiet"], cwd=folder, text=True, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()
@@ -191,7 +194,9 @@ def print_served(rows: list[Row]) -> bool:
 
 # --------------------------------------------------------------------------------------------
 # The decision log's cost (issues 23 and 32.5): the same served policy with its log off, in
-# SQLite and in PostgreSQL, measured in one run: `python benchmarks/served_policy.py [--pg DSN]`.
+# SQLite and in PostgreSQL, measured in one run:
+# `python benchmarks/served_policy.py [--pg DSN] [--baseline REF]` (REF: another commit's
+# three servers in the same rounds, each judged against its own log-off server).
 # The × CPU columns are log on ÷ log off server CPU per call, 1 and 4 callers, per store.
 
 LOG_THREADS = (1, 4)  # closed-loop callers for server CPU per call
@@ -231,20 +236,24 @@ def _paced(make: Callable[[], Callable[[], None]], threads: int, rate: float, se
     return [x for series in lat for x in series]
 
 
-def decision_log_rows(folder: Path, body: bytes, throughput: Throughput, pg_dsn: str
-                      ) -> list[LogRow]:
+def decision_log_rows(folder: Path, body: bytes, throughput: Throughput, pg_dsn: str,
+                      baseline: tuple[str, dict[str, str]] | None = None) -> list[LogRow]:
     """Per log (off, SQLite, PostgreSQL): best calls/s and server CPU µs per call with 1 and
     4 closed-loop callers, and the latencies of paced callers; alternating rounds, each
-    server serving the 100-rule folder."""
+    server serving the 100-rule folder. With `baseline` (a name and the environment that
+    runs another commit's code), that commit's three servers too, in the same rounds."""
     policy_dir = policy_folder(folder)
-    logs = [("off", "off"), ("SQLite", str(folder / "served.db"))]
-    if pg_dsn:
-        logs.append(("PostgreSQL", pg_dsn))
+    logs: list[tuple[str, str, dict[str, str] | None]] = []
+    for prefix, env in [("", None), *([(f"{baseline[0]}: ", baseline[1])] if baseline else [])]:
+        logs += [(f"{prefix}off", "off", env),
+                 (f"{prefix}SQLite", str(folder / f"served{len(logs)}.db"), env)]
+        if pg_dsn:
+            logs.append((f"{prefix}PostgreSQL", pg_dsn, env))
     servers: list[tuple[str, str, subprocess.Popen[str]]] = []
     try:
-        for name, target in logs:
+        for name, target, env in logs:
             url, proc = _hooks_serve(folder, "--policy", str(policy_dir),
-                                     "--decision-log", target)
+                                     "--decision-log", target, env=env)
             servers.append((name, url, proc))
         rate = {name: dict.fromkeys(LOG_THREADS, 0.0) for name, _, _ in servers}
         cpu = {name: dict.fromkeys(LOG_THREADS, 0.0) for name, _, _ in servers}
@@ -285,12 +294,13 @@ def print_decision_log(rows: list[LogRow]) -> bool:
     print("| decision log | 1 caller: calls/s | CPU µs/call | × CPU | 4 callers: calls/s | "
           "CPU µs/call | × CPU | paced p50 ms | paced p99 ms | × p99 |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    base = rows[0]
     met = True
+    bases = {name: row for row in rows if (name := row[0]).endswith("off")}
     for name, rate, cpu, lat in rows:
-        ratios = {n: cpu[n] / base[2][n] for n in LOG_THREADS}
+        base = bases[name.rsplit(" ", 1)[0] + " off" if ": " in name else "off"]
+        ratios = {n: cpu[n] / base[2][n] for n in LOG_THREADS}  # against its own code's off
         p99_ratio = _p99(lat) / _p99(base[3])
-        if name != "off":
+        if ": " not in name and name != "off":  # this checkout's logs are judged
             met = met and all(r <= CPU_TARGET for r in ratios.values())
         print(f"| {name} | {rate[1]:,.0f} | {cpu[1]:.0f} | {ratios[1]:.2f} | {rate[4]:,.0f} | "
               f"{cpu[4]:.0f} | {ratios[4]:.2f} | {sorted(lat)[len(lat) // 2]:.3f} | "
@@ -301,14 +311,21 @@ def print_decision_log(rows: list[LogRow]) -> bool:
 def main() -> int:
     import tempfile
 
+    import baseline
     from remote import BODY, _throughput
 
     args = sys.argv[1:]
     pg = args[args.index("--pg") + 1] if "--pg" in args else os.environ.get(
         "THE_LOOP_TEST_PG_DSN", "")
+    ref = args[args.index("--baseline") + 1] if "--baseline" in args else ""
     began = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        met = print_decision_log(decision_log_rows(Path(tmp), BODY, _throughput, pg))
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        given = None
+        if ref:  # that commit's servers beside this checkout's, in the same rounds
+            src = stack.enter_context(baseline.checkout(ref))
+            given = (ref, baseline.env_for(src))
+            print(f"\nBaseline {ref}: {baseline.describe(ref)}")
+        met = print_decision_log(decision_log_rows(Path(tmp), BODY, _throughput, pg, given))
     print(f"\nTarget: log on ≤ {CPU_TARGET:.2f}× log off in server CPU per call, 1 and 4 "
           f"callers, each log: {'met' if met else 'MISSED'}"
           f"{'' if pg else ' (PostgreSQL not measured: --pg DSN)'}"
