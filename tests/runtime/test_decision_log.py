@@ -194,7 +194,7 @@ def test_a_row_of_an_unknown_layout_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(LoopError) as info:
         list(read_points(db))
     assert str(info.value) == (f"{db}: decision log row 1 cannot be read (record version 9, "
-                               "expected 2); it was not written by this version of the-loop")
+                               "expected 3); it was not written by this version of the-loop")
 
 
 def test_replay_names_each_row_it_cannot_use_and_replays_the_rest(ld: LoopDir) -> None:

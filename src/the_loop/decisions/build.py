@@ -1,21 +1,23 @@
 """Building a decision record: from a chain's outcome (the loop's points, a served chain) or
 from one served executor's answer, with one step builder for both.
 
-`step_of` is the one shape a hook's step takes in a record: its hook, kind (the executor
-registry's word: local, remote, policy; `unknown` for an executor of no registered kind),
-status, the decisions it changed, its error, the fields it tried to change and could not,
-and the policy rules that applied and the audit rules that matched. `loop_record` stores a
+`step_of` (`layout.step_of`, kept where the record's layout is, so a reader rebuilds a
+served call's one step with it too) is the one shape a hook's step takes in a record: its
+hook, kind (the executor registry's word: local, remote, policy; `unknown` for an executor
+of no registered kind), status, the decisions it changed, its error, the fields it tried
+to change and could not, and the policy rules that applied and the audit rules that
+matched. `loop_record` stores a
 chain's outcome compactly (`layout.expand` undoes it); `applied` is what the loop applies of
 a chain's final decisions, the record's and replay's alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from the_loop.decisions.encoding import context_json
-from the_loop.decisions.layout import DECISIONS, VERSION
+from the_loop.decisions.layout import DECISIONS, VERSION, step_of
 from the_loop.hooks.engine.chain import Outcome, Step
 from the_loop.hooks.engine.points import Context
 from the_loop.hooks.executors import registry
@@ -28,23 +30,6 @@ UNKNOWN = registry.UNKNOWN
 _IGNORED_AT_GATE = ("question", "summary")
 
 
-def step_of(hook: str, kind: str, status: str, changed: Mapping[str, Any], error: str = "",
-            dropped: Iterable[str] = (), detail: Mapping[str, Any] | None = None
-            ) -> dict[str, Any]:
-    """One hook's step as a record holds it (changes in full, fresh copies)."""
-    out: dict[str, Any] = {"hook": hook, "kind": kind, "status": status}
-    if changed:
-        out["changed"] = dict(changed)
-    if error:
-        out["error"] = error
-    dropped = list(dropped)
-    if dropped:
-        out["dropped"] = dropped
-    if detail:
-        for key in ("rules", "audit"):
-            if detail.get(key):
-                out[key] = list(detail[key])
-    return out
 
 
 def chain_step(step: Step, kinds: Mapping[str, str]) -> dict[str, Any]:

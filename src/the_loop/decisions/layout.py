@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from the_loop.decisions.encoding import context_json
 from the_loop.errors import LoopError
+from the_loop.hooks.engine.dialect import read_params
 from the_loop.hooks.engine.points import SPECS
 
 #: The layout of `record`; a reader refuses a version it does not know. Version 1 kept
-#: every changed text and every final decision in full; `expand` reads both.
-VERSION = 2
-READS = (1, 2)
+#: every changed text and every final decision in full; `expand` reads both. Version 3
+#: lets a served call's record keep the request's own bytes (`request`: the JSON-RPC
+#: request object as received) in place of its `context`, which a reader rebuilds from
+#: them through the dialect reader, as the server did; and a served executor's one step
+#: as its `hook` and `kind` (`served_step`). Every other field is version 2's.
+VERSION = 3
+READS = (1, 2, 3)
 
 #: `id` is the rowid (no AUTOINCREMENT: its bookkeeping cost a served record a sixth of its
 #: insert); ids grow with each row, as replay's order needs, since pruning removes the
@@ -75,6 +81,55 @@ def item_key(ref: str) -> str:
 
 def _clean(name: Any) -> str:
     return str(name).replace("\t", " ").replace("\n", " ").replace("\0", "\ufffd")
+
+
+def step_of(hook: str, kind: str, status: str, changed: Mapping[str, Any], error: str = "",
+            dropped: Iterable[str] = (), detail: Mapping[str, Any] | None = None
+            ) -> dict[str, Any]:
+    """One hook's step as a record holds it (changes in full, fresh copies): its hook, kind,
+    status, the decisions it changed, its error, the fields it tried to change and could
+    not, and the policy rules that applied and the audit rules that matched."""
+    out: dict[str, Any] = {"hook": hook, "kind": kind, "status": status}
+    if changed:
+        out["changed"] = dict(changed)
+    if error:
+        out["error"] = error
+    dropped = list(dropped)
+    if dropped:
+        out["dropped"] = dropped
+    if detail:
+        for key in ("rules", "audit"):
+            if detail.get(key):
+                out[key] = list(detail[key])
+    return out
+
+
+def step_status(error: str, changed: Mapping[str, Any]) -> str:
+    """A served executor's step status: failed, changed or unchanged."""
+    return "failed" if error else "changed" if changed else "unchanged"
+
+
+def served_step(rec: dict[str, Any]) -> dict[str, Any]:
+    """The one step of a version-3 served record that keeps it as `hook` and `kind` (with
+    its `decisions`, `error`, `rules` and `audit`), as `step_of` builds it."""
+    decisions = rec["decisions"]
+    error = rec.get("error", "")
+    if not isinstance(decisions, dict) or not isinstance(error, str):
+        raise ValueError("its decisions or error are not of the record's layout")
+    return step_of(str(rec["hook"]), str(rec["kind"]), step_status(error, decisions),
+                   decisions, error, (), rec)
+
+
+def _from_request(point: str, rec: dict[str, Any]) -> None:
+    """Give a version-3 record that keeps the request's bytes its `context` (read from them
+    by the dialect reader, as the server read them) and its `steps`."""
+    request = rec.pop("request")
+    if not isinstance(request, dict):
+        raise ValueError("its request is not a JSON-RPC request object")
+    ctx, _ignored = read_params(point, request.get("params", {}))
+    rec["context"] = context_json(ctx)
+    if "steps" not in rec:
+        rec["steps"] = [served_step(rec)]
 
 
 def rules_text(steps: Iterable[dict[str, Any]]) -> str:
@@ -163,6 +218,8 @@ def recorded(row: tuple[Any, ...]) -> Recorded:
     rec = decode(text)
     if rec.get("v") not in READS:
         raise ValueError(f"record version {rec.get('v')!r}, expected {VERSION}")
+    if "request" in rec:
+        _from_request(pt, rec)
     if not isinstance(rec["context"], dict) or not isinstance(rec["steps"], list) \
             or not all(isinstance(s, dict) for s in rec["steps"]):
         raise ValueError("its context or steps are not of the record's layout")
@@ -196,4 +253,4 @@ def records(rows: Iterable[tuple[Any, ...]], source: str,
 
 __all__ = ["COLUMNS", "DECISIONS", "FIELDS", "INDEXES", "READS", "TABLE", "VERSION",
            "Recorded", "Row", "decode", "expand", "item_key", "recorded", "records",
-           "rules_of", "rules_text"]
+           "rules_of", "rules_text", "served_step", "step_of", "step_status"]

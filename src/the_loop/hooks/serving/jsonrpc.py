@@ -98,6 +98,9 @@ class CallRecord(NamedTuple):
     detail: Mapping[str, Any] = _NONE
     executor: Any = None
     caller: str = ""
+    #: The request's own bytes as received, for a request that was not part of a batch
+    #: (`b""` in a batch): what a decision log may keep instead of encoding the context.
+    request: bytes = b""
 
 
 OnCall = Callable[[CallRecord], None]
@@ -177,7 +180,8 @@ def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None,
             secrets: list[str], caller: str) -> bytes:
     started = time.perf_counter()
     try:
-        doc = read_json(body if isinstance(body, str) else bytes(body), decoder=_DECODER)
+        body = body if isinstance(body, str) else bytes(body)  # bytes: itself, not a copy
+        doc = read_json(body, decoder=_DECODER)
     except (ValueError, RecursionError) as exc:
         why = (str(exc) if isinstance(exc, NotUnicode) else
                "is nested too deep to read" if isinstance(exc, RecursionError) else
@@ -195,7 +199,8 @@ def _handle(executor: AnyExecutor, body: bytes | str, on_call: OnCall | None,
         answers = [a for a in (_one(executor, item, on_call, secrets, caller) for item in doc)
                    if a is not None]
         return _dumps(answers) if answers else b""
-    single = _one(executor, doc, on_call, secrets, caller)
+    single = _one(executor, doc, on_call, secrets, caller,
+                  body if isinstance(body, bytes) else b"")
     return b"" if single is None else _dumps(single)
 
 
@@ -220,6 +225,7 @@ class _Seen:
     changes: dict[str, Any] = field(default_factory=dict)
     detail: dict[str, Any] = field(default_factory=dict)
     executor: Any = None
+    request: bytes = b""
 
 
 def _report(
@@ -238,15 +244,16 @@ def _report(
             failure=str(error.get("message", "")) if error and error.get("code") == HOOK_RAISED
             else "",
             context=seen.context, changes=seen.changes, detail=seen.detail,
-            executor=seen.executor, caller=seen.caller,
+            executor=seen.executor, caller=seen.caller, request=seen.request,
         ))
 
 
 def _one(executor: AnyExecutor, req: Any, on_call: OnCall | None,
-         secrets: list[str], caller: str) -> dict[str, Any] | None:
-    """The answer to one request object (reported to `on_call`), or None for a notification."""
+         secrets: list[str], caller: str, body: bytes = b"") -> dict[str, Any] | None:
+    """The answer to one request object (reported to `on_call`), or None for a notification;
+    `body`: its bytes as received, when it was the whole request."""
     started = time.perf_counter()
-    seen = _Seen(caller=caller)
+    seen = _Seen(caller=caller, request=body)
     answer = _answer(executor, req, seen)
     if secrets:  # before the message is cut: a cut never leaves part of a secret
         answer = redact(answer, secrets)
