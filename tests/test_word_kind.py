@@ -35,7 +35,8 @@ EXECUTOR = {
     "hooks/declaring/loading.py": {"KIND", "kind"},
     "hooks/serving/revisions.py": {"kind", "registered_kind"},
     "hooks/serving/hosted.py": {"_kinds", "kinds"},
-    "decisions/build.py": {"kind", "kinds"},
+    "decisions/build.py": {"kinds"},
+    "decisions/layout.py": {"kind"},
     "decisions/looplog.py": {"_kinds"},
     "runtime/replay.py": {"kind", "registered_kind"},
     "cli/hooks.py": {"kind"},  # HookEntry.kind
