@@ -7,7 +7,14 @@ default) or PostgreSQL (`database: postgresql://…`, shared by every host), one
 a crash leaves a step either done or not done. While this thread holds a claim (`hold`),
 every transaction first checks, under a row lock, that the claim is still its own with the
 same fencing number, and raises `Fenced` when a newer owner took it over — so a process that
-was paused past its lease writes nothing. The SQLite file (and its -wal/-shm companions) is
+was paused past its lease writes nothing.
+
+Inside `batched()` (one visit to a work item, issue 34) the `transaction()` blocks of this
+thread share one transaction, opened (with its one fence check) by the first of them and
+committed by `settle()`: the caller settles before anything outside the database depends
+on what it wrote (a session process started, a hook asked, a channel called) and at the
+visit's end. A block that raises rolls the whole batch back — what a crash at that moment
+would have left — and the next block opens a new one. The SQLite file (and its -wal/-shm companions) is
 readable by its owner only.
 """
 
@@ -15,9 +22,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +111,18 @@ FILLS = {3: FILL_V3}
 SCHEMA_VERSION = 4
 
 
+#: The database whose batch this thread has open (db.batched), for `settle_batch`.
+_BATCHING = threading.local()
+
+
+def settle_batch() -> None:
+    """Commit what this thread's open batch holds, whichever database it is on (a no-op
+    without one): where a step reaches a point its redo after a crash starts from."""
+    db = getattr(_BATCHING, "db", None)
+    if db is not None:
+        db.settle()
+
+
 class Fenced(LoopError):
     """A newer owner holds the claim this thread worked under: it must write nothing more."""
 
@@ -154,11 +174,73 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
+        batch = getattr(self._local, "batch", None)
+        if batch is not None:
+            conn = self._joined(batch)
+            try:
+                yield conn
+            except BaseException:
+                self._abort(batch)
+                raise
+            return
         with self._begin() as conn:
             held = getattr(self._local, "fence", None)
             if held is not None:
                 self._check_fence(conn, *held)
             yield conn
+
+    # ------------------------------------------------------------------ a visit's batch
+    @contextmanager
+    def batched(self) -> Iterator[None]:
+        """This thread's transactions share one until `settle()` (see the module doc);
+        what is still open at the end is committed, or rolled back when the block raises."""
+        if getattr(self._local, "batch", None) is not None:
+            yield
+            return
+        batch = self._local.batch = ExitStack()
+        _BATCHING.db = self
+        try:
+            yield
+            self.settle()
+        except BaseException:
+            self._abort(batch)
+            raise
+        finally:
+            self._local.batch = self._local.open = _BATCHING.db = None
+
+    def _joined(self, batch: ExitStack) -> Any:
+        """The batch's open transaction, opened (and its fence checked) when none is."""
+        conn = getattr(self._local, "open", None)
+        if conn is not None:
+            return conn
+        conn = batch.enter_context(self._begin())
+        try:
+            held = getattr(self._local, "fence", None)
+            if held is not None:
+                self._check_fence(conn, *held)
+        except BaseException:
+            self._abort(batch)
+            raise
+        self._local.open = conn
+        return conn
+
+    def pending(self) -> bool:
+        """Whether this thread's batch has an open transaction (writes not yet committed)."""
+        return getattr(self._local, "open", None) is not None
+
+    def settle(self) -> None:
+        """Commit this thread's batch so far (a no-op outside `batched()` or with nothing
+        written): before anything outside the database may depend on it."""
+        batch = getattr(self._local, "batch", None)
+        if batch is not None and self.pending():
+            self._local.open = None
+            batch.close()
+
+    def _abort(self, batch: ExitStack) -> None:
+        if self.pending():
+            self._local.open = None
+            exc = sys.exc_info()
+            batch.__exit__(*exc)  # the transaction sees the error: ROLLBACK
 
     def _check_fence(self, conn: Conn, ref: str, owner: str, fence: int) -> None:
         row = conn.execute(f"SELECT claim, fence FROM work WHERE ref=?{self.dialect.for_update}",

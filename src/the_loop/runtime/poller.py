@@ -231,15 +231,19 @@ def work_on(loop: Loop, ref: str, report: Report, *, wait: float = 0.0,
     if not got:
         report.busy += 1
         return False
-    try:
-        failpoint("claim")
-        take_over(loop, ref)
-        run_steps(loop, ref, report)
-        check_session(loop, ref, report)
-    except Fenced as exc:
-        fenced_out(loop, ref, exc)
-    finally:
-        loop.store.release(ref)
+    # One batch (db.batched): the visit's writes share a transaction and one fence check,
+    # committed before whatever outside the database depends on them (a hook asked, a
+    # session started: Loop.decide, launching.py) and with the release at the end.
+    with loop.db.batched():
+        try:
+            failpoint("claim")
+            take_over(loop, ref)
+            run_steps(loop, ref, report)
+            check_session(loop, ref, report)
+        except Fenced as exc:
+            fenced_out(loop, ref, exc)
+        finally:
+            loop.store.release(ref)
     return True
 
 

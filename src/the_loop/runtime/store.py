@@ -157,10 +157,13 @@ class Store:
         return True
 
     def release(self, ref: str) -> None:
-        """Give the claim up (nothing is written when a newer owner has it)."""
-        self.db.drop(ref)
+        """Give the claim up (nothing is written when a newer owner has it). In a visit's
+        batch (db.batched) it is the batch's last statement, committed with what the visit
+        wrote; otherwise one statement of its own."""
         self.db.conn.execute("UPDATE work SET claim='', claim_until=0 WHERE ref=? AND claim=?",
-                             (ref, self.me))  # one statement: it guards itself
+                             (ref, self.me))  # it guards itself
+        self.db.settle()
+        self.db.drop(ref)
 
     def beat(self, owner: str = "") -> dict[str, Any] | None:
         """Renew every claim this process holds, and say this host is alive -- unless its
