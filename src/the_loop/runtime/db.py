@@ -14,7 +14,11 @@ thread share one transaction, opened (with its one fence check) by the first of 
 committed by `settle()`: the caller settles before anything outside the database depends
 on what it wrote (a session process started, a hook asked, a channel called) and at the
 visit's end. A block that raises rolls the whole batch back — what a crash at that moment
-would have left — and the next block opens a new one. The SQLite file (and its -wal/-shm companions) is
+would have left — and the next block opens a new one; what the batch was told to `keep`
+(a point's decisions on its step) is then written again at once, in a transaction of its
+own, so a hook is not asked twice because a later write of the visit failed. `memo()` is the batch's cache of what
+the visit read (its work row, its item), kept true by the writes that go through the store
+and the tracker, emptied by a rollback and at the end. The SQLite file (and its -wal/-shm companions) is
 readable by its owner only.
 """
 
@@ -198,6 +202,7 @@ class Database:
             yield
             return
         batch = self._local.batch = ExitStack()
+        self._local.memo = {}
         _BATCHING.db = self
         try:
             yield
@@ -206,7 +211,8 @@ class Database:
             self._abort(batch)
             raise
         finally:
-            self._local.batch = self._local.open = _BATCHING.db = None
+            self._local.batch = self._local.open = self._local.memo = None
+            self._local.kept = _BATCHING.db = None
 
     def _joined(self, batch: ExitStack) -> Any:
         """The batch's open transaction, opened (and its fence checked) when none is."""
@@ -224,6 +230,17 @@ class Database:
         self._local.open = conn
         return conn
 
+    def memo(self) -> dict[Any, Any] | None:
+        """This thread's visit cache (None outside `batched()`; see the module doc)."""
+        return getattr(self._local, "memo", None)
+
+    def keep(self, sql: str, parameters: tuple[Any, ...]) -> None:
+        """In a batch: a statement just run in it that outlives a rollback of the batch
+        (see the module doc)."""
+        if self.pending():
+            kept = getattr(self._local, "kept", None) or []
+            self._local.kept = [*kept, (sql, parameters)]
+
     def pending(self) -> bool:
         """Whether this thread's batch has an open transaction (writes not yet committed)."""
         return getattr(self._local, "open", None) is not None
@@ -233,14 +250,34 @@ class Database:
         written): before anything outside the database may depend on it."""
         batch = getattr(self._local, "batch", None)
         if batch is not None and self.pending():
-            self._local.open = None
+            self._local.open = self._local.kept = None
             batch.close()
 
     def _abort(self, batch: ExitStack) -> None:
+        memo = self.memo()
+        if memo is not None:
+            memo.clear()  # what was read may have been written by what is rolled back
         if self.pending():
             self._local.open = None
+            kept, self._local.kept = getattr(self._local, "kept", None) or [], None
             exc = sys.exc_info()
             batch.__exit__(*exc)  # the transaction sees the error: ROLLBACK
+            if kept:
+                self._rewrite(kept)
+
+    def _rewrite(self, kept: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """What a rolled-back batch was told to keep, in a transaction of its own. When it
+        cannot be written (another owner took the claim, the database is away), it is lost
+        as a crash would lose it: the error being handled is the one that counts."""
+        try:
+            with self._begin() as conn:
+                held = getattr(self._local, "fence", None)
+                if held is not None:
+                    self._check_fence(conn, *held)
+                for sql, parameters in kept:
+                    conn.execute(sql, parameters)
+        except Exception:  # not named: the caller is already handling the batch's own error
+            pass
 
     def _check_fence(self, conn: Conn, ref: str, owner: str, fence: int) -> None:
         row = conn.execute(f"SELECT claim, fence FROM work WHERE ref=?{self.dialect.for_update}",

@@ -265,8 +265,10 @@ class Loop:
         comment = step.payload.get("comment") if ctx.POINT == "input_received" else None
         self.db.settle()  # a visit's writes so far: no lock is held while a hook is asked
         got = Decided.of(self.fire(ctx, input_id=comment if type(comment) is int else 0))
+        # Committed with the step's effect (the visit's batch, db.batched: the next commit
+        # comes before anything outside the database acts, and at each failpoint), and
+        # kept if that batch is rolled back: a redo asks no hook again.
         self.store.record(step, ctx.POINT, got.record)
-        self.db.settle()  # durable before its effect: a redo asks no hook again
         return got
 
     # ------------------------------------------------------------------ state
