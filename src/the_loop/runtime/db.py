@@ -16,10 +16,11 @@ on what it wrote (a session process started, a hook asked, a channel called) and
 visit's end. A block that raises rolls the whole batch back — what a crash at that moment
 would have left — and the next block opens a new one; what the batch was told to `keep`
 (a point's decisions on its step) is then written again at once, in a transaction of its
-own, so a hook is not asked twice because a later write of the visit failed. `memo()` is the batch's cache of what
-the visit read (its work row, its item), kept true by the writes that go through the store
-and the tracker, emptied by a rollback and at the end. The SQLite file (and its -wal/-shm companions) is
-readable by its owner only.
+own, so a hook is not asked twice because a later write of the visit failed. `memo()` is
+the batch's cache of what the visit read (its work row, its item), kept true by the writes
+that go through the store and the tracker, emptied by a rollback and at the end.
+
+The SQLite file (and its -wal/-shm companions) is readable by its owner only.
 """
 
 from __future__ import annotations
@@ -219,15 +220,14 @@ class Database:
         conn = getattr(self._local, "open", None)
         if conn is not None:
             return conn
-        conn = batch.enter_context(self._begin())
+        conn = self._local.open = batch.enter_context(self._begin())
         try:
             held = getattr(self._local, "fence", None)
             if held is not None:
                 self._check_fence(conn, *held)
         except BaseException:
-            self._abort(batch)
+            self._abort(batch)  # a stale owner: the transaction it opened is rolled back
             raise
-        self._local.open = conn
         return conn
 
     def memo(self) -> dict[Any, Any] | None:

@@ -150,14 +150,23 @@ class Store:
             f"UPDATE work SET claim=?, claim_until={self.now} + ?, "
             "fence=fence + CASE WHEN claim=? THEN 0 ELSE 1 END WHERE ref IN (SELECT ref FROM "
             f"work WHERE ref=? AND (claim=? OR claim='' OR claim_until <= {self.now})"
-            f"{self.db.dialect.skip_locked}) RETURNING fence",
+            f"{self.db.dialect.skip_locked}) RETURNING *",
             (me, self.expiry, me, ref, me)).fetchall()  # all: the statement ends, and commits
         if rows:
             self.db.hold(ref, me, int(rows[0]["fence"]))
+            memo = self.db.memo()
+            if memo is not None:  # a visit (db.batched) starts from the row it claimed
+                memo["work", ref] = dict(rows[0])
             return True
         return self._claim_held(ref, me)
 
     def _claim_held(self, ref: str, me: str) -> bool:
+        try:
+            return self._take_held(ref, me)
+        finally:
+            self.db.settle()  # in a visit's batch too: decided and committed, never held
+
+    def _take_held(self, ref: str, me: str) -> bool:
         with self.db.transaction() as conn:
             row = conn.execute(f"SELECT claim, claim_until, fence, {self.now} AS now FROM work "
                                f"WHERE ref=?{self.db.dialect.skip_locked}", (ref,)).fetchone()
