@@ -9,11 +9,12 @@ this script's own reads of it are counted and taken off)
 and the CPU of the backends serving it (sampled from /proc every 50 ms; a backend that lives
 less than that is missed). Then one `poll --once` runs on the folder with nothing to do.
 
-The same run measures a checkout of `--baseline REF` (benchmarks/baseline.py) the same way;
-the table puts the two side by side with their ratio (this ÷ baseline).
+The same run measures a checkout of each `--baseline REF` (benchmarks/baseline.py; the flag
+may be given more than once) the same way; the table puts them side by side with this
+checkout, and the ratio of this checkout to each (this ÷ baseline).
 
-    .venv/bin/python benchmarks/loop_visits.py [--items 10] [--baseline main]
-        [--backend sqlite|postgresql|both] [--dsn postgresql:///postgres]
+    .venv/bin/python benchmarks/loop_visits.py [--items 10] [--baseline 5a1a699]
+        [--baseline main] [--backend sqlite|postgresql|both] [--dsn postgresql:///postgres]
 """
 
 from __future__ import annotations
@@ -63,6 +64,15 @@ def folder(root: Path, database: str) -> Path:
     return config
 
 
+def setup(src: Path | None, config: Path, *args: str) -> str:
+    """`the-loop ARGS` by the version measured (its schema is the one its pollers read)."""
+    if src is None:
+        return cli(config, *args)
+    return subprocess.run([sys.executable, "-m", "the_loop", "--config", str(config), *args],
+                          env=env_for(src), capture_output=True, text=True, check=True,
+                          timeout=120).stdout
+
+
 def server_xacts(db: Database) -> int:
     time.sleep(1.2)  # backends flush their statistics within a second (and at exit)
     row = db.query("SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE "
@@ -86,9 +96,9 @@ def walk(src: Path | None, items: int, pollers: int, pg: Database | None) -> dic
     with tempfile.TemporaryDirectory(prefix="loop-visits-") as tmp:
         root = Path(tmp)
         config = folder(root / "loop", pg.dsn if pg else "")
-        refs = [cli(config, "items", "add", f"Item {i}").strip() for i in range(items)]
+        refs = [setup(src, config, "items", "add", f"Item {i}").strip() for i in range(items)]
         for ref in refs:
-            cli(config, "start", ref, "--actor", "alice")
+            setup(src, config, "start", ref, "--actor", "alice")
         counts = root / "counts.jsonl"
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("THE_LOOP_") and k != "PYTHONDONTWRITEBYTECODE"}
@@ -104,14 +114,17 @@ def walk(src: Path | None, items: int, pollers: int, pg: Database | None) -> dic
                 for i in range(pollers)]
             own = 0  # this process's queries on the database, taken off the server's count
             try:
-                deadline = time.monotonic() + 600
+                limit = float(os.environ.get("LOOP_BENCH_TIMEOUT", "600"))
+                deadline = time.monotonic() + limit
                 while True:
                     own += 1
                     if (len(pg.query("SELECT ref FROM work WHERE state='done'")) if pg
                             else done_count(config, "")) >= items:
                         break
                     if time.monotonic() > deadline:
-                        raise RuntimeError("not done in 600 s")
+                        said = [p.stderr.read() if p.poll() is not None and p.stderr
+                                else "(running)" for p in procs]
+                        raise RuntimeError(f"not done in time; the pollers said: {said}")
                     time.sleep(0.25)
             finally:
                 for proc in procs:
@@ -155,17 +168,18 @@ def summarise(rows: list[dict[str, Any]], items: int, xacts: int,
 
 
 def table(title: str, columns: dict[str, dict[str, float]]) -> None:
+    """One row per figure: each baseline, this checkout (last), then this ÷ each baseline."""
     names = list(columns)
+    this, bases = names[-1], names[:-1]
     print(f"\n{title}\n")
-    head = " | ".join(names)
-    ratio = len(names) == 2
-    print(f"| per item walked | {head} |" + (" ratio |" if ratio else ""))
-    print("|---|" + "---:|" * len(names) + ("---:|" if ratio else ""))
-    for key in columns[names[0]]:
+    ratios = "".join(f" ÷ {n.split()[0]} |" for n in bases)
+    print(f"| per item walked | {' | '.join(names)} |{ratios}")
+    print("|---|" + "---:|" * (len(names) + len(bases)))
+    for key in columns[this]:
         cells = [f"{columns[n].get(key, float('nan')):.1f}" for n in names]
         line = f"| {key} | " + " | ".join(cells) + " |"
-        if ratio:
-            a, b = columns[names[0]].get(key, 0.0), columns[names[1]].get(key, 0.0)
+        for n in bases:
+            a, b = columns[n].get(key, 0.0), columns[this].get(key, 0.0)
             line += f" {b / a:.2f} |" if a else " – |"
         print(line)
 
@@ -173,7 +187,8 @@ def table(title: str, columns: dict[str, dict[str, float]]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--items", type=int, default=10)
-    ap.add_argument("--baseline", default="", metavar="REF")
+    ap.add_argument("--baseline", action="append", default=[], metavar="REF",
+                    help="a commit to measure beside this checkout (may be repeated)")
     ap.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
     ap.add_argument("--dsn", default=os.environ.get("THE_LOOP_BENCH_PG_DSN",
                                                     "postgresql:///postgres"))
@@ -185,8 +200,8 @@ def main() -> int:
         runs += [("postgresql", 1)]
     versions: dict[str, Path | None] = {}
     with contextlib.ExitStack() as stack:
-        if args.baseline:
-            versions[describe(args.baseline)] = stack.enter_context(checkout(args.baseline))
+        for ref in args.baseline:
+            versions[describe(ref)] = stack.enter_context(checkout(ref))
         versions["this checkout"] = None
         results: dict[tuple[str, int], dict[str, dict[str, float]]] = {}
         for backend, pollers in runs:
@@ -202,7 +217,7 @@ def main() -> int:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at end")
     print(f"command: python benchmarks/loop_visits.py --items {args.items} --backend "
-          f"{args.backend}" + (f" --baseline {args.baseline}" if args.baseline else ""))
+          f"{args.backend}" + "".join(f" --baseline {ref}" for ref in args.baseline))
     for (backend, pollers), columns in results.items():
         table(f"{backend}, {pollers} poller{'s' if pollers > 1 else ''}, {args.items} items "
               "(write → check → done)", columns)

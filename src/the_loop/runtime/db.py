@@ -7,17 +7,30 @@ default) or PostgreSQL (`database: postgresql://…`, shared by every host), one
 a crash leaves a step either done or not done. While this thread holds a claim (`hold`),
 every transaction first checks, under a row lock, that the claim is still its own with the
 same fencing number, and raises `Fenced` when a newer owner took it over — so a process that
-was paused past its lease writes nothing. The SQLite file (and its -wal/-shm companions) is
-readable by its owner only.
+was paused past its lease writes nothing.
+
+Inside `batched()` (one visit to a work item, issue 34) the `transaction()` blocks of this
+thread share one transaction, opened (with its one fence check) by the first of them and
+committed by `settle()`: the caller settles before anything outside the database depends
+on what it wrote (a session process started, a hook asked, a channel called) and at the
+visit's end. A block that raises rolls the whole batch back — what a crash at that moment
+would have left — and the next block opens a new one; what the batch was told to `keep`
+(a point's decisions on its step) is then written again at once, in a transaction of its
+own, so a hook is not asked twice because a later write of the visit failed. `memo()` is
+the batch's cache of what the visit read (its work row, its item), kept true by the writes
+that go through the store and the tracker, emptied by a rollback and at the end.
+
+The SQLite file (and its -wal/-shm companions) is readable by its owner only.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +116,18 @@ FILLS = {3: FILL_V3}
 SCHEMA_VERSION = 4
 
 
+#: The database whose batch this thread has open (db.batched), for `settle_batch`.
+_BATCHING = threading.local()
+
+
+def settle_batch() -> None:
+    """Commit what this thread's open batch holds, whichever database it is on (a no-op
+    without one): where a step reaches a point its redo after a crash starts from."""
+    db = getattr(_BATCHING, "db", None)
+    if db is not None:
+        db.settle()
+
+
 class Fenced(LoopError):
     """A newer owner holds the claim this thread worked under: it must write nothing more."""
 
@@ -154,11 +179,105 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
+        batch = getattr(self._local, "batch", None)
+        if batch is not None:
+            conn = self._joined(batch)
+            try:
+                yield conn
+            except BaseException:
+                self._abort(batch)
+                raise
+            return
         with self._begin() as conn:
             held = getattr(self._local, "fence", None)
             if held is not None:
                 self._check_fence(conn, *held)
             yield conn
+
+    # ------------------------------------------------------------------ a visit's batch
+    @contextmanager
+    def batched(self) -> Iterator[None]:
+        """This thread's transactions share one until `settle()` (see the module doc);
+        what is still open at the end is committed, or rolled back when the block raises."""
+        if getattr(self._local, "batch", None) is not None:
+            yield
+            return
+        batch = self._local.batch = ExitStack()
+        self._local.memo = {}
+        _BATCHING.db = self
+        try:
+            yield
+            self.settle()
+        except BaseException:
+            self._abort(batch)
+            raise
+        finally:
+            self._local.batch = self._local.open = self._local.memo = None
+            self._local.kept = _BATCHING.db = None
+
+    def _joined(self, batch: ExitStack) -> Any:
+        """The batch's open transaction, opened (and its fence checked) when none is."""
+        conn = getattr(self._local, "open", None)
+        if conn is not None:
+            return conn
+        conn = self._local.open = batch.enter_context(self._begin())
+        try:
+            held = getattr(self._local, "fence", None)
+            if held is not None:
+                self._check_fence(conn, *held)
+        except BaseException:
+            self._abort(batch)  # a stale owner: the transaction it opened is rolled back
+            raise
+        return conn
+
+    def memo(self) -> dict[Any, Any] | None:
+        """This thread's visit cache (None outside `batched()`; see the module doc)."""
+        return getattr(self._local, "memo", None)
+
+    def keep(self, sql: str, parameters: tuple[Any, ...]) -> None:
+        """In a batch: a statement just run in it that outlives a rollback of the batch
+        (see the module doc)."""
+        if self.pending():
+            kept = getattr(self._local, "kept", None) or []
+            self._local.kept = [*kept, (sql, parameters)]
+
+    def pending(self) -> bool:
+        """Whether this thread's batch has an open transaction (writes not yet committed)."""
+        return getattr(self._local, "open", None) is not None
+
+    def settle(self) -> None:
+        """Commit this thread's batch so far (a no-op outside `batched()` or with nothing
+        written): before anything outside the database may depend on it."""
+        batch = getattr(self._local, "batch", None)
+        if batch is not None and self.pending():
+            self._local.open = self._local.kept = None
+            batch.close()
+
+    def _abort(self, batch: ExitStack) -> None:
+        memo = self.memo()
+        if memo is not None:
+            memo.clear()  # what was read may have been written by what is rolled back
+        if self.pending():
+            self._local.open = None
+            kept, self._local.kept = getattr(self._local, "kept", None) or [], None
+            exc = sys.exc_info()
+            batch.__exit__(*exc)  # the transaction sees the error: ROLLBACK
+            if kept:
+                self._rewrite(kept)
+
+    def _rewrite(self, kept: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """What a rolled-back batch was told to keep, in a transaction of its own. When it
+        cannot be written (another owner took the claim, the database is away), it is lost
+        as a crash would lose it: the error being handled is the one that counts."""
+        try:
+            with self._begin() as conn:
+                held = getattr(self._local, "fence", None)
+                if held is not None:
+                    self._check_fence(conn, *held)
+                for sql, parameters in kept:
+                    conn.execute(sql, parameters)
+        except Exception:  # not named: the caller is already handling the batch's own error
+            pass
 
     def _check_fence(self, conn: Conn, ref: str, owner: str, fence: int) -> None:
         row = conn.execute(f"SELECT claim, fence FROM work WHERE ref=?{self.dialect.for_update}",

@@ -57,6 +57,9 @@ def launch(loop: Loop, step: Step) -> None:
     if prior is not None and not prior["lost"]:
         sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
     if loop.store.session(sid) is None:
+        # Nothing of this visit's batch is held while the host's launch lock is waited for:
+        # its holder may be waiting for the database's write lock (db.batched).
+        loop.db.settle()
         with host_launches(loop):  # room checked and taken by one process of a host at once
             pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
             if pid < 0:
@@ -67,6 +70,7 @@ def launch(loop: Loop, step: Step) -> None:
                                         harness=h.name, pid=pid, node=node.name,
                                         log=str(loop.sessions_dir / f"{sid}.log"),
                                         state="waiting" if asked else "running")
+            loop.db.settle()  # counted by this host's next room check, under the lock
         loop.log.emit("session.launched", work_item=ref, session_id=sid, session_pid=pid,
                       endpoint=target.ref, respawn=p["respawn"])
         failpoint("register")
@@ -173,6 +177,7 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
     # the loop keeps only the digest, and the token lives only in the session's environment.
     token, digest = session_token()
     loop.set_work(step.ref, session_id=sid, host=loop.store.host, session_key=digest)
+    loop.db.settle()  # durable before the process exists (the visit's batch, db.batched)
     h = loop.settings.harnesses[loop.settings.harness]
     env = harness_mod.harness_env(h.env, set(loop.settings.secret_names))
     env["THE_LOOP_NODE"] = str(step.payload["node"])

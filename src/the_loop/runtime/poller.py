@@ -227,19 +227,24 @@ def work_on(loop: Loop, ref: str, report: Report, *, wait: float = 0.0,
     if w is not None and not ours(loop, w):
         report.busy += 1
         return False
-    got = loop.store.claim_wait(ref, wait) if wait else loop.store.claim(ref)
-    if not got:
-        report.busy += 1
-        return False
-    try:
-        failpoint("claim")
-        take_over(loop, ref)
-        run_steps(loop, ref, report)
-        check_session(loop, ref, report)
-    except Fenced as exc:
-        fenced_out(loop, ref, exc)
-    finally:
-        loop.store.release(ref)
+    # One batch (db.batched): the visit's writes share a transaction and one fence check,
+    # committed before whatever outside the database depends on them (a hook asked, a
+    # session started: Loop.decide, launching.py) and with the release at the end. The
+    # claim's statement returns the work row the visit starts from.
+    with loop.db.batched():
+        got = loop.store.claim_wait(ref, wait) if wait else loop.store.claim(ref)
+        if not got:
+            report.busy += 1
+            return False
+        try:
+            failpoint("claim")
+            take_over(loop, ref)
+            run_steps(loop, ref, report)
+            check_session(loop, ref, report)
+        except Fenced as exc:
+            fenced_out(loop, ref, exc)
+        finally:
+            loop.store.release(ref)
     return True
 
 

@@ -24,7 +24,7 @@ from the_loop.config import Config
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.runtime import harness as harness_mod
-from the_loop.runtime.db import open_database
+from the_loop.runtime.db import open_database, settle_batch
 from the_loop.runtime.graph import load_graph
 from the_loop.runtime.identity import AGENT_PREFIX, SESSION_TOKEN_ENV
 from the_loop.runtime.lease import Heartbeat, check_host_id, host_id, host_owner
@@ -73,7 +73,10 @@ def marker(key: str) -> str:
 
 
 def failpoint(name: str) -> None:
-    """Die here when $THE_LOOP_FAILPOINT names this step (crash-safety tests only)."""
+    """Die here when $THE_LOOP_FAILPOINT names this step (crash-safety tests only). Each
+    failpoint is also where a visit's batch commits (db.batched), always: a crash here
+    leaves what the tests that crash here read back."""
+    settle_batch()
     if os.environ.get(FAILPOINT_ENV) == name:
         os._exit(86)
 
@@ -260,7 +263,11 @@ class Loop:
         if ctx.POINT in step.decisions:
             return Decided(step.decisions[ctx.POINT])
         comment = step.payload.get("comment") if ctx.POINT == "input_received" else None
+        self.db.settle()  # a visit's writes so far: no lock is held while a hook is asked
         got = Decided.of(self.fire(ctx, input_id=comment if type(comment) is int else 0))
+        # Committed with the step's effect (the visit's batch, db.batched: the next commit
+        # comes before anything outside the database acts, and at each failpoint), and
+        # kept if that batch is rolled back: a redo asks no hook again.
         self.store.record(step, ctx.POINT, got.record)
         return got
 
@@ -447,6 +454,7 @@ class Loop:
 
         if not alive():
             return
+        self.db.settle()  # a visit's writes are not held while the session is waited for
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and alive():
             time.sleep(0.05)

@@ -351,6 +351,8 @@ def phase(loop: Loop, step: Step) -> None:
         loop.tracker.label(ref, f"loop:{p['from_phase']}", remove=True)
     loop.tracker.label(ref, f"loop:{p['to_phase']}")
     if d["notify"] is not False:
+        if loop.settings.channels:  # a visit's writes are not held while one is called
+            loop.db.settle()
         loop.channels.publish({
             "type": "phase.completed" if p["terminal"] else "phase.changed", "id": step.key,
             "work_item": ref, "from_phase": p["from_phase"], "to_phase": p["to_phase"],
@@ -382,6 +384,8 @@ def complete(loop: Loop, step: Step) -> None:
     loop.set_work(ref, state="done")
     loop.log.emit("item.completed", work_item=ref, source=p["source"])
     if d["announce"] is not False:
+        if loop.settings.channels:  # a visit's writes are not held while one is called
+            loop.db.settle()
         loop.channels.publish({"type": "item.closed", "id": step.key, "work_item": ref,
                                "source": p["source"], "actor": p["actor"]})
         loop.log.emit("item.announced", work_item=ref)

@@ -50,6 +50,18 @@ class Step:
                    str(row["state"]), str(row["outcome"]), str(row["detail"]))
 
 
+_WORK = ("ref", "state", "arm_seq", "node", "session_id", "actor", "source", "respawns",
+         "updated", "epoch", "claim", "claim_until", "fence", "host", "session_key")
+_STEP = ("seq", "key", "ref", "kind", "payload", "decisions", "state", "outcome", "detail")
+#: A visit's next step and its item's work row, in one statement (a row with NULL step
+#: columns: nothing pending; no row: no work row either).
+_NEXT_WITH_WORK = (
+    "SELECT " + ", ".join(f"w.{c} AS {c}" for c in _WORK) + ", "
+    + ", ".join(f"s.{c} AS s_{c}" for c in _STEP)
+    + " FROM (SELECT 1 AS one) AS o LEFT JOIN work w ON w.ref=? LEFT JOIN (SELECT * FROM steps "
+    "WHERE state='pending' AND ref=? ORDER BY seq LIMIT 1) AS s ON 1=1")
+
+
 class Store:
     """The SQL for the loop's state; `Loop` keeps the orchestration."""
 
@@ -70,8 +82,17 @@ class Store:
 
     # ------------------------------------------------------------------ work
     def work(self, ref: str) -> dict[str, Any] | None:
+        """`ref`'s work row (in a visit, as its last `next_step` read it, with what the
+        visit wrote since: db.memo)."""
+        memo = self.db.memo()
+        if memo is not None and ("work", ref) in memo:
+            got = memo["work", ref]
+            return dict(got) if got is not None else None
         row = self.db.conn.execute("SELECT * FROM work WHERE ref=?", (ref,)).fetchone()
-        return dict(row) if row else None
+        w = dict(row) if row else None
+        if memo is not None:
+            memo["work", ref] = dict(w) if w is not None else None
+        return w
 
     def set_work(self, ref: str, conn: Conn | None = None, **fields: Any) -> None:
         fields["updated"] = time.time()
@@ -79,9 +100,12 @@ class Store:
         sql = f"UPDATE work SET {cols} WHERE ref=?"
         if conn is not None:
             conn.execute(sql, (*fields.values(), ref))
-            return
-        with self.db.transaction() as c:
-            c.execute(sql, (*fields.values(), ref))
+        else:
+            with self.db.transaction() as c:
+                c.execute(sql, (*fields.values(), ref))
+        memo = self.db.memo()
+        if memo is not None and memo.get(("work", ref)) is not None:
+            memo["work", ref].update(fields)
 
     def refs(self, *states: str) -> list[str]:
         marks = ",".join("?" * len(states))
@@ -108,6 +132,9 @@ class Store:
                              "DO UPDATE SET last=excluded.last", (endpoint, last))
             self.add_step(conn, StepAction.START.key(ref, seq), ref, StepAction.START,
                           {"actor": actor, "source": source, "arm_seq": seq})
+        memo = self.db.memo()
+        if memo is not None:
+            memo.pop(("work", ref), None)
         return int(seq)
 
     # ------------------------------------------------------------------ claims
@@ -123,14 +150,23 @@ class Store:
             f"UPDATE work SET claim=?, claim_until={self.now} + ?, "
             "fence=fence + CASE WHEN claim=? THEN 0 ELSE 1 END WHERE ref IN (SELECT ref FROM "
             f"work WHERE ref=? AND (claim=? OR claim='' OR claim_until <= {self.now})"
-            f"{self.db.dialect.skip_locked}) RETURNING fence",
+            f"{self.db.dialect.skip_locked}) RETURNING *",
             (me, self.expiry, me, ref, me)).fetchall()  # all: the statement ends, and commits
         if rows:
             self.db.hold(ref, me, int(rows[0]["fence"]))
+            memo = self.db.memo()
+            if memo is not None:  # a visit (db.batched) starts from the row it claimed
+                memo["work", ref] = dict(rows[0])
             return True
         return self._claim_held(ref, me)
 
     def _claim_held(self, ref: str, me: str) -> bool:
+        try:
+            return self._take_held(ref, me)
+        finally:
+            self.db.settle()  # in a visit's batch too: decided and committed, never held
+
+    def _take_held(self, ref: str, me: str) -> bool:
         with self.db.transaction() as conn:
             row = conn.execute(f"SELECT claim, claim_until, fence, {self.now} AS now FROM work "
                                f"WHERE ref=?{self.db.dialect.skip_locked}", (ref,)).fetchone()
@@ -157,10 +193,13 @@ class Store:
         return True
 
     def release(self, ref: str) -> None:
-        """Give the claim up (nothing is written when a newer owner has it)."""
-        self.db.drop(ref)
+        """Give the claim up (nothing is written when a newer owner has it). In a visit's
+        batch (db.batched) it is the batch's last statement, committed with what the visit
+        wrote; otherwise one statement of its own."""
         self.db.conn.execute("UPDATE work SET claim='', claim_until=0 WHERE ref=? AND claim=?",
-                             (ref, self.me))  # one statement: it guards itself
+                             (ref, self.me))  # it guards itself
+        self.db.settle()
+        self.db.drop(ref)
 
     def beat(self, owner: str = "") -> dict[str, Any] | None:
         """Renew every claim this process holds, and say this host is alive -- unless its
@@ -252,10 +291,20 @@ class Store:
         return actions
 
     def next_step(self, ref: str) -> Step | None:
-        row = self.db.conn.execute(
-            "SELECT * FROM steps WHERE state='pending' AND ref=? ORDER BY seq LIMIT 1",
-            (ref,)).fetchone()
-        return Step.of(row) if row else None
+        """`ref`'s first pending step. In a visit (db.memo), the same statement reads the
+        item's work row fresh for the step to decide from (one snapshot of both)."""
+        memo = self.db.memo()
+        if memo is None:
+            row = self.db.conn.execute(
+                "SELECT * FROM steps WHERE state='pending' AND ref=? ORDER BY seq LIMIT 1",
+                (ref,)).fetchone()
+            return Step.of(row) if row else None
+        rows = self.db.conn.execute(_NEXT_WITH_WORK, (ref, ref)).fetchall()
+        w = {c: rows[0][c] for c in _WORK} if rows and rows[0]["ref"] is not None else None
+        memo["work", ref] = w
+        if not rows or rows[0]["s_seq"] is None:
+            return None
+        return Step.of({c: rows[0][f"s_{c}"] for c in _STEP})
 
     def step(self, key: str) -> Step | None:
         row = self.db.conn.execute("SELECT * FROM steps WHERE key=?", (key,)).fetchone()
@@ -273,9 +322,11 @@ class Store:
     def record(self, step: Step, point: str, decisions: dict[str, Any]) -> None:
         """Record what a point decided for a step, before its effect."""
         step.decisions[point] = decisions
+        sql = "UPDATE steps SET decisions=?, updated=? WHERE key=?"
+        args = (self.redact(json.dumps(step.decisions)), time.time(), step.key)
         with self.db.transaction() as conn:
-            conn.execute("UPDATE steps SET decisions=?, updated=? WHERE key=?",
-                         (self.redact(json.dumps(step.decisions)), time.time(), step.key))
+            conn.execute(sql, args)
+        self.db.keep(sql, args)  # in a visit's batch: written even if the batch is not
 
     def finish(self, step: Step, outcome: str, detail: str = "",
                conn: Conn | None = None) -> None:

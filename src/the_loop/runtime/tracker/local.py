@@ -37,6 +37,7 @@ class LocalTracker:
     def __init__(self, db: Database, repository: str) -> None:
         self.db = db
         self.repository = repository
+        self._ids: dict[tuple[str, int], int] = {}  # an item's id never changes
 
     def resolve(self, ref: str) -> str:
         raw = ref.strip()
@@ -57,20 +58,27 @@ class LocalTracker:
         m = REF_RE.match(canon)
         assert m is not None
         repository = f"{m['owner']}/{m['repo']}"
+        known = self._ids.get((repository, int(m["n"])))
+        if known is not None:
+            return known, repository, int(m["n"])
         row = self.db.conn.execute(
             "SELECT id FROM items WHERE repository=? AND number=?", (repository, int(m["n"]))
         ).fetchone()
         if row is None:
             raise TrackerError(f"no work item {canon}; list them with `the-loop items list`")
+        self._ids[repository, int(m["n"])] = int(row["id"])
         return int(row["id"]), repository, int(m["n"])
 
     def work_item(self, ref: str) -> WorkItem:
         from the_loop.hooks.engine.points import WorkItem
 
         canon, repository, number = self._parts(ref)
-        row = self.db.conn.execute(
-            "SELECT id, kind, author, base, head, head_repository, draft FROM items WHERE "
-            "repository=? AND number=?", (repository, number)).fetchone()
+        if self.db.memo() is not None:  # a visit: the item as `get` read it
+            row = self._rows(canon, repository, number)[0]
+        else:
+            row = self.db.conn.execute(
+                "SELECT id, kind, author, base, head, head_repository, draft FROM items WHERE "
+                "repository=? AND number=?", (repository, number)).fetchone()
         if row is None:
             raise TrackerError(f"no work item {canon}; list them with `the-loop items list`")
         owner, repo = repository.split("/", 1)
@@ -96,12 +104,27 @@ class LocalTracker:
     def get(self, ref: str, *, comments: bool = True) -> Item:
         """One query for the item and its labels (a second for its comments)."""
         canon, repository, number = self._parts(ref)
+        return self._item(self._rows(canon, repository, number), comments=comments)
+
+    def _rows(self, canon: str, repository: str, number: int) -> list[Any]:
+        """The item's rows with its labels: read once in a visit (db.memo; a label or a
+        closure written through this tracker reads it again)."""
+        memo = self.db.memo()
+        if memo is not None and ("item", canon) in memo:
+            return list(memo["item", canon])
         rows = self.db.conn.execute(
             f"{self._WITH_LABELS} WHERE i.repository=? AND i.number=? ORDER BY l.label",
             (repository, number)).fetchall()
         if not rows:
             raise TrackerError(f"no work item {canon}; list them with `the-loop items list`")
-        return self._item(rows, comments=comments)
+        if memo is not None:
+            memo["item", canon] = list(rows)
+        return rows
+
+    def _changed(self, ref: str) -> None:
+        memo = self.db.memo()
+        if memo is not None:
+            memo.pop(("item", self.resolve(ref)), None)
 
     def _item(self, rows: list[Any], *, comments: bool) -> Item:
         """An item from its rows of `_WITH_LABELS` (sqlite3.Row, or dicts on PostgreSQL)."""
@@ -193,6 +216,7 @@ class LocalTracker:
         item_id, _, _ = self._row(ref)
         if not label.strip():
             raise TrackerError("a label must be a non-empty string")
+        self._changed(ref)
         with self.db.transaction() as conn:
             if remove:
                 conn.execute("DELETE FROM labels WHERE item=? AND label=?", (item_id, label))
@@ -203,6 +227,7 @@ class LocalTracker:
     def close(self, ref: str, *, actor: str) -> bool:
         """Close the item; False when it was already closed."""
         item_id, _, _ = self._row(ref)
+        self._changed(ref)
         with self.db.transaction() as conn:
             cur = conn.execute(
                 "UPDATE items SET state='closed', closed_by=?, closed_at=? "
