@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from the_loop.runtime.db import Database, Fenced, open_database
-from the_loop.runtime.stepkinds import StepKind
+from the_loop.runtime.stepactions import StepAction
 from the_loop.runtime.store import Store
 
 REF = "local:acme/app#1"
@@ -56,7 +56,7 @@ def test_a_visits_writes_land_together_when_settled(db: Database, target: str | 
     with db.batched():
         assert store.claim(REF)
         store.set_work(REF, state="running", node="write")
-        store.queue(StepKind.ENTER.key(REF, 1, 1), REF, StepKind.ENTER,
+        store.queue(StepAction.ENTER.key(REF, 1, 1), REF, StepAction.ENTER,
                     {"node": "write", "actor": "alice", "note": "", "epoch": 1})
         assert db.pending()
         assert store.work(REF)["state"] == "running"  # type: ignore[index]  # its own view
@@ -102,10 +102,10 @@ def test_a_stale_owners_batch_writes_nothing(db: Database, target: str | Path) -
         with pytest.raises(Fenced, match="writes nothing more"):
             store.set_work(REF, state="stopped")
         with pytest.raises(Fenced):
-            store.queue(StepKind.ENTER.key(REF, 1, 1), REF, StepKind.ENTER,
+            store.queue(StepAction.ENTER.key(REF, 1, 1), REF, StepAction.ENTER,
                         {"node": "write", "actor": "alice", "note": "", "epoch": 1})
         store.release(REF)
     w = elsewhere(target, lambda s: s.work(REF))
     assert w["state"] == "armed" and w["claim"] != "" and w["fence"] == 2
-    assert [s.kind for s in [elsewhere(target, lambda s: s.next_step(REF))]] == [
-        StepKind.START]
+    assert [s.action for s in [elsewhere(target, lambda s: s.next_step(REF))]] == [
+        StepAction.START]
