@@ -21,7 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (given in _HELP or given == []) and "_ARGCOMPLETE" not in os.environ:
         from the_loop.cli import tophelp
 
-        if tophelp.columns() == tophelp.WIDTH:
+        if _help_columns(tophelp.WIDTH) == tophelp.WIDTH:
             _write(tophelp.TEXT)
             if given:
                 raise SystemExit(0)  # as argparse's --help action exits
@@ -43,6 +43,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     from the_loop.cli.app import run
 
     return run(given)
+
+
+def _help_columns(fallback: int) -> int:
+    """The width argparse formats help for: `shutil.get_terminal_size().columns` (COLUMNS,
+    else the terminal of stdout, else `fallback`), without importing shutil."""
+    try:
+        width = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        width = 0
+    if width <= 0:
+        out = sys.__stdout__
+        try:
+            width = os.get_terminal_size(out.fileno()).columns if out is not None else 0
+        except (AttributeError, ValueError, OSError):
+            width = 0
+        width = width or fallback
+    return width
 
 
 def _write(text: str) -> None:

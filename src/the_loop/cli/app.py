@@ -238,28 +238,8 @@ wide (no terminal, or a terminal of {width}): no argparse imported, no parser bu
 
 from __future__ import annotations
 
-import os
-import sys
-
 #: The terminal width TEXT was formatted for (argparse's own fallback without a terminal).
 WIDTH = {width}
-
-
-def columns() -> int:
-    """The width argparse formats help for: `shutil.get_terminal_size().columns` (COLUMNS,
-    else the terminal of stdout, else {width}), without importing shutil."""
-    try:
-        width = int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        width = 0
-    if width <= 0:
-        out = sys.__stdout__
-        try:
-            width = os.get_terminal_size(out.fileno()).columns if out is not None else 0
-        except (AttributeError, ValueError, OSError):
-            width = 0
-        width = width or WIDTH
-    return width
 
 
 TEXT = (
