@@ -189,9 +189,7 @@ class Database:
                 raise
             return
         with self._begin() as conn:
-            held = getattr(self._local, "fence", None)
-            if held is not None:
-                self._check_fence(conn, *held)
+            self._check_fence(conn)
             yield conn
 
     # ------------------------------------------------------------------ a visit's batch
@@ -222,9 +220,7 @@ class Database:
             return conn
         conn = self._local.open = batch.enter_context(self._begin())
         try:
-            held = getattr(self._local, "fence", None)
-            if held is not None:
-                self._check_fence(conn, *held)
+            self._check_fence(conn)
         except BaseException:
             self._abort(batch)  # a stale owner: the transaction it opened is rolled back
             raise
@@ -271,15 +267,19 @@ class Database:
         as a crash would lose it: the error being handled is the one that counts."""
         try:
             with self._begin() as conn:
-                held = getattr(self._local, "fence", None)
-                if held is not None:
-                    self._check_fence(conn, *held)
+                self._check_fence(conn)
                 for sql, parameters in kept:
                     conn.execute(sql, parameters)
         except Exception:  # not named: the caller is already handling the batch's own error
             pass
 
-    def _check_fence(self, conn: Conn, ref: str, owner: str, fence: int) -> None:
+    def _check_fence(self, conn: Conn) -> None:
+        """Inside a transaction: raise `Fenced` unless this thread still holds the claim it
+        works under (`hold`); nothing to check when it holds none."""
+        held = getattr(self._local, "fence", None)
+        if held is None:
+            return
+        ref, owner, fence = held
         row = conn.execute(f"SELECT claim, fence FROM work WHERE ref=?{self.dialect.for_update}",
                            (ref,)).fetchone()
         if row is None or row["claim"] != owner or int(row["fence"]) != fence:
