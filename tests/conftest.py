@@ -20,6 +20,7 @@ from cli_helpers import CLI_TIMEOUT, in_process
 
 if TYPE_CHECKING:
     from runtime_helpers import LoopDir
+    from the_loop.runtime.db import Database
 
 CliRun = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -170,6 +171,23 @@ def database(request: pytest.FixtureRequest) -> str:
     if request.param == "sqlite":
         return ""
     return str(request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture
+def target(database: str, tmp_path: Path) -> str | Path:
+    """The loop's database on each backend (`database`): PostgreSQL's DSN, or the SQLite
+    file a stateDir would hold."""
+    return database or tmp_path / "state" / "loop.db"
+
+
+@pytest.fixture
+def db(target: str | Path) -> Iterator[Database]:
+    """The loop's store (runtime.db), opened on `target`, closed after the test."""
+    from the_loop.runtime.db import open_database
+
+    opened = open_database(target)
+    yield opened
+    opened.close()
 
 
 def _with_dbname(dsn: str, name: str) -> str:

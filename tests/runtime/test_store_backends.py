@@ -8,7 +8,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -21,18 +20,6 @@ from the_loop.runtime.stepactions import StepAction
 from the_loop.runtime.store import Store
 from the_loop.runtime.tracker import LocalTracker
 from the_loop.runtime.tracker.base import Comment
-
-
-@pytest.fixture
-def target(database: str, tmp_path: Path) -> str | Path:
-    return database or tmp_path / "state" / "loop.db"
-
-
-@pytest.fixture
-def db(target: str | Path) -> Iterator[Database]:
-    opened = open_database(target)
-    yield opened
-    opened.close()
 
 
 def in_thread(fn: Any) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +18,6 @@ from the_loop.runtime.stepactions import StepAction
 from the_loop.runtime.store import Store
 
 REF = "local:acme/app#1"
-
-
-@pytest.fixture
-def target(database: str, tmp_path: Path) -> str | Path:
-    return database or tmp_path / "state" / "loop.db"
-
-
-@pytest.fixture
-def db(target: str | Path) -> Iterator[Database]:
-    opened = open_database(target)
-    yield opened
-    opened.close()
 
 
 def elsewhere(target: str | Path, fn: Any) -> Any:
