@@ -205,6 +205,12 @@ def print_served(rows: list[Row]) -> bool:
 LOG_THREADS = (1, 4)  # closed-loop callers for server CPU per call
 PACED_THREADS = 4
 PACED_RATE = 2000.0  # calls/s in all for the latency rows: a loaded server, not a saturated one
+#: Seconds after a round for the log's writer to write what the round queued (it looks every
+#: `decisions.writer.LINGER` = 0.2 s): its CPU is the round's, and none of it falls into the
+#: next round's window (a paced round's 1,000 records written in the next 1-caller window
+#: made that window's CPU per call look up to ~13 µs dearer). A server with its log off is
+#: idle meanwhile.
+FLUSHED = 0.3
 LogRow = tuple[str, dict[int, float], dict[int, float], list[float]]
 
 
@@ -267,11 +273,13 @@ def decision_log_rows(folder: Path, body: bytes, throughput: Throughput, pg_dsn:
                 for n in LOG_THREADS:
                     before = _cpu(proc.pid)
                     r, values = throughput(_client(url, body), n, ROUND_SECONDS)
+                    time.sleep(FLUSHED)  # the writer's last batch of this round is in it
                     cpu[name][n] += _cpu(proc.pid) - before
                     calls[name][n] += len(values)
                     rate[name][n] = max(rate[name][n], r)
                 paced[name] += _paced(_client(url, body), PACED_THREADS, PACED_RATE,
                                       ROUND_SECONDS)
+                time.sleep(FLUSHED)  # ... and of the paced one, not in the next round's
     finally:
         for _, _, proc in servers:
             proc.terminate()  # a clean stop writes what the log still holds
