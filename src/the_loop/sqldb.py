@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from the_loop.errors import ConfigError, LoopError
@@ -144,10 +144,10 @@ class Dialect:
     __slots__ = ("for_update", "name", "now", "skip_locked")
 
     def __init__(self, name: str, now: str, for_update: str, skip_locked: str) -> None:
-        self.name = name
-        self.now = now  # SQL: seconds since the epoch by the database's own clock
-        self.for_update = for_update
-        self.skip_locked = skip_locked
+        self.name: Final = name
+        self.now: Final = now  # SQL: seconds since the epoch by the database's own clock
+        self.for_update: Final = for_update
+        self.skip_locked: Final = skip_locked
 
     def ddl(self, text: str) -> str:
         """SQLite DDL in this dialect (integers are 64-bit, reals double, ids identities)."""

@@ -18,7 +18,7 @@ YAML format (described once in `GRAPH`, checked at load; every error names the n
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from the_loop.configspec import (
     Bool,
@@ -40,18 +40,19 @@ PHASES = ("requirements", "design", "testing-plan", "tasks")
 class Node:
     """One node of the graph. (Plain classes here and in the runtime's other records: the
     agent's commands load the graph at every start, and a dataclass costs them the
-    `dataclasses` import and its generated methods: issue 34.)"""
+    `dataclasses` import and its generated methods, issue 34. A record that must not change
+    marks its fields `Final`, so the type check refuses a write to one.)"""
 
     __slots__ = ("actor", "name", "phase", "prompt", "request", "terminal")
 
     def __init__(self, name: str, phase: str, actor: str = "agent", terminal: bool = False,
                  prompt: str = "", request: str = "") -> None:
-        self.name = name
-        self.phase = phase
-        self.actor = actor  # agent | human | none (terminal)
-        self.terminal = terminal
-        self.prompt = prompt
-        self.request = request
+        self.name: Final = name
+        self.phase: Final = phase
+        self.actor: Final = actor  # agent | human | none (terminal)
+        self.terminal: Final = terminal
+        self.prompt: Final = prompt
+        self.request: Final = request
 
 
 class Graph:

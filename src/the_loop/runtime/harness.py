@@ -6,7 +6,7 @@ import contextlib
 import fcntl
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from the_loop.config import ENV_VAR
 from the_loop.errors import LoopError
@@ -19,9 +19,9 @@ class Launched:
     __slots__ = ("log", "pid", "session_id")
 
     def __init__(self, session_id: str, pid: int, log: Path) -> None:
-        self.session_id = session_id
-        self.pid = pid
-        self.log = log
+        self.session_id: Final = session_id
+        self.pid: Final = pid
+        self.log: Final = log
 
 
 #: What every harness gets from the daemon's environment (by name); `harnesses[].env`

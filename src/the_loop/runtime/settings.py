@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from the_loop.config import Config
 from the_loop.configspec import (
@@ -42,19 +42,19 @@ class Harness:
 
     def __init__(self, name: str, command: tuple[str, ...], model: str = "",
                  env: tuple[str, ...] = ()) -> None:
-        self.name = name
-        self.command = command
-        self.model = model
-        self.env = env  # variable names passed beyond the safe base
+        self.name: Final = name
+        self.command: Final = command
+        self.model: Final = model
+        self.env: Final = env  # variable names passed beyond the safe base
 
 
 class ChannelSpec:
     __slots__ = ("kind", "target", "token_env")
 
     def __init__(self, kind: str, target: str, token_env: str = "") -> None:
-        self.kind = kind  # file | webhook
-        self.target = target  # a path (resolved) or a url
-        self.token_env = token_env
+        self.kind: Final = kind  # file | webhook
+        self.target: Final = target  # a path (resolved) or a url
+        self.token_env: Final = token_env
 
 
 class Settings:

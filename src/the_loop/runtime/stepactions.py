@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from the_loop.errors import LoopError
 
@@ -25,9 +25,9 @@ class ActionSpec:
     __slots__ = ("doing", "event", "fields")
 
     def __init__(self, fields: frozenset[str], event: str, doing: str) -> None:
-        self.fields = fields
-        self.event = event
-        self.doing = doing
+        self.fields: Final = fields
+        self.event: Final = event
+        self.doing: Final = doing
 
 
 class StepAction(enum.StrEnum):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from the_loop.errors import TrackerError as TrackerError
 
@@ -18,12 +18,12 @@ class Comment:
 
     def __init__(self, id: int, author: str, body: str, created: float,
                  source: str = "comment") -> None:
-        self.id = id
-        self.author = author
-        self.body = body
-        self.created = created
+        self.id: Final = id
+        self.author: Final = author
+        self.body: Final = body
+        self.created: Final = created
         #: How the text came in: `comment` (written on the tracker), `reply` (the CLI), `api`.
-        self.source = source
+        self.source: Final = source
 
     def _fields(self) -> tuple[object, ...]:
         return (self.id, self.author, self.body, self.created, self.source)
@@ -86,11 +86,11 @@ class PullRequest:
 
     def __init__(self, repository: str, base: str = "", head: str = "",
                  head_repository: str = "", draft: bool = False) -> None:
-        self.repository = repository  # the base repository (the tracker's owner/repo)
-        self.base = base
-        self.head = head
-        self.head_repository = head_repository
-        self.draft = draft
+        self.repository: Final = repository  # the base repository (the tracker's owner/repo)
+        self.base: Final = base
+        self.head: Final = head
+        self.head_repository: Final = head_repository
+        self.draft: Final = draft
 
     @property
     def fork(self) -> bool:
