@@ -50,10 +50,10 @@ NO_DATACLASSES = ("dataclasses", "inspect", "ast", "dis", "tokenize", "linecache
 NOT_FOR_ASK = ("hashlib", "_hashlib")
 
 #: Modules a command may import beyond the bare interpreter's (`python -c pass`). The main
-#: commit before issue 34 imported 259 for `ask`; 167 before the first round's cuts; 106
-#: before the runtime's records were plain classes; now 91 for `graph complete` and 88 for
-#: `ask` (sqlite3, json, re, typing, pathlib, hashlib for graph complete, and the runtime's
-#: own modules). `--help`: 22, all but three of them `python -m`'s own (runpy,
+#: commit before issue 34 imported 259 for `ask`, then 167, then 106 (dataclasses among
+#: them) before the runtime's records were plain classes; now 91 for `graph complete` and
+#: 88 for `ask` (sqlite3, json, re, typing, pathlib, hashlib for graph complete, and the
+#: runtime's own modules). `--help`: 22, all but three of them `python -m`'s own (runpy,
 #: importlib.util, contextlib).
 BUDGET = {"--help": 25, "graph complete": 94, "ask": 91}
 
