@@ -8,7 +8,7 @@ same run; the ratio is a command's CPU over the floor's of the same column. With
 and sit beside this one's. Runs alternate: each round runs every command of every column
 once, so a burst of load hits all of them alike.
 
-    .venv/bin/python benchmarks/startup.py [--runs 15] [--baseline HEAD~1]
+    .venv/bin/python benchmarks/startup.py [--runs 15] [--baseline HEAD~1] [--parts]
 
 Children write and read bytecode in a cache of the run (PYTHONPYCACHEPREFIX), as an
 installed package would, even when PYTHONDONTWRITEBYTECODE is set here. The commands:
@@ -53,6 +53,20 @@ COMMANDS: dict[str, list[str]] = {
     "the-loop graph complete": ["-m", "the_loop", "graph", "complete", "--summary", "ok"],
     "the-loop ask": ["-m", "the_loop", "ask", "Which database?"],
     "the-loop hooks points": ["-m", "the_loop", "hooks", "points"],
+}
+
+#: With `--parts`, what the agent's commands are made of: the standard library modules their
+#: path imports (with `python -m`'s own), then without typing, pathlib and hashlib one after
+#: the other, and every module `graph complete` imports without its work.
+_STDLIB = "runpy, importlib.util, re, json, sqlite3, threading, signal, fcntl, zlib, atexit, enum"
+PARTS: dict[str, list[str]] = {
+    "stdlib of the agent's path": ["-c", f"import {_STDLIB}, typing, pathlib, hashlib"],
+    "  without typing": ["-c", f"import {_STDLIB}, pathlib, hashlib"],
+    "  without typing, pathlib": ["-c", f"import {_STDLIB}, hashlib"],
+    "  without typing, pathlib, hashlib": ["-c", f"import {_STDLIB}"],
+    "graph complete's imports, no work": ["-c", "import runpy, hashlib, the_loop.cli.quick, "
+                                          "the_loop.cli.loop, the_loop.cli.guard, "
+                                          "the_loop.runtime.service, the_loop.runtime.identity"],
 }
 
 
@@ -116,7 +130,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--baseline", default="", metavar="REF",
                     help="also measure a checkout of REF (e.g. HEAD~1, main)")
+    ap.add_argument("--parts", action="store_true",
+                    help="also measure the imports of the agent's commands alone (PARTS)")
     args = ap.parse_args()
+    if args.parts:
+        COMMANDS.update(PARTS)
     with tempfile.TemporaryDirectory(prefix="loop-startup-") as tmp, \
             contextlib.ExitStack() as stack:
         session = loop_folder(Path(tmp) / "loop")
@@ -129,7 +147,8 @@ def main() -> int:
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at end")
     print(f"command: python benchmarks/startup.py --runs {args.runs}"
-          + (f" --baseline {args.baseline}" if args.baseline else ""))
+          + (f" --baseline {args.baseline}" if args.baseline else "")
+          + (" --parts" if args.parts else ""))
     print(f"\nCPU (user + system) of one process over {args.runs} alternating runs: the least "
           "(ms) and the median (ms); ratio: the least ÷ the floor's least (python -c pass) of "
           "the same column (median ÷ median in brackets); target ≤ 3.0 for --help, graph "

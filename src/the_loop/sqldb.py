@@ -40,10 +40,9 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from the_loop.errors import ConfigError, LoopError
@@ -137,12 +136,18 @@ class Conn(Protocol):
     def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Cursor: ...
 
 
-@dataclass(frozen=True)
 class Dialect:
-    name: str
-    now: str  # SQL: seconds since the epoch by the database's own clock
-    for_update: str
-    skip_locked: str
+    """How SQL differs between the two backends (`SQLITE` and `POSTGRESQL`, the only two,
+    told apart by identity). A plain class: a dataclass costs the agent's commands the
+    `dataclasses` import and its generated methods at every start (issue 34)."""
+
+    __slots__ = ("for_update", "name", "now", "skip_locked")
+
+    def __init__(self, name: str, now: str, for_update: str, skip_locked: str) -> None:
+        self.name: Final = name
+        self.now: Final = now  # SQL: seconds since the epoch by the database's own clock
+        self.for_update: Final = for_update
+        self.skip_locked: Final = skip_locked
 
     def ddl(self, text: str) -> str:
         """SQLite DDL in this dialect (integers are 64-bit, reals double, ids identities)."""

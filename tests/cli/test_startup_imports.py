@@ -40,11 +40,22 @@ NOT_FOR_AGENT = ("yaml", "the_loop.yamlsafe", "argparse", "gettext", "locale", "
 NOT_FOR_HELP = ("yaml", "sqlite3", "argparse", "re", "json", "typing", "the_loop.runtime",
                 "the_loop.config", "the_loop.errors", "the_loop.cli.app", "the_loop.cli.loop")
 
+#: Not imported by a session's `graph complete` and `ask` either: `dataclasses` and what it
+#: pulls in (inspect, ast, dis, tokenize, linecache), with the methods it would generate for
+#: each record class of the runtime at every start (the runtime's records are plain classes).
+NO_DATACLASSES = ("dataclasses", "inspect", "ast", "dis", "tokenize", "linecache")
+
+#: Not imported by `ask`: OpenSSL (hashlib), loaded where a digest is made; `graph complete`
+#: makes one (the agent's login it records the completion as).
+NOT_FOR_ASK = ("hashlib", "_hashlib")
+
 #: Modules a command may import beyond the bare interpreter's (`python -c pass`). The main
-#: commit before issue 34 imported 259 for `ask`; 167 before this round's cuts; now 106
-#: (sqlite3, json, re, typing, pathlib, dataclasses and the runtime's own modules). `--help`:
-#: 22, all but three of them `python -m`'s own (runpy, importlib.util, contextlib).
-BUDGET = {"--help": 25, "graph complete": 112, "ask": 112}
+#: commit before issue 34 imported 259 for `ask`, then 167, then 106 (dataclasses among
+#: them) before the runtime's records were plain classes; now 91 for `graph complete` and
+#: 88 for `ask` (sqlite3, json, re, typing, pathlib, hashlib for graph complete, and the
+#: runtime's own modules). `--help`: 22, all but three of them `python -m`'s own (runpy,
+#: importlib.util, contextlib).
+BUDGET = {"--help": 25, "graph complete": 94, "ask": 91}
 
 CONFIG = """\
 loop: acme
@@ -116,6 +127,21 @@ def test_agent_commands_and_help_import_neither_the_hooks_engine_nor_heavy_libra
         assert "the_loop.runtime.service" in modules  # it did its work
     extra = [m for m in modules if m not in bare]
     assert len(extra) <= BUDGET[name], f"{len(extra)} modules: {extra}"
+
+
+@pytest.mark.parametrize(("name", "argv"), [
+    ("graph complete", ["graph", "complete", "--summary", "ok"]),
+    ("ask", ["ask", "Which database?"]),
+])
+def test_agent_commands_import_no_dataclasses_and_ask_no_openssl(
+    session: Any, name: str, argv: list[str]
+) -> None:
+    env, root = session
+    modules = imported(["-m", "the_loop", *argv], env, root)
+    assert "the_loop.runtime.service" in modules  # it did its work
+    assert under(modules, NO_DATACLASSES) == []
+    if name == "ask":
+        assert under(modules, NOT_FOR_ASK) == []
 
 
 def test_the_session_is_given_a_snapshot_of_the_config_holding_no_secret(session: Any) -> None:

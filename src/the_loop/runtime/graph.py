@@ -17,9 +17,8 @@ YAML format (described once in `GRAPH`, checked at load; every error names the n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from the_loop.configspec import (
     Bool,
@@ -38,21 +37,33 @@ from the_loop.errors import ConfigError
 PHASES = ("requirements", "design", "testing-plan", "tasks")
 
 
-@dataclass(frozen=True)
 class Node:
-    name: str
-    phase: str
-    actor: str = "agent"  # agent | human | none (terminal)
-    terminal: bool = False
-    prompt: str = ""
-    request: str = ""
+    """One node of the graph. (Plain classes here and in the runtime's other records: the
+    agent's commands load the graph at every start, and a dataclass costs them the
+    `dataclasses` import and its generated methods, issue 34. A record that must not change
+    marks its fields `Final`, so the type check refuses a write to one.)"""
+
+    __slots__ = ("actor", "name", "phase", "prompt", "request", "terminal")
+
+    def __init__(self, name: str, phase: str, actor: str = "agent", terminal: bool = False,
+                 prompt: str = "", request: str = "") -> None:
+        self.name: Final = name
+        self.phase: Final = phase
+        self.actor: Final = actor  # agent | human | none (terminal)
+        self.terminal: Final = terminal
+        self.prompt: Final = prompt
+        self.request: Final = request
 
 
-@dataclass
 class Graph:
-    start: str
-    nodes: dict[str, Node]
-    edges: dict[tuple[str, str], str] = field(default_factory=dict)  # (from, outcome) → to
+    __slots__ = ("edges", "nodes", "start")
+
+    def __init__(self, start: str, nodes: dict[str, Node],
+                 edges: dict[tuple[str, str], str] | None = None) -> None:
+        self.start = start
+        self.nodes = nodes
+        #: (from, outcome) → to
+        self.edges: dict[tuple[str, str], str] = {} if edges is None else edges
 
     def node(self, name: str) -> Node:
         return self.nodes[name]

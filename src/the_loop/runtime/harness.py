@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from the_loop.config import ENV_VAR
 from the_loop.errors import LoopError
@@ -16,11 +15,13 @@ if TYPE_CHECKING:  # a launch imports it: the session's own commands never launc
     import subprocess
 
 
-@dataclass(frozen=True)
 class Launched:
-    session_id: str
-    pid: int
-    log: Path
+    __slots__ = ("log", "pid", "session_id")
+
+    def __init__(self, session_id: str, pid: int, log: Path) -> None:
+        self.session_id: Final = session_id
+        self.pid: Final = pid
+        self.log: Final = log
 
 
 #: What every harness gets from the daemon's environment (by name); `harnesses[].env`

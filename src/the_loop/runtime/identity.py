@@ -15,7 +15,6 @@ The loop keeps its sha256 (`token_digest`), never the token.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -32,11 +31,15 @@ SESSION_TOKEN_ENV = "THE_LOOP_SESSION_TOKEN"
 def agent_login(sid: str) -> str:
     """The login a session's agent writes as: stable for the session, and not its id
     (an id is what a comment must never show: docs/security.md)."""
+    import hashlib  # loads OpenSSL: `ask` names no agent and starts without it (issue 34)
+
     return AGENT_PREFIX + "a-" + hashlib.sha256(f"agent {sid}".encode()).hexdigest()[:12]
 
 
 def token_digest(token: str) -> str:
     """What the loop stores of a session token: its sha256, in hex."""
+    import hashlib
+
     return hashlib.sha256(token.encode()).hexdigest()
 
 

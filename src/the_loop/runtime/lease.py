@@ -19,7 +19,6 @@ to start (`HostClash`), and `state check` reports it.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import re
@@ -110,6 +109,8 @@ def instance_of(state_dir: Path) -> str:
     except OSError:
         folder = str(state_dir)
     parts = (_read("/proc/sys/kernel/random/boot_id"), pidns, folder)
+    import hashlib  # a daemon's: the agent's commands start without OpenSSL (issue 34)
+
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 

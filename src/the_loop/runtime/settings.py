@@ -8,9 +8,8 @@ functions the description runs after the shape (`then=`).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from the_loop.config import Config
 from the_loop.configspec import (
@@ -36,55 +35,83 @@ from the_loop.util import url_problem
 REPO_PATTERN = "^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"
 LOGIN_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
-@dataclass(frozen=True)
 class Harness:
-    name: str
-    command: tuple[str, ...]
-    model: str = ""
-    env: tuple[str, ...] = ()  # variable names passed beyond the safe base
+    # Plain classes, not dataclasses: the agent's commands read the settings at every start
+    # (issue 34; graph.py says what a dataclass costs them).
+    __slots__ = ("command", "env", "model", "name")
+
+    def __init__(self, name: str, command: tuple[str, ...], model: str = "",
+                 env: tuple[str, ...] = ()) -> None:
+        self.name: Final = name
+        self.command: Final = command
+        self.model: Final = model
+        self.env: Final = env  # variable names passed beyond the safe base
 
 
-@dataclass(frozen=True)
 class ChannelSpec:
-    kind: str  # file | webhook
-    target: str  # a path (resolved) or a url
-    token_env: str = ""
+    __slots__ = ("kind", "target", "token_env")
+
+    def __init__(self, kind: str, target: str, token_env: str = "") -> None:
+        self.kind: Final = kind  # file | webhook
+        self.target: Final = target  # a path (resolved) or a url
+        self.token_env: Final = token_env
 
 
-@dataclass
 class Settings:
     """Everything the runtime reads from the config, with defaults for the embedded loop."""
 
-    config: Config
-    loop: str
-    state_dir: Path
-    repository: str
-    arm_label: str
-    harness: str
-    harnesses: dict[str, Harness]
-    graph: str  # builtin | absolute path
-    channels: list[ChannelSpec] = field(default_factory=list)
-    git_repository: Path | None = None
-    serve_token_env: str = ""
-    decision_keep_days: float = 30.0  # decisionLog.keepDays: how long fired points are kept
-    #: login → the environment variable holding that person's control-plane token
-    serve_tokens: dict[str, str] = field(default_factory=dict)
-    #: login → a variable: an agent token shared by every session, no longer taken (`serve`
-    #: refuses to start with one; each session has its own, runtime/identity.py)
-    serve_agents: dict[str, str] = field(default_factory=dict)
-    database: str = ""  # a postgresql:// URL, or '' for SQLite in stateDir
-    max_sessions: int = 8  # maxSessions: harness sessions this host runs at once
-    lease_expiry: float = 30.0  # lease.expirySeconds: a claim not renewed for this long lapses
-    heartbeat: float = 5.0  # lease.heartbeatSeconds: how often a daemon renews its claims
-    #: every variable named by a tokenEnv anywhere (hooks, channels, serve): never in a
-    #: harness's environment, its value redacted wherever the loop writes
-    secret_names: frozenset[str] = frozenset()
-    #: serve.console.compare: what the console may replay besides the declaration in effect
-    #: ({name, config} or {name, policy, hook}, paths resolved against the config's folder)
-    console_compare: list[dict[str, str]] = field(default_factory=list)
-    #: serve.console.servedLogs: hook servers' decision logs the console may show
-    #: ({name, log, policy}, paths resolved against the config's folder)
-    console_served: list[dict[str, str]] = field(default_factory=list)
+    __slots__ = ("arm_label", "channels", "config", "console_compare", "console_served",
+                 "database", "decision_keep_days", "git_repository", "graph", "harness",
+                 "harnesses", "heartbeat", "lease_expiry", "loop", "max_sessions",
+                 "repository", "secret_names", "serve_agents", "serve_token_env",
+                 "serve_tokens", "state_dir")
+
+    def __init__(
+        self, *, config: Config, loop: str, state_dir: Path, repository: str, arm_label: str,
+        harness: str, harnesses: dict[str, Harness], graph: str,
+        channels: list[ChannelSpec] | None = None, git_repository: Path | None = None,
+        serve_token_env: str = "", decision_keep_days: float = 30.0,
+        serve_tokens: dict[str, str] | None = None, serve_agents: dict[str, str] | None = None,
+        database: str = "", max_sessions: int = 8, lease_expiry: float = 30.0,
+        heartbeat: float = 5.0, secret_names: frozenset[str] = frozenset(),
+        console_compare: list[dict[str, str]] | None = None,
+        console_served: list[dict[str, str]] | None = None,
+    ) -> None:
+        self.config = config
+        self.loop = loop
+        self.state_dir = state_dir
+        self.repository = repository
+        self.arm_label = arm_label
+        self.harness = harness
+        self.harnesses = harnesses
+        self.graph = graph  # builtin | absolute path
+        self.channels: list[ChannelSpec] = [] if channels is None else channels
+        self.git_repository = git_repository
+        self.serve_token_env = serve_token_env
+        #: decisionLog.keepDays: how long fired points are kept
+        self.decision_keep_days = decision_keep_days
+        #: login → the environment variable holding that person's control-plane token
+        self.serve_tokens: dict[str, str] = {} if serve_tokens is None else serve_tokens
+        #: login → a variable: an agent token shared by every session, no longer taken
+        #: (`serve` refuses to start with one; each session has its own, runtime/identity.py)
+        self.serve_agents: dict[str, str] = {} if serve_agents is None else serve_agents
+        self.database = database  # a postgresql:// URL, or '' for SQLite in stateDir
+        self.max_sessions = max_sessions  # maxSessions: harness sessions this host runs at once
+        #: lease.expirySeconds: a claim not renewed for this long lapses
+        self.lease_expiry = lease_expiry
+        self.heartbeat = heartbeat  # lease.heartbeatSeconds: how often a daemon renews claims
+        #: every variable named by a tokenEnv anywhere (hooks, channels, serve): never in a
+        #: harness's environment, its value redacted wherever the loop writes
+        self.secret_names = secret_names
+        #: serve.console.compare: what the console may replay besides the declaration in
+        #: effect ({name, config} or {name, policy, hook}, paths resolved against the
+        #: config's folder)
+        self.console_compare: list[dict[str, str]] = (
+            [] if console_compare is None else console_compare)
+        #: serve.console.servedLogs: hook servers' decision logs the console may show
+        #: ({name, log, policy}, paths resolved against the config's folder)
+        self.console_served: list[dict[str, str]] = (
+            [] if console_served is None else console_served)
 
     @property
     def db_path(self) -> Path:

@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from the_loop.errors import LoopError
 
 
-@dataclass(frozen=True)
 class ActionSpec:
     """What a step's action is: the payload fields its runner reads, the event it records
-    when done, and what it does (as the verb phrase of 'the loop could not …')."""
+    when done, and what it does (as the verb phrase of 'the loop could not …'). A plain
+    class, as the runtime's other records are (graph.py says why)."""
 
-    fields: frozenset[str]
-    event: str
-    doing: str
+    __slots__ = ("doing", "event", "fields")
+
+    def __init__(self, fields: frozenset[str], event: str, doing: str) -> None:
+        self.fields: Final = fields
+        self.event: Final = event
+        self.doing: Final = doing
 
 
 class StepAction(enum.StrEnum):

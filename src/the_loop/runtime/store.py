@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from the_loop.errors import InputTooLong
@@ -30,17 +29,24 @@ from the_loop.sqldb import Conn
 ACTIVE = ("armed", "running", "waiting", "gate")
 
 
-@dataclass
 class Step:
-    seq: int
-    key: str
-    ref: str
-    action: StepAction
-    payload: dict[str, Any]
-    decisions: dict[str, Any]
-    state: str
-    outcome: str
-    detail: str
+    """One step as stored (a plain class, as the runtime's other records are: graph.py)."""
+
+    __slots__ = ("action", "decisions", "detail", "key", "outcome", "payload", "ref", "seq",
+                 "state")
+
+    def __init__(self, seq: int, key: str, ref: str, action: StepAction,
+                 payload: dict[str, Any], decisions: dict[str, Any], state: str, outcome: str,
+                 detail: str) -> None:
+        self.seq = seq
+        self.key = key
+        self.ref = ref
+        self.action = action
+        self.payload = payload
+        self.decisions = decisions
+        self.state = state
+        self.outcome = outcome
+        self.detail = detail
 
     @classmethod
     def of(cls, row: Any) -> Step:

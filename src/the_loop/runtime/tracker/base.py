@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from the_loop.errors import TrackerError as TrackerError
 
@@ -11,36 +10,63 @@ if TYPE_CHECKING:
     from the_loop.hooks.engine.points import WorkItem
 
 
-@dataclass(frozen=True)
 class Comment:
-    id: int
-    author: str
-    body: str
-    created: float
-    #: How the text came in: `comment` (written on the tracker), `reply` (the CLI), `api`.
-    source: str = "comment"
+    """One comment on a work item. Plain classes here, as the runtime's other records are
+    (runtime/graph.py says why); a comment is compared by its fields."""
+
+    __slots__ = ("author", "body", "created", "id", "source")
+
+    def __init__(self, id: int, author: str, body: str, created: float,
+                 source: str = "comment") -> None:
+        self.id: Final = id
+        self.author: Final = author
+        self.body: Final = body
+        self.created: Final = created
+        #: How the text came in: `comment` (written on the tracker), `reply` (the CLI), `api`.
+        self.source: Final = source
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.id, self.author, self.body, self.created, self.source)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Comment):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "Comment({!r}, {!r}, {!r}, {!r}, {!r})".format(*self._fields())
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "author": self.author, "body": self.body,
                 "created": self.created}
 
 
-@dataclass
 class Item:
     """A ticket or pull request as the tracker holds it."""
 
-    ref: str
-    kind: str  # issue | pull-request
-    title: str
-    body: str
-    state: str  # open | closed
-    labels: list[str] = field(default_factory=list)
-    comments: list[Comment] = field(default_factory=list)
-    parent: str = ""  # for a pull request: the ticket it belongs to
-    closed_by: str = ""
-    created: float = 0.0  # when it was opened (epoch seconds); 0 when the tracker does not say
-    author: str = ""  # who filed it ('' when nobody was named)
-    pull: PullRequest | None = None  # a pull request's branches; None for a ticket
+    __slots__ = ("author", "body", "closed_by", "comments", "created", "kind", "labels",
+                 "parent", "pull", "ref", "state", "title")
+
+    def __init__(self, ref: str, kind: str, title: str, body: str, state: str,
+                 labels: list[str] | None = None, comments: list[Comment] | None = None,
+                 parent: str = "", closed_by: str = "", created: float = 0.0,
+                 author: str = "", pull: PullRequest | None = None) -> None:
+        self.ref = ref
+        self.kind = kind  # issue | pull-request
+        self.title = title
+        self.body = body
+        self.state = state  # open | closed
+        self.labels: list[str] = [] if labels is None else labels
+        self.comments: list[Comment] = [] if comments is None else comments
+        self.parent = parent  # for a pull request: the ticket it belongs to
+        self.closed_by = closed_by
+        #: when it was opened (epoch seconds); 0 when the tracker does not say
+        self.created = created
+        self.author = author  # who filed it ('' when nobody was named)
+        self.pull = pull  # a pull request's branches; None for a ticket
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -53,15 +79,18 @@ class Item:
         return out
 
 
-@dataclass(frozen=True)
 class PullRequest:
     """Where a pull request comes from and goes to. `fork` is derived, never stored."""
 
-    repository: str  # the base repository (the tracker's owner/repo)
-    base: str = ""
-    head: str = ""
-    head_repository: str = ""
-    draft: bool = False
+    __slots__ = ("base", "draft", "head", "head_repository", "repository")
+
+    def __init__(self, repository: str, base: str = "", head: str = "",
+                 head_repository: str = "", draft: bool = False) -> None:
+        self.repository: Final = repository  # the base repository (the tracker's owner/repo)
+        self.base: Final = base
+        self.head: Final = head
+        self.head_repository: Final = head_repository
+        self.draft: Final = draft
 
     @property
     def fork(self) -> bool:
