@@ -99,7 +99,7 @@ def has_room(loop: Loop, ref: str) -> bool:
         return True
     # Recorded as running: ask each session's lock (one this loop ended may not be reaped).
     running = sum(1 for row in loop.store.live_sessions()
-                  if row["id"] != current and loop.session_alive(str(row["id"])))
+                  if row["id"] != current and loop.session_alive(str(row["id"]), row))
     return running < loop.settings.max_sessions
 
 

@@ -263,7 +263,8 @@ class Loop:
         if ctx.POINT in step.decisions:
             return Decided(step.decisions[ctx.POINT])
         comment = step.payload.get("comment") if ctx.POINT == "input_received" else None
-        self.db.settle()  # a visit's writes so far: no lock is held while a hook is asked
+        if self.chain.names(ctx.POINT):  # no lock of the visit is held while a hook runs
+            self.db.settle()
         got = Decided.of(self.fire(ctx, input_id=comment if type(comment) is int else 0))
         # Committed with the step's effect (the visit's batch, db.batched: the next commit
         # comes before anything outside the database acts, and at each failpoint), and
@@ -387,7 +388,9 @@ class Loop:
         """Move to the next node and queue what that owes (a phase message, entering the
         node), in one transaction with finishing `step`. Returns the new node."""
         with self.db.transaction() as conn:
-            w = conn.execute("SELECT * FROM work WHERE ref=?", (ref,)).fetchone()
+            w = self.work(ref)  # read in the transaction (in a visit: the row it holds)
+            if w is None:
+                raise LoopError(f"{ref} has no work row; start it with `the-loop start {ref}`")
             here = self.graph.node(str(w["node"]))
             there = self.graph.next(here.name, outcome_name)
             if there is None:
