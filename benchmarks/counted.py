@@ -19,9 +19,10 @@ not the-loop, so a checkout of any commit runs under it unchanged — but for on
 
 - SQLite: every statement the library steps (a trace callback), and a transaction is each
   BEGIN, and each statement run outside one (autocommit).
-- PostgreSQL: every `Cursor.execute`/`executemany` call (one executemany is one statement
-  call), and a transaction is each `Connection.transaction()` block that is not nested, and
-  each statement run in autocommit outside one.
+- PostgreSQL: every `Cursor.execute`/`executemany`/`copy` call (one executemany is one
+  statement call; a COPY, the decision log's write, is one), and a transaction is each
+  `Connection.transaction()` block that is not nested, and each statement run in
+  autocommit outside one.
 """
 
 from __future__ import annotations
@@ -119,6 +120,7 @@ def _patch_psycopg() -> None:
     psycopg.Cursor.execute = counting(psycopg.Cursor.execute)  # type: ignore[method-assign]
     psycopg.Cursor.executemany = counting(  # type: ignore[method-assign]
         psycopg.Cursor.executemany)
+    psycopg.Cursor.copy = counting(psycopg.Cursor.copy)  # type: ignore[method-assign]
     transaction = psycopg.Connection.transaction
 
     import contextlib

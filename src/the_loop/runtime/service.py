@@ -263,7 +263,9 @@ class Loop:
         if ctx.POINT in step.decisions:
             return Decided(step.decisions[ctx.POINT])
         comment = step.payload.get("comment") if ctx.POINT == "input_received" else None
-        if self.chain.names(ctx.POINT):  # no lock of the visit is held while a hook runs
+        # No lock of the visit is held while a hook runs, nor (SQLite) while the decision
+        # log's own connection writes: it would wait for the write lock the visit holds.
+        if self.chain.names(ctx.POINT) or self.db.one_writer:
             self.db.settle()
         got = Decided.of(self.fire(ctx, input_id=comment if type(comment) is int else 0))
         # Committed with the step's effect (the visit's batch, db.batched: the next commit
