@@ -340,21 +340,22 @@ class Loop:
         posts the final text (a one-shot command runs no hook). Returns the step's key."""
         ref = self.tracker.resolve(ref)
         w = self.agent_turn(ref, session_id)
-        self._claimed(ref)
-        try:
-            w = self.agent_turn(ref, session_id)
-            sid = session_id or str(w["session_id"])
-            with self.db.transaction() as conn:
-                n = conn.execute("SELECT COUNT(*) AS n FROM steps WHERE ref=? AND kind=?",
-                                 (ref, StepAction.QUESTION.value)).fetchone()["n"]
-                key = StepAction.QUESTION.key(ref, w["arm_seq"], int(n) + 1)
-                self.store.add_step(conn, key, ref, StepAction.QUESTION, {
-                    "question": question, "summary": summary, "session_id": sid,
-                    "node": str(w["node"])})
-                self.store.set_work(ref, conn, state="waiting")
-            return key
-        finally:
-            self.store.release(ref)
+        with self.db.batched():  # its writes and the release: one transaction (db.py)
+            self._claimed(ref)
+            try:
+                w = self.agent_turn(ref, session_id)
+                sid = session_id or str(w["session_id"])
+                with self.db.transaction() as conn:
+                    n = conn.execute("SELECT COUNT(*) AS n FROM steps WHERE ref=? AND kind=?",
+                                     (ref, StepAction.QUESTION.value)).fetchone()["n"]
+                    key = StepAction.QUESTION.key(ref, w["arm_seq"], int(n) + 1)
+                    self.store.add_step(conn, key, ref, StepAction.QUESTION, {
+                        "question": question, "summary": summary, "session_id": sid,
+                        "node": str(w["node"])})
+                    self.store.set_work(ref, conn, state="waiting")
+                return key
+            finally:
+                self.store.release(ref)
 
     def graph_complete(self, ref: str, *, summary: str = "", actor: str = "agent",
                        session_id: str = "") -> str:
@@ -362,15 +363,17 @@ class Loop:
         edge of its own graph. Returns the node that finished."""
         ref = self.tracker.resolve(ref)
         self.agent_turn(ref, session_id)
-        self._claimed(ref)
-        try:
-            w = self.agent_turn(ref, session_id)
-            self.store.queue(StepAction.DONE.key(ref, w["arm_seq"], w["epoch"]), ref,
-                             StepAction.DONE, {"node": str(w["node"]), "epoch": int(w["epoch"]),
-                                             "actor": actor, "summary": summary})
-            return str(w["node"])
-        finally:
-            self.store.release(ref)
+        with self.db.batched():  # the step and the release: one transaction (db.py)
+            self._claimed(ref)
+            try:
+                w = self.agent_turn(ref, session_id)
+                self.store.queue(StepAction.DONE.key(ref, w["arm_seq"], w["epoch"]), ref,
+                                 StepAction.DONE, {"node": str(w["node"]),
+                                                   "epoch": int(w["epoch"]), "actor": actor,
+                                                   "summary": summary})
+                return str(w["node"])
+            finally:
+                self.store.release(ref)
 
     def agent_turn(self, ref: str, session_id: str) -> dict[str, Any]:
         """The item, when it is at an agent node and (from inside a session) that session
