@@ -10,9 +10,9 @@ not the-loop, so a checkout of any commit runs under it unchanged — but for on
 
 - A poller's cycles: `the_loop.runtime.poller.poll_once` (the name every commit measured
   has) is wrapped, so the report also says the CPU when the first cycle began (the end of
-  start-up: imports, migrations, hooks loaded), how many cycles ran, and the CPU (this
-  thread's) and statements (this thread's) of each: a cycle whose statements are the
-  fewest any cycle ran is idle (it found nothing to do). A module a cycle imports for the
+  start-up: imports, migrations, hooks loaded), and the CPU (this thread's) and statements
+  (this thread's) of each cycle (loop_visits.py calls a cycle idle when it ran no more
+  statements than `poll --once` does on a quiet folder). A module a cycle imports for the
   first time (the hooks engine, the decision log: imported where used) is start-up done
   late: the CPU of such imports is counted apart. With $LOOP_BENCH_PROFILE=DIR the cycles
   run under cProfile and DIR/ROLE-PID.prof holds what they spent.
@@ -202,16 +202,12 @@ def _cycle_figures() -> dict[str, Any]:
     runs: list[tuple[float, int]] = CYCLES["runs"]
     if CYCLES["startup_cpu"] is None or not runs:
         return {}
-    fewest = min(n for _, n in runs)
-    idle = [cpu for cpu, n in runs if n == fewest]
     if "profile" in CYCLES and os.environ.get("LOOP_BENCH_PROFILE"):
         CYCLES["profile"].dump_stats(os.path.join(os.environ["LOOP_BENCH_PROFILE"],
                                                   f"{_role()}-{os.getpid()}.prof"))
     return {"startup_cpu": CYCLES["startup_cpu"],
             "startup_statements": CYCLES["startup_statements"],
-            "cycles": len(runs), "idle_cycles": len(idle), "idle_statements": fewest,
-            "idle_cpu": sum(idle), "cycle_cpu": sum(cpu for cpu, _ in runs),
-            "import_cpu": CYCLES["import_cpu"]}
+            "cycle_runs": runs, "import_cpu": CYCLES["import_cpu"]}
 
 
 def _role() -> str:

@@ -164,6 +164,12 @@ def summarise(rows: list[dict[str, Any]], items: int, xacts: int,
         return sum(float(r[key]) for r in rows if r["role"] == role)
 
     work = [r for r in rows if r["role"] != "idle"]
+    # An idle cycle: no more statements than the one cycle of `poll --once` on the quiet folder.
+    quiet = min((n for r in rows if r["role"] == "idle" for _, n in r.get("cycle_runs", [])),
+                default=0)
+    cycles = [run for r in rows if r["role"] == "poll" for run in r.get("cycle_runs", [])]
+    idle = [cpu for cpu, n in cycles if n <= quiet]
+    busy_cpu = sum(cpu for cpu, n in cycles if n > quiet)
     out = {
         "poller statements": total("poll", "statements") / items,
         "poller transactions": total("poll", "transactions") / items,
@@ -172,8 +178,7 @@ def summarise(rows: list[dict[str, Any]], items: int, xacts: int,
         "poller CPU ms (whole process)": total("poll", "cpu") * 1e3 / items,
         "poller CPU ms after start-up": (total("poll", "cpu") - total("poll", "startup_cpu")
                                          - total("poll", "import_cpu")) * 1e3 / items,
-        "poller CPU ms in busy cycles": (total("poll", "cycle_cpu") - total("poll", "idle_cpu")
-                                         - total("poll", "import_cpu")) * 1e3 / items,
+        "poller CPU ms in busy cycles": (busy_cpu - total("poll", "import_cpu")) * 1e3 / items,
         "harness CPU ms": total("graph", "cpu") * 1e3 / items,
         "write-lock wait % of poller wall": 100 * total("poll", "lock_wait") / max(
             total("poll", "wall"), 1e-9),
@@ -184,16 +189,16 @@ def summarise(rows: list[dict[str, Any]], items: int, xacts: int,
         out["server transactions"] = xacts / items
         out["server CPU ms"] = server_cpu * 1e3 / items
     pollers = max(1, sum(1 for r in rows if r["role"] == "poll"))
-    idle = total("poll", "idle_cycles")
     out.update({  # per run or per process, not per item
         "poller start-up CPU ms (each, not per item)": total("poll", "startup_cpu") * 1e3
         / pollers,
         "first-use imports in cycles, CPU ms (each)": total("poll", "import_cpu") * 1e3
         / pollers,
-        "poll cycles in the run (all pollers)": total("poll", "cycles"),
-        "of them idle": idle,
-        "idle cycle: statements": total("poll", "idle_statements") / pollers,
-        "idle cycle: CPU ms": total("poll", "idle_cpu") * 1e3 / max(idle, 1),
+        "poll cycles in the run (all pollers)": len(cycles),
+        "of them idle": len(idle),
+        "idle cycle: statements (poll --once, nothing to do)": quiet,
+        "idle cycle: CPU ms (mean of the run's)": sum(idle) * 1e3 / len(idle) if idle
+        else float("nan"),
     })
     return out
 
