@@ -245,6 +245,13 @@ class Store:
             "INSERT INTO steps(key, ref, kind, payload, created, updated) "
             "VALUES (?,?,?,?,?,?) ON CONFLICT(key) DO NOTHING",
             (key, ref, action.value, self.redact(json.dumps(payload)), now, now))
+        self._steps_changed(ref)
+
+    def _steps_changed(self, ref: str) -> None:
+        """A step of `ref` was queued or finished: whether one is pending is read again."""
+        memo = self.db.memo()
+        if memo is not None:
+            memo.pop(("pending", ref), None)
 
     def queue(self, key: str, ref: str, action: StepAction, payload: dict[str, Any]) -> None:
         with self.db.transaction() as conn:
@@ -302,7 +309,8 @@ class Store:
         rows = self.db.conn.execute(_NEXT_WITH_WORK, (ref, ref)).fetchall()
         w = {c: rows[0][c] for c in _WORK} if rows and rows[0]["ref"] is not None else None
         memo["work", ref] = w
-        if not rows or rows[0]["s_seq"] is None:
+        memo["pending", ref] = bool(rows) and rows[0]["s_seq"] is not None  # for has_pending
+        if not memo["pending", ref]:
             return None
         return Step.of({c: rows[0][f"s_{c}"] for c in _STEP})
 
@@ -316,6 +324,11 @@ class Store:
             "ORDER BY first")]
 
     def has_pending(self, ref: str) -> bool:
+        """Whether `ref` has a pending step (in a visit, as its last `next_step` found,
+        unless a step was queued or finished since)."""
+        memo = self.db.memo()
+        if memo is not None and ("pending", ref) in memo:
+            return bool(memo["pending", ref])
         return self.db.conn.execute("SELECT 1 FROM steps WHERE state='pending' AND ref=? "
                                     "LIMIT 1", (ref,)).fetchone() is not None
 
@@ -338,6 +351,7 @@ class Store:
         else:
             with self.db.transaction() as c:
                 c.execute(sql, args)
+        self._steps_changed(step.ref)
         step.state, step.outcome, step.detail = "done", outcome, detail
 
     # ------------------------------------------------------------------ input
