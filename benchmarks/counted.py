@@ -6,13 +6,23 @@ At exit it appends one JSON line to the file $LOOP_BENCH_COUNTS names: the role 
 else the command's first word), statements and transactions it ran on SQLite and PostgreSQL,
 the seconds its SQLite connections spent in `BEGIN IMMEDIATE` (waiting for the write lock),
 its CPU and wall seconds. It patches the libraries (sqlite3.connect, psycopg's cursors),
-not the-loop, so a checkout of any commit runs under it unchanged.
+not the-loop, so a checkout of any commit runs under it unchanged — but for one function:
+
+- A poller's cycles: `the_loop.runtime.poller.poll_once` (the name every commit measured
+  has) is wrapped, so the report also says the CPU when the first cycle began (the end of
+  start-up: imports, migrations, hooks loaded), and the CPU (this thread's) and statements
+  (this thread's) of each cycle (loop_visits.py calls a cycle idle when it ran no more
+  statements than `poll --once` does on a quiet folder). A module a cycle imports for the
+  first time (the hooks engine, the decision log: imported where used) is start-up done
+  late: the CPU of such imports is counted apart. With $LOOP_BENCH_PROFILE=DIR the cycles
+  run under cProfile and DIR/ROLE-PID.prof holds what they spent.
 
 - SQLite: every statement the library steps (a trace callback), and a transaction is each
   BEGIN, and each statement run outside one (autocommit).
-- PostgreSQL: every `Cursor.execute`/`executemany` call (one executemany is one statement
-  call), and a transaction is each `Connection.transaction()` block that is not nested, and
-  each statement run in autocommit outside one.
+- PostgreSQL: every `Cursor.execute`/`executemany`/`copy` call (one executemany is one
+  statement call; a COPY, the decision log's write, is one), and a transaction is each
+  `Connection.transaction()` block that is not nested, and each statement run in
+  autocommit outside one.
 """
 
 from __future__ import annotations
@@ -23,10 +33,24 @@ import os
 import resource
 import sqlite3
 import sys
+import threading
 import time
 from typing import Any
 
 COUNTS = {"statements": 0, "transactions": 0, "lock_wait": 0.0}
+#: With $LOOP_BENCH_TRACE=FILE: every PostgreSQL statement, and where each transaction
+#: begins and ends, in order, appended to FILE.PID (to read one visit's sequence).
+_TRACE = os.environ.get("LOOP_BENCH_TRACE")
+
+
+def _trace(text: str) -> None:
+    if _TRACE:
+        with open(f"{_TRACE}.{os.getpid()}", "a", encoding="utf-8") as out:
+            out.write(f"{threading.current_thread().name[:12]:12} {' '.join(text.split())[:150]}\n")
+
+
+#: The statements each thread ran (a poll cycle counts its own thread's).
+_MINE = threading.local()
 #: With $LOOP_BENCH_SQL set: how often each statement text ran (written beside the counts).
 TEXTS: dict[str, int] = {}
 _KEEP_TEXTS = bool(os.environ.get("LOOP_BENCH_SQL"))
@@ -40,6 +64,7 @@ class _Counted(sqlite3.Connection):
 
     def _traced(self, sql: str) -> None:
         COUNTS["statements"] += 1
+        _MINE.n = getattr(_MINE, "n", 0) + 1
         if _KEEP_TEXTS:
             TEXTS[sql[:120]] = TEXTS.get(sql[:120], 0) + 1
         head = sql.lstrip()[:8].upper()
@@ -79,19 +104,23 @@ def _patch_psycopg() -> None:
     def counting(method: Any) -> Any:
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             COUNTS["statements"] += 1
+            _MINE.n = getattr(_MINE, "n", 0) + 1
             if _KEEP_TEXTS and args:
                 text = str(args[0])[:120]
                 TEXTS[text] = TEXTS.get(text, 0) + 1
             conn = self.connection
-            if depth.get(id(conn), 0) == 0 and conn.autocommit and (
-                    conn.info.transaction_status == TransactionStatus.IDLE):
+            alone = depth.get(id(conn), 0) == 0 and conn.autocommit and (
+                conn.info.transaction_status == TransactionStatus.IDLE)
+            if alone:
                 COUNTS["transactions"] += 1
+            _trace(("autocommit " if alone else "") + str(args[0] if args else ""))
             return method(self, *args, **kwargs)
         return run
 
     psycopg.Cursor.execute = counting(psycopg.Cursor.execute)  # type: ignore[method-assign]
     psycopg.Cursor.executemany = counting(  # type: ignore[method-assign]
         psycopg.Cursor.executemany)
+    psycopg.Cursor.copy = counting(psycopg.Cursor.copy)  # type: ignore[method-assign]
     transaction = psycopg.Connection.transaction
 
     import contextlib
@@ -101,14 +130,89 @@ def _patch_psycopg() -> None:
         key = id(self)
         if depth.get(key, 0) == 0:
             COUNTS["transactions"] += 1
+            _trace("BEGIN")
         depth[key] = depth.get(key, 0) + 1
         try:
             with transaction(self, *args, **kwargs) as tx:
                 yield tx
         finally:
             depth[key] -= 1
+            if depth[key] == 0:
+                _trace("END")
 
     psycopg.Connection.transaction = counted_transaction  # type: ignore[method-assign]
+
+
+#: The poller's cycles: CPU (process) when the first began, and per cycle (this thread's
+#: CPU, this thread's statements).
+CYCLES: dict[str, Any] = {"startup_cpu": None, "runs": [], "import_cpu": 0.0}
+
+
+def _timing_imports() -> None:
+    """From now on, the CPU (the importing thread's) of importing a module not loaded yet
+    is added to CYCLES["import_cpu"]."""
+    import builtins
+
+    real = builtins.__import__
+
+    def timed(name: str, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_MINE, "importing", False) or name in sys.modules:
+            return real(name, *args, **kwargs)
+        _MINE.importing, t = True, time.thread_time()
+        try:
+            return real(name, *args, **kwargs)
+        finally:
+            _MINE.importing = False
+            CYCLES["import_cpu"] += time.thread_time() - t
+
+    builtins.__import__ = timed
+
+
+def _watch_cycles() -> None:
+    try:
+        from the_loop.runtime import poller
+    except ImportError:
+        return
+    poll_once = poller.poll_once
+    profile: Any = None
+    if os.environ.get("LOOP_BENCH_PROFILE"):
+        import cProfile
+
+        profile = CYCLES["profile"] = cProfile.Profile(time.thread_time)  # CPU, not wall
+
+    def cycle(*args: Any, **kwargs: Any) -> Any:
+        if CYCLES["startup_cpu"] is None:
+            CYCLES["startup_cpu"] = time.process_time()
+            CYCLES["startup_statements"] = COUNTS["statements"]
+            _timing_imports()
+        cpu, n = time.thread_time(), getattr(_MINE, "n", 0)
+        if profile is not None:
+            profile.enable()
+        try:
+            return poll_once(*args, **kwargs)
+        finally:
+            if profile is not None:
+                profile.disable()
+            CYCLES["runs"].append((time.thread_time() - cpu, getattr(_MINE, "n", 0) - n))
+
+    poller.poll_once = cycle
+
+
+def _cycle_figures() -> dict[str, Any]:
+    runs: list[tuple[float, int]] = CYCLES["runs"]
+    if CYCLES["startup_cpu"] is None or not runs:
+        return {}
+    if "profile" in CYCLES and os.environ.get("LOOP_BENCH_PROFILE"):
+        CYCLES["profile"].dump_stats(os.path.join(os.environ["LOOP_BENCH_PROFILE"],
+                                                  f"{_role()}-{os.getpid()}.prof"))
+    return {"startup_cpu": CYCLES["startup_cpu"],
+            "startup_statements": CYCLES["startup_statements"],
+            "cycle_runs": runs, "import_cpu": CYCLES["import_cpu"]}
+
+
+def _role() -> str:
+    return os.environ.get("LOOP_BENCH_ROLE") or next(
+        (a for a in sys.argv[1:] if not a.startswith("-") and not a.endswith(".yaml")), "")
 
 
 def _report() -> None:
@@ -117,10 +221,10 @@ def _report() -> None:
         return
     usage = resource.getrusage(resource.RUSAGE_SELF)
     line = json.dumps({
-        "role": os.environ.get("LOOP_BENCH_ROLE") or next(
-            (a for a in sys.argv[1:] if not a.startswith("-") and not a.endswith(".yaml")), ""),
+        "role": _role(),
         "pid": os.getpid(), **COUNTS, "cpu": usage.ru_utime + usage.ru_stime,
-        "wall": time.perf_counter() - T0, **({"texts": TEXTS} if _KEEP_TEXTS else {})}) + "\n"
+        "wall": time.perf_counter() - T0, **_cycle_figures(),
+        **({"texts": TEXTS} if _KEEP_TEXTS else {})}) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         os.write(fd, line.encode())
@@ -130,6 +234,7 @@ def _report() -> None:
 
 def main() -> int:
     _patch_psycopg()
+    _watch_cycles()
     atexit.register(_report)  # registered after psycopg's pools: runs before they close
     from the_loop.cli import main as cli_main
 

@@ -3,10 +3,15 @@
 N items go through `write` (agent) → `check` (agent) → done: each node is a session whose
 harness is a real `the-loop graph complete` process. Every the-loop process (the pollers and
 each harness) runs under benchmarks/counted.py, which counts its statements, transactions,
-seconds waiting for SQLite's write lock, and CPU. On PostgreSQL the server's side is read
-too: transactions from pg_stat_database (every process of the run, on a database of its own;
-this script's own reads of it are counted and taken off)
-and the CPU of the backends serving it (sampled from /proc every 50 ms; a backend that lives
+seconds waiting for SQLite's write lock, and CPU. A poller's CPU is also given after its
+start-up: from the moment its first cycle begins (imports, migrations, the host's first
+heartbeat are done by then), less the modules its cycles import for the first time (start-up
+deferred to first use); and in its busy cycles (all its cycles but the idle ones). Its
+cycles are counted, and what an idle one (the fewest statements) costs. Each version's
+modules are compiled before it runs, as an installed package's are. On PostgreSQL the
+server's side is read too: transactions from pg_stat_database (every process of the run,
+on a database of its own; this script's own reads of it are counted and taken off) and the
+CPU of the backends serving it (sampled from /proc every 50 ms; a backend that lives
 less than that is missed). Then one `poll --once` runs on the folder with nothing to do.
 
 The same run measures a checkout of each `--baseline REF` (benchmarks/baseline.py; the flag
@@ -73,6 +78,16 @@ def setup(src: Path | None, config: Path, *args: str) -> str:
                           timeout=120).stdout
 
 
+def compiled(src: Path) -> None:
+    """Write the bytecode of the version's modules beside them, as an installed package has
+    it (the children write none themselves under PYTHONDONTWRITEBYTECODE): its first process
+    does not compile the loop. The standard library's and the dependencies' are written at
+    their install."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(src)], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"},
+                   stdout=subprocess.DEVNULL, timeout=300)
+
+
 def server_xacts(db: Database) -> int:
     time.sleep(1.2)  # backends flush their statistics within a second (and at exit)
     row = db.query("SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE "
@@ -102,7 +117,7 @@ def walk(src: Path | None, items: int, pollers: int, pg: Database | None) -> dic
         counts = root / "counts.jsonl"
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("THE_LOOP_") and k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(LOOP_BENCH_COUNTS=str(counts), PYTHONPYCACHEPREFIX=str(root / "pyc"))
+        env.update(LOOP_BENCH_COUNTS=str(counts))
         env = env_for(src, env)
         xacts0 = server_xacts(pg) if pg else 0
         sampler = BackendCpu(pg) if pg else contextlib.nullcontext()
@@ -149,12 +164,21 @@ def summarise(rows: list[dict[str, Any]], items: int, xacts: int,
         return sum(float(r[key]) for r in rows if r["role"] == role)
 
     work = [r for r in rows if r["role"] != "idle"]
+    # An idle cycle: no more statements than the one cycle of `poll --once` on the quiet folder.
+    quiet = min((n for r in rows if r["role"] == "idle" for _, n in r.get("cycle_runs", [])),
+                default=0)
+    cycles = [run for r in rows if r["role"] == "poll" for run in r.get("cycle_runs", [])]
+    idle = [cpu for cpu, n in cycles if n <= quiet]
+    busy_cpu = sum(cpu for cpu, n in cycles if n > quiet)
     out = {
         "poller statements": total("poll", "statements") / items,
         "poller transactions": total("poll", "transactions") / items,
         "harness statements": total("graph", "statements") / items,
         "all transactions (clients)": sum(r["transactions"] for r in work) / items,
-        "poller CPU ms": total("poll", "cpu") * 1e3 / items,
+        "poller CPU ms (whole process)": total("poll", "cpu") * 1e3 / items,
+        "poller CPU ms after start-up": (total("poll", "cpu") - total("poll", "startup_cpu")
+                                         - total("poll", "import_cpu")) * 1e3 / items,
+        "poller CPU ms in busy cycles": (busy_cpu - total("poll", "import_cpu")) * 1e3 / items,
         "harness CPU ms": total("graph", "cpu") * 1e3 / items,
         "write-lock wait % of poller wall": 100 * total("poll", "lock_wait") / max(
             total("poll", "wall"), 1e-9),
@@ -164,7 +188,23 @@ def summarise(rows: list[dict[str, Any]], items: int, xacts: int,
     if xacts:
         out["server transactions"] = xacts / items
         out["server CPU ms"] = server_cpu * 1e3 / items
+    pollers = max(1, sum(1 for r in rows if r["role"] == "poll"))
+    out.update({  # per run or per process, not per item
+        "poller start-up CPU ms (each, not per item)": total("poll", "startup_cpu") * 1e3
+        / pollers,
+        "first-use imports in cycles, CPU ms (each)": total("poll", "import_cpu") * 1e3
+        / pollers,
+        "poll cycles in the run (all pollers)": len(cycles),
+        "of them idle": len(idle),
+        "idle cycle: statements (poll --once, nothing to do)": quiet,
+        "idle cycle: CPU ms (mean of the run's)": sum(idle) * 1e3 / len(idle) if idle
+        else float("nan"),
+    })
     return out
+
+
+def _cell(value: float) -> str:
+    return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
 
 
 def table(title: str, columns: dict[str, dict[str, float]]) -> None:
@@ -176,7 +216,7 @@ def table(title: str, columns: dict[str, dict[str, float]]) -> None:
     print(f"| per item walked | {' | '.join(names)} |{ratios}")
     print("|---|" + "---:|" * (len(names) + len(bases)))
     for key in columns[this]:
-        cells = [f"{columns[n].get(key, float('nan')):.1f}" for n in names]
+        cells = [_cell(columns[n].get(key, float("nan"))) for n in names]
         line = f"| {key} | " + " | ".join(cells) + " |"
         for n in bases:
             a, b = columns[n].get(key, 0.0), columns[this].get(key, 0.0)
@@ -203,6 +243,8 @@ def main() -> int:
         for ref in args.baseline:
             versions[describe(ref)] = stack.enter_context(checkout(ref))
         versions["this checkout"] = None
+        for src in versions.values():
+            compiled(src or HERE.parent / "src")
         results: dict[tuple[str, int], dict[str, dict[str, float]]] = {}
         for backend, pollers in runs:
             for name, src in versions.items():

@@ -5,8 +5,10 @@ statement (one round trip and one transaction on PostgreSQL, one consistent snap
 either backend): this host's live sessions and its sessions another host declared lost,
 the hosts whose heartbeat lapsed while sessions were recorded on them, the open items with
 their labels, every active item's work row (whether it has a pending step, whether its
-session ended), the open items with a comment past their input cursor, and the items with
-pending steps. An idle cycle costs this one statement.
+session ended), the open items with a comment past their input cursor that the loop did
+not write itself (its own comments are no input: a cycle after each would read the
+comments and move the cursor for nothing), and the items with pending steps. An idle
+cycle costs this one statement.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def _obj(json_object: str, alias: str, columns: tuple[str, ...], *extra: str) ->
 
 
 def snapshot_sql(store: Store) -> str:
-    """The cycle's one statement; parameters: host, host, host, expiry, *ACTIVE."""
+    """The cycle's one statement; parameters: host, host, host, expiry, *ACTIVE, the
+    loop's own login."""
     jo = "json_build_object" if store.db.dialect.name == "postgresql" else "json_object"
     marks = ",".join("?" * len(ACTIVE))
     ref = "'local:' || i.repository || '#' || i.number"
@@ -55,7 +58,8 @@ def snapshot_sql(store: Store) -> str:
         f"ON s.id=w.session_id AND w.session_id<>'' WHERE w.state IN ({marks})",
         f"SELECT 'commented', {jo}('ref', x.ref) FROM (SELECT DISTINCT {ref} AS ref FROM "
         "comments c JOIN items i ON i.id=c.item LEFT JOIN cursors k ON "
-        f"k.ref={ref} WHERE i.state='open' AND c.id > COALESCE(k.last, 0)) AS x",
+        f"k.ref={ref} WHERE i.state='open' AND c.id > COALESCE(k.last, 0) AND c.author <> ?) "
+        "AS x",
         f"SELECT 'pending', {jo}('ref', x.ref, 'first', x.first) FROM (SELECT ref, MIN(seq) "
         "AS first FROM steps WHERE state='pending' GROUP BY ref) AS x",
     ))
@@ -80,9 +84,10 @@ class Snapshot:
                 w["session_exited"] = 1
 
 
-def read(store: Store) -> Snapshot:
+def read(store: Store, own: str) -> Snapshot:
+    """The snapshot (`own`: the login the loop writes its comments as)."""
     rows = store.db.conn.execute(snapshot_sql(store), (
-        store.host, store.host, store.host, store.expiry, *ACTIVE)).fetchall()
+        store.host, store.host, store.host, store.expiry, *ACTIVE, own)).fetchall()
     by: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         value = row["r"]

@@ -20,6 +20,14 @@ own, so a hook is not asked twice because a later write of the visit failed. `me
 the batch's cache of what the visit read (its work row, its item), kept true by the writes
 that go through the store and the tracker, emptied by a rollback and at the end.
 
+On PostgreSQL a read (`SELECT`) the visit runs on `conn` while its batch has no
+transaction open opens the batch's transaction, so the visit's reads share the transaction
+its writes commit in instead of each being one of its own; the fence is then checked by
+the first write of that transaction, and a read that fails rolls the batch back as a failed
+block does. The claim (an UPDATE on `conn`) still commits alone, so a rolled-back batch
+keeps it. SQLite keeps its reads outside (a read that began a transaction could not become
+a writer once another process had written).
+
 The SQLite file (and its -wal/-shm companions) is readable by its owner only.
 """
 
@@ -147,6 +155,9 @@ class Database:
     """One connection to the loop's database for this process (or this request)."""
 
     dialect: Dialect = SQLITE
+    #: Whether an open transaction keeps every other connection from writing (SQLite's
+    #: write lock; PostgreSQL locks rows).
+    one_writer = True
     conn: Conn
     where: str
 
@@ -214,16 +225,23 @@ class Database:
             self._local.kept = _BATCHING.db = None
 
     def _joined(self, batch: ExitStack) -> Any:
-        """The batch's open transaction, opened (and its fence checked) when none is."""
+        """The batch's open transaction, opened when none is, its fence checked once."""
         conn = getattr(self._local, "open", None)
-        if conn is not None:
-            return conn
+        if conn is None:
+            conn = self._opened(batch)
+        if not self._local.fenced:
+            try:
+                self._check_fence(conn)
+            except BaseException:
+                self._abort(batch)  # a stale owner: the transaction it opened is rolled back
+                raise
+            self._local.fenced = True
+        return conn
+
+    def _opened(self, batch: ExitStack) -> Any:
+        """Open the batch's transaction (its fence not checked yet)."""
         conn = self._local.open = batch.enter_context(self._begin())
-        try:
-            self._check_fence(conn)
-        except BaseException:
-            self._abort(batch)  # a stale owner: the transaction it opened is rolled back
-            raise
+        self._local.fenced = False
         return conn
 
     def memo(self) -> dict[Any, Any] | None:
@@ -362,17 +380,43 @@ class Database:
         self._sqlite.close()
 
 
+class _InBatch:
+    """PostgreSQL's `Database.conn`: a statement run in this thread's batch while it has no
+    transaction open opens the batch's (see the module doc)."""
+
+    def __init__(self, db: PgDatabase) -> None:
+        self.db = db
+        self.pg = db._pg
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        db = self.db
+        batch = getattr(db._local, "batch", None)
+        if batch is None or not (db.pending() or sql.startswith("SELECT")):
+            return self.pg.execute(sql, parameters)
+        if not db.pending():
+            db._opened(batch)
+        try:
+            return self.pg.execute(sql, parameters)
+        except BaseException:
+            db._abort(batch)  # the transaction is spoilt: rolled back, as a failed block's
+            raise
+
+    def executescript(self, script: str) -> None:
+        self.pg.executescript(script)
+
+
 class PgDatabase(Database):
     """The loop's database on PostgreSQL: a connection from this process's pool."""
 
     dialect = POSTGRESQL
+    one_writer = False
 
     def __init__(self, dsn: str, *, migrate: bool = True) -> None:
         self.path = Path(":postgresql:")
         self.where = shown_dsn(dsn)
         self._local = threading.local()
         self._pg = PgConnection(check_dsn(dsn))
-        self.conn = self._pg
+        self.conn = _InBatch(self)
         if migrate:
             self.migrate()
 

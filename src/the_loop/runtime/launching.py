@@ -57,9 +57,11 @@ def launch(loop: Loop, step: Step) -> None:
     if prior is not None and not prior["lost"]:
         sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
     if loop.store.session(sid) is None:
-        # Nothing of this visit's batch is held while the host's launch lock is waited for:
-        # its holder may be waiting for the database's write lock (db.batched).
-        loop.db.settle()
+        # Nothing of this visit's batch is held while the host's launch lock is waited for
+        # where its holder may be waiting for the database's write lock (db.batched; on
+        # PostgreSQL it locks rows of its own item only).
+        if loop.db.one_writer:
+            loop.db.settle()
         with host_launches(loop):  # room checked and taken by one process of a host at once
             pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
             if pid < 0:
@@ -99,7 +101,7 @@ def has_room(loop: Loop, ref: str) -> bool:
         return True
     # Recorded as running: ask each session's lock (one this loop ended may not be reaped).
     running = sum(1 for row in loop.store.live_sessions()
-                  if row["id"] != current and loop.session_alive(str(row["id"])))
+                  if row["id"] != current and loop.session_alive(str(row["id"]), row))
     return running < loop.settings.max_sessions
 
 

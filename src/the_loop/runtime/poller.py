@@ -159,7 +159,7 @@ def check_session(loop: Loop, ref: str, report: Report) -> None:
 def reap(loop: Loop, snap: Snapshot | None = None) -> list[str]:
     """Record sessions whose process ended (asked of the session's lock, not its pid).
     `snap`: this cycle's snapshot (read here when not given), told what ended."""
-    snap = snap if snap is not None else cycle.read(loop.store)
+    snap = snap if snap is not None else cycle.read(loop.store, LOOP_AUTHOR)
     ended: list[str] = []
     codes: dict[str, int | None] = {}
     for sid, proc in list(loop.procs.items()):
@@ -255,7 +255,7 @@ def poll_once(loop: Loop) -> Report:
     item whose session runs and that has no pending step is left alone (issue 34: claiming
     it cost two transactions a cycle for nothing). An idle cycle is that one statement."""
     report = Report()
-    snap = cycle.read(loop.store)
+    snap = cycle.read(loop.store, LOOP_AUTHOR)
     report.exited = reap(loop, snap)
     if loop.settings.arm_label:
         for item in snap.open_items:

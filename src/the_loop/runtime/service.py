@@ -188,10 +188,20 @@ class Loop:
         from the_loop.runtime.pointmetrics import count_lost_record
 
         log = DecisionLog(self.settings.db_target, keep_days=self.settings.decision_keep_days,
-                          log=self.log, host=host_id, on_failed=count_lost_record)
+                          log=self.log, host=host_id, on_failed=count_lost_record,
+                          write=self._log_row if self.settings.database else None)
         if self.settings.database:
             self._adopt_local_log(log)
         return log
+
+    def _log_row(self, sql: str, row: tuple[Any, ...]) -> None:
+        """PostgreSQL: a point's decision-log row goes in with the visit's writes (one
+        transaction, not one of its own per point; db.batched), and is kept when the batch
+        is rolled back, as the decision it records is. (On SQLite the log keeps a
+        connection of its own, never held by a visit's lock.)"""
+        with self.db.transaction() as conn:
+            conn.execute(sql, row)
+        self.db.keep(sql, row)
 
     def _adopt_local_log(self, log: DecisionLog) -> None:
         try:
@@ -263,7 +273,10 @@ class Loop:
         if ctx.POINT in step.decisions:
             return Decided(step.decisions[ctx.POINT])
         comment = step.payload.get("comment") if ctx.POINT == "input_received" else None
-        self.db.settle()  # a visit's writes so far: no lock is held while a hook is asked
+        # No lock of the visit is held while a hook runs, nor (SQLite) while the decision
+        # log's own connection writes: it would wait for the write lock the visit holds.
+        if self.chain.names(ctx.POINT) or self.db.one_writer:
+            self.db.settle()
         got = Decided.of(self.fire(ctx, input_id=comment if type(comment) is int else 0))
         # Committed with the step's effect (the visit's batch, db.batched: the next commit
         # comes before anything outside the database acts, and at each failpoint), and
@@ -327,21 +340,22 @@ class Loop:
         posts the final text (a one-shot command runs no hook). Returns the step's key."""
         ref = self.tracker.resolve(ref)
         w = self.agent_turn(ref, session_id)
-        self._claimed(ref)
-        try:
-            w = self.agent_turn(ref, session_id)
-            sid = session_id or str(w["session_id"])
-            with self.db.transaction() as conn:
-                n = conn.execute("SELECT COUNT(*) AS n FROM steps WHERE ref=? AND kind=?",
-                                 (ref, StepAction.QUESTION.value)).fetchone()["n"]
-                key = StepAction.QUESTION.key(ref, w["arm_seq"], int(n) + 1)
-                self.store.add_step(conn, key, ref, StepAction.QUESTION, {
-                    "question": question, "summary": summary, "session_id": sid,
-                    "node": str(w["node"])})
-                self.store.set_work(ref, conn, state="waiting")
-            return key
-        finally:
-            self.store.release(ref)
+        with self.db.batched():  # its writes and the release: one transaction (db.py)
+            self._claimed(ref)
+            try:
+                w = self.agent_turn(ref, session_id)
+                sid = session_id or str(w["session_id"])
+                with self.db.transaction() as conn:
+                    n = conn.execute("SELECT COUNT(*) AS n FROM steps WHERE ref=? AND kind=?",
+                                     (ref, StepAction.QUESTION.value)).fetchone()["n"]
+                    key = StepAction.QUESTION.key(ref, w["arm_seq"], int(n) + 1)
+                    self.store.add_step(conn, key, ref, StepAction.QUESTION, {
+                        "question": question, "summary": summary, "session_id": sid,
+                        "node": str(w["node"])})
+                    self.store.set_work(ref, conn, state="waiting")
+                return key
+            finally:
+                self.store.release(ref)
 
     def graph_complete(self, ref: str, *, summary: str = "", actor: str = "agent",
                        session_id: str = "") -> str:
@@ -349,15 +363,17 @@ class Loop:
         edge of its own graph. Returns the node that finished."""
         ref = self.tracker.resolve(ref)
         self.agent_turn(ref, session_id)
-        self._claimed(ref)
-        try:
-            w = self.agent_turn(ref, session_id)
-            self.store.queue(StepAction.DONE.key(ref, w["arm_seq"], w["epoch"]), ref,
-                             StepAction.DONE, {"node": str(w["node"]), "epoch": int(w["epoch"]),
-                                             "actor": actor, "summary": summary})
-            return str(w["node"])
-        finally:
-            self.store.release(ref)
+        with self.db.batched():  # the step and the release: one transaction (db.py)
+            self._claimed(ref)
+            try:
+                w = self.agent_turn(ref, session_id)
+                self.store.queue(StepAction.DONE.key(ref, w["arm_seq"], w["epoch"]), ref,
+                                 StepAction.DONE, {"node": str(w["node"]),
+                                                   "epoch": int(w["epoch"]), "actor": actor,
+                                                   "summary": summary})
+                return str(w["node"])
+            finally:
+                self.store.release(ref)
 
     def agent_turn(self, ref: str, session_id: str) -> dict[str, Any]:
         """The item, when it is at an agent node and (from inside a session) that session
@@ -387,7 +403,9 @@ class Loop:
         """Move to the next node and queue what that owes (a phase message, entering the
         node), in one transaction with finishing `step`. Returns the new node."""
         with self.db.transaction() as conn:
-            w = conn.execute("SELECT * FROM work WHERE ref=?", (ref,)).fetchone()
+            w = self.work(ref)  # read in the transaction (in a visit: the row it holds)
+            if w is None:
+                raise LoopError(f"{ref} has no work row; start it with `the-loop start {ref}`")
             here = self.graph.node(str(w["node"]))
             there = self.graph.next(here.name, outcome_name)
             if there is None:

@@ -97,7 +97,8 @@ def start(loop: Loop, step: Step) -> None:
             loop.tracker.label(ref, label, remove=True)  # a re-armed item starts over
     loop.tracker.label(ref, f"loop:{first.phase}")
     with loop.db.transaction() as conn:
-        w = conn.execute("SELECT epoch, arm_seq FROM work WHERE ref=?", (ref,)).fetchone()
+        w = loop.work(ref)  # read in the transaction (in a visit: the row it holds)
+        assert w is not None  # the start step ran on it
         epoch = int(w["epoch"]) + 1
         loop.store.set_work(ref, conn, state="running", node=first.name, epoch=epoch,
                             session_id="")

@@ -251,6 +251,13 @@ class Store:
             "INSERT INTO steps(key, ref, kind, payload, created, updated) "
             "VALUES (?,?,?,?,?,?) ON CONFLICT(key) DO NOTHING",
             (key, ref, action.value, self.redact(json.dumps(payload)), now, now))
+        self._steps_changed(ref)
+
+    def _steps_changed(self, ref: str) -> None:
+        """A step of `ref` was queued or finished: whether one is pending is read again."""
+        memo = self.db.memo()
+        if memo is not None:
+            memo.pop(("pending", ref), None)
 
     def queue(self, key: str, ref: str, action: StepAction, payload: dict[str, Any]) -> None:
         with self.db.transaction() as conn:
@@ -308,7 +315,8 @@ class Store:
         rows = self.db.conn.execute(_NEXT_WITH_WORK, (ref, ref)).fetchall()
         w = {c: rows[0][c] for c in _WORK} if rows and rows[0]["ref"] is not None else None
         memo["work", ref] = w
-        if not rows or rows[0]["s_seq"] is None:
+        memo["pending", ref] = bool(rows) and rows[0]["s_seq"] is not None  # for has_pending
+        if not memo["pending", ref]:
             return None
         return Step.of({c: rows[0][f"s_{c}"] for c in _STEP})
 
@@ -322,6 +330,11 @@ class Store:
             "ORDER BY first")]
 
     def has_pending(self, ref: str) -> bool:
+        """Whether `ref` has a pending step (in a visit, as its last `next_step` found,
+        unless a step was queued or finished since)."""
+        memo = self.db.memo()
+        if memo is not None and ("pending", ref) in memo:
+            return bool(memo["pending", ref])
         return self.db.conn.execute("SELECT 1 FROM steps WHERE state='pending' AND ref=? "
                                     "LIMIT 1", (ref,)).fetchone() is not None
 
@@ -344,6 +357,7 @@ class Store:
         else:
             with self.db.transaction() as c:
                 c.execute(sql, args)
+        self._steps_changed(step.ref)
         step.state, step.outcome, step.detail = "done", outcome, detail
 
     # ------------------------------------------------------------------ input
@@ -381,8 +395,24 @@ class Store:
         return (str(row["ref"]), str(row["session_id"])) if row else None
 
     def session(self, sid: str) -> dict[str, Any] | None:
+        """The session's row; in a visit (db.memo) read once, and kept by what this store
+        writes (a session's end recorded by another process is seen by the next visit)."""
+        memo = self.db.memo()
+        if memo is not None and ("session", sid) in memo:
+            got = memo["session", sid]
+            return dict(got) if got is not None else None
         row = self.db.conn.execute("SELECT * FROM sessions WHERE id=?", (sid,)).fetchone()
-        return dict(row) if row else None
+        found = dict(row) if row else None
+        if memo is not None:
+            memo["session", sid] = dict(found) if found is not None else None
+        return found
+
+    def _sessions_changed(self) -> None:
+        """Sessions were written: the visit reads them again."""
+        memo = self.db.memo()
+        if memo is not None:
+            for key in [k for k in memo if k[0] == "session"]:
+                del memo[key]
 
     def session_of_step(self, key: str) -> dict[str, Any] | None:
         """The session a launch step started (one its host did not lose, when there is)."""
@@ -395,13 +425,17 @@ class Store:
                          state: str = "running") -> None:
         """A launched session, and its item running it (or `waiting` for the answer to a
         question the session already asked), in one transaction."""
+        self._sessions_changed()
         with self.db.transaction() as conn:
-            conn.execute(
+            row = conn.execute(
                 "INSERT INTO sessions(id, ref, endpoint, harness, pid, node, started, log, "
-                "step, host) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING",
-                (sid, ref, endpoint, harness, pid, node, time.time(), log, step_key,
-                 self.host))
+                "step, host) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING "
+                "RETURNING *", (sid, ref, endpoint, harness, pid, node, time.time(), log,
+                                step_key, self.host)).fetchone()
             self.set_work(ref, conn, state=state, node=node, session_id=sid, host=self.host)
+        memo = self.db.memo()
+        if memo is not None and row is not None:  # the row as written (none: it was there)
+            memo["session", sid] = dict(row)
 
     def sessions_of(self, ref: str, limit: int = 200) -> list[dict[str, Any]]:
         """The last `limit` sessions launched for `ref`, oldest first (any host)."""
@@ -427,6 +461,7 @@ class Store:
         """`host` is lost: its sessions of `ref` are over (marked lost, not counted as
         the session's own failure) and the item no longer belongs to it. Returns how many
         sessions it ran."""
+        self._sessions_changed()
         with self.db.transaction() as conn:
             cur = conn.execute("UPDATE sessions SET exited=1, lost=1 WHERE ref=? AND host=? "
                                "AND exited=0", (ref, host))
@@ -442,6 +477,7 @@ class Store:
             f"WHERE s.exited=0 AND s.host NOT IN ('', ?) AND (h.seen IS NULL OR "
             f"h.seen <= {self.now} - ?) ORDER BY s.host", (self.host, self.expiry))]
         for host in gone:  # lapsed by the same rule as host_alive
+            self._sessions_changed()
             with self.db.transaction() as conn:
                 conn.execute("UPDATE sessions SET exited=1, lost=1 WHERE host=? AND exited=0",
                              (host,))
@@ -454,6 +490,7 @@ class Store:
 
     def session_ended(self, sid: str, code: int | None) -> bool:
         """Record a session's end; False when another process already did."""
+        self._sessions_changed()
         with self.db.transaction() as conn:
             cur = conn.execute("UPDATE sessions SET exited=1, code=? WHERE id=? AND exited=0",
                                (code, sid))
