@@ -26,7 +26,7 @@ from pathlib import Path
 from the_loop.decisions.build import loop_record
 from the_loop.decisions.encoding import encode_record
 from the_loop.decisions.layout import Row, item_key, recorded, rules_text
-from the_loop.decisions.stores import INSERT_ROW, PRUNE_SLICE, SQLiteStore, Store, open_store
+from the_loop.decisions.stores import PRUNE_SLICE, SQLiteStore, Store, open_store
 from the_loop.errors import LoopError
 from the_loop.events import EventLog, redact
 from the_loop.hooks.engine.chain import Chain, Outcome
@@ -47,15 +47,11 @@ class DecisionLog:
     then not flushed on its own — an operating-system crash may lose the last rows, never
     corrupt the file —, so the log costs a point microseconds, not a disk flush), an open
     sqlite3 connection to one (its caller's transaction is kept), or a postgresql:// URL.
-    `write(sql, row)`, when given, writes each row instead of the store's own connection
-    (the loop on PostgreSQL: with its visit's writes, issue 34); the store still makes the
-    table, before the first row, and prunes.
     """
 
     def __init__(self, target: Path | str | sqlite3.Connection, *, keep_days: float,
                  log: EventLog, host: Callable[[], str] = lambda: "",
-                 on_failed: Callable[[], None] = lambda: None,
-                 write: Callable[[str, Row], None] | None = None) -> None:
+                 on_failed: Callable[[], None] = lambda: None) -> None:
         self.store: Store = (SQLiteStore.on(target) if isinstance(target, sqlite3.Connection)
                              else open_store(str(target)))
         weakref.finalize(self, self.store.close)  # its connection closes with this log
@@ -66,8 +62,6 @@ class DecisionLog:
         self._pruned = 0.0
         self._chain: Chain | None = None
         self._kinds: dict[str, str] = {}
-        self._write_row = write
-        self._prepared = False
 
     def close(self) -> None:
         self.store.close()
@@ -102,14 +96,7 @@ class DecisionLog:
 
     def _write(self, ctx: Context, outcome: Outcome, chain: Chain, input_id: int) -> None:
         row = self.row(ctx, outcome, chain, input_id)
-        if self._write_row is None:
-            self.store.write([row])
-        else:
-            if not self._prepared:
-                self.store.prepare()  # the table, made (or upgraded) by the store
-                self._prepared = True
-            with converted("the database refused the record"):
-                self._write_row(INSERT_ROW, row)
+        self.store.write([row])
         if row[0] - self._pruned >= PRUNE_EVERY:
             self.prune(row[0])
 

@@ -57,11 +57,9 @@ def launch(loop: Loop, step: Step) -> None:
     if prior is not None and not prior["lost"]:
         sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
     if loop.store.session(sid) is None:
-        # Nothing of this visit's batch is held while the host's launch lock is waited for
-        # where its holder may be waiting for the database's write lock (db.batched; on
-        # PostgreSQL it locks rows of its own item only).
-        if loop.db.one_writer:
-            loop.db.settle()
+        # Nothing of this visit's batch is held while the host's launch lock is waited for:
+        # its holder may be waiting for the database's write lock (db.batched).
+        loop.db.settle()
         with host_launches(loop):  # room checked and taken by one process of a host at once
             pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
             if pid < 0:
