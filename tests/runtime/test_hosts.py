@@ -221,3 +221,25 @@ def _write(dsn: str, sql: str, *params: object) -> None:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+
+
+def test_eight_hosts_started_at_once_walk_every_item_with_none_stuck(
+        tmp_path: Path, pg_dsn: str, hosts: list[Host]) -> None:
+    """Eight pollers of eight hosts start in the same moment on one database, each opening
+    the shared decision log while the others' visits are writing to it: every item is
+    walked, none twice. (A visit that opened the log's table, or pruned it, on a second
+    connection while its own batch held the table hung every host: each waited on a
+    transaction its own process kept open, which the database cannot see as a deadlock.)"""
+    hosts += [Host(tmp_path, f"host-{i}", pg_dsn, work=0.2, expiry=2.0) for i in range(8)]
+    refs = walk(hosts, 40)
+    for h in hosts:
+        h.start()
+    until(lambda: all_done(pg_dsn, refs), timeout=90, what="every item done by eight hosts")
+    # An item is done as its session's agent reports its node; the session's process ends
+    # and is recorded as exited a moment later.
+    until(lambda: not pg_query(pg_dsn, "SELECT id FROM sessions WHERE exited=0"), timeout=30,
+          what="every session recorded as ended")
+    for h in hosts:
+        h.stop()
+    assert broken(hosts, refs, pg_dsn) == []
+    assert all("Traceback" not in h.errors() for h in hosts), [h.errors() for h in hosts]
