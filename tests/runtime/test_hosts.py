@@ -33,6 +33,21 @@ def walk(hosts: list[Host], n: int, *, comments: int = 0) -> list[str]:
     return refs
 
 
+def settled(hosts: list[Host], refs: list[str], dsn: str) -> None:
+    """Wait until every item is done and every session recorded as ended (a session's
+    process ends a moment after its agent reports the node; a dead host's sessions are
+    swept once its lease lapses), stop the hosts, and check that the run broke no promise
+    and no poller printed a traceback or a failed cycle."""
+    until(lambda: all_done(dsn, refs), timeout=90, what="every item done")
+    until(lambda: not pg_query(dsn, "SELECT id FROM sessions WHERE exited=0"), timeout=30,
+          what="every session recorded as ended")
+    for h in hosts:
+        h.stop()
+    assert broken(hosts, refs, dsn) == []
+    assert all("Traceback" not in h.errors() and "cycle failed" not in h.errors()
+               for h in hosts), [h.errors() for h in hosts]
+
+
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[list[Host]]:
     made: list[Host] = []
@@ -57,16 +72,9 @@ def test_three_hosts_share_twenty_items_through_hosts_killed_at_random_moments(
         if victim is hosts[0]:  # it comes back once the others may have taken its items
             time.sleep(2.0)
             victim.start()
-    until(lambda: all_done(pg_dsn, refs), timeout=90, what="every item done")
     # A session the dead host was running when the item finished is swept by a live host
     # once that host's lease has lapsed.
-    until(lambda: not pg_query(pg_dsn, "SELECT id FROM sessions WHERE exited=0"), timeout=30,
-          what="the dead host's sessions marked lost")
-    for h in hosts:
-        h.stop()
-    assert broken(hosts, refs, pg_dsn) == []
-    assert all("Traceback" not in h.errors() and "cycle failed" not in h.errors()
-               for h in hosts), [h.errors() for h in hosts]
+    settled(hosts, refs, pg_dsn)
     by_host = {r["host"] for r in pg_query(pg_dsn, "SELECT host FROM sessions")}
     assert len(by_host) >= 2, f"one host did all the work: {by_host}"
 
@@ -234,12 +242,4 @@ def test_eight_hosts_started_at_once_walk_every_item_with_none_stuck(
     refs = walk(hosts, 40)
     for h in hosts:
         h.start()
-    until(lambda: all_done(pg_dsn, refs), timeout=90, what="every item done by eight hosts")
-    # An item is done as its session's agent reports its node; the session's process ends
-    # and is recorded as exited a moment later.
-    until(lambda: not pg_query(pg_dsn, "SELECT id FROM sessions WHERE exited=0"), timeout=30,
-          what="every session recorded as ended")
-    for h in hosts:
-        h.stop()
-    assert broken(hosts, refs, pg_dsn) == []
-    assert all("Traceback" not in h.errors() for h in hosts), [h.errors() for h in hosts]
+    settled(hosts, refs, pg_dsn)
