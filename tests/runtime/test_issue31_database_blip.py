@@ -145,9 +145,11 @@ def test_issue31_item5_one_shots_and_the_poller_ride_out_a_4s_outage(
             err = err_path.read_text()
             assert proc.returncode == 0, (proc.args, out, err)
             assert err.count(RETRYING) == 1 and "retrying for up to 30 s" in err, err
-        until(lambda: ld.work(a)["state"] == "waiting" and ld.work(b)["state"] == "gate"
-              and ld.work(c)["session_id"] != sessions[c], timeout=60,
-              what="every command taken in")
+        # `ask` marks its item waiting itself; the question is taken in once the poller has
+        # posted it.
+        until(lambda: any("Which users?" in body for body in ld.comments(a))
+              and ld.work(b)["state"] == "gate" and ld.work(c)["session_id"] != sessions[c],
+              timeout=60, what="every command taken in")
     finally:
         proxy.up()
         for proc in commands:
