@@ -239,7 +239,7 @@ def test_eight_hosts_started_at_once_walk_every_item_with_none_stuck(
     connection while its own batch held the table hung every host: each waited on a
     transaction its own process kept open, which the database cannot see as a deadlock.)"""
     hosts += [Host(tmp_path, f"host-{i}", pg_dsn, work=0.2, expiry=2.0) for i in range(8)]
-    refs = walk(hosts, 40)
+    refs = walk(hosts, 24)  # three a host: the hang showed within a second of the start
     for h in hosts:
         h.start()
     settled(hosts, refs, pg_dsn)
