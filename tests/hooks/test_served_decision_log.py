@@ -277,6 +277,34 @@ def _hostile(tmp_path: Path, target: str) -> list[Any]:
     return list(read_points(target if target.startswith("postgresql") else Path(target)))
 
 
+def test_a_server_starting_beside_another_hosts_open_write_to_the_log_does_not_wait(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """With the log's table made, a second server (or a host's poller) starts while
+    another process holds a write to it open: making the table again would wait for that
+    write (an index's lock does), as every host of a busy organisation would at each start,
+    and it hung every host once when the writer was its own process."""
+    import threading
+
+    import psycopg
+
+    serve(tmp_path, "--decision-log", pg_dsn).stop()  # the table exists
+    with psycopg.connect(pg_dsn) as other:  # another host, mid-write
+        other.execute("INSERT INTO decision_log(at, point, work_item, record) "
+                      "VALUES (0, 'session_spawn', 'x', '{}')")
+        started: list[Served] = []
+        opening = threading.Thread(
+            target=lambda: started.append(serve(tmp_path, "--decision-log", pg_dsn)))
+        opening.start()
+        opening.join(30)
+        waited = opening.is_alive()
+        other.rollback()  # lets a waiting start go on, so the test ends either way
+    opening.join(30)
+    for served in started:
+        served.stop()
+    assert not waited, "hooks serve waited for another host's open write to its log"
+    assert started
+
+
 def test_refs_and_texts_a_store_must_escape_are_recorded_exactly_in_sqlite(
         tmp_path: Path) -> None:
     points = _hostile(tmp_path, str(tmp_path / "log.db"))
