@@ -244,12 +244,13 @@ NOT_PLAIN = [
 
 @pytest.mark.parametrize("argv", LINES)
 def test_the_agents_plain_lines_read_as_the_parser_reads_them(argv: list[str]) -> None:
+    from the_loop.cli import bound
     from the_loop.cli.app import build_parser, command_word
     from the_loop.cli.quick import agent_args
 
     quick = agent_args(argv)
     assert quick is not None
-    assert vars(quick) == vars(build_parser(command_word(argv)).parse_args(argv))
+    assert vars(bound(quick)) == vars(build_parser(command_word(argv)).parse_args(argv))
 
 
 @pytest.mark.parametrize("argv", NOT_PLAIN)

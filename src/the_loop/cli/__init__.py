@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 #: The lines the top-level parser only answers with its own help (or version) text.
 _HELP = (["-h"], ["--help"])
@@ -31,6 +32,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         _write(f"the-loop {__version__}\n")
         raise SystemExit(0)
+    door = os.environ.get("THE_LOOP_AGENT_DOOR", "")
+    if door and given[:1] in (["ask"], ["graph"], ["--config"]) and "_ARGCOMPLETE" not in \
+            os.environ:  # inside a session: the poller that launched it answers
+        from the_loop import agentdoor
+
+        answered = agentdoor.ask(door, given)
+        if answered is not None:
+            return answered
     from the_loop.cli.quick import agent_args
 
     args = agent_args(given)
@@ -39,10 +48,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         from the_loop.interrupt import install as install_interrupt
 
         install_interrupt()
-        return call(args.func, args)
+        return call(bound(args).func, args)
     from the_loop.cli.app import run
 
     return run(given)
+
+
+def bound(args: SimpleNamespace) -> SimpleNamespace:
+    """A line `quick.agent_args` read, with the function its command runs, as the parser
+    sets it."""
+    from the_loop.cli import loop  # its commands import what they run (no argparse)
+    from the_loop.cli.quick import FUNCS
+
+    args.func = getattr(loop, FUNCS[args.command])
+    return args
 
 
 def _help_columns(fallback: int) -> int:

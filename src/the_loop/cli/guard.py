@@ -17,17 +17,23 @@ def call(func: Callable[[Any], int], args: Any) -> int:
     one line (`unexpected`)."""
     try:
         return func(args)
-    except LoopError as exc:
-        print(f"the-loop: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("the-loop: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         return 1
-    except Exception as exc:  # the last guard: one line, never a traceback (issue 11 rule 7)
-        print(f"the-loop: {unexpected(exc)}", file=sys.stderr)
-        return 1
+    except (Exception, KeyboardInterrupt) as exc:
+        code, line = failure(exc)
+        print(line, file=sys.stderr)
+        return code
+
+
+def failure(exc: BaseException) -> tuple[int, str]:
+    """The exit code and the stderr line of a command that raised `exc` (as `call` prints
+    them; the agent door answers with them)."""
+    if isinstance(exc, LoopError):
+        return exc.exit_code, f"the-loop: {exc}"
+    if isinstance(exc, KeyboardInterrupt):
+        return 130, "the-loop: interrupted"
+    assert isinstance(exc, Exception)
+    return 1, f"the-loop: {unexpected(exc)}"  # the last guard: never a traceback
 
 
 def unexpected(exc: Exception) -> str:

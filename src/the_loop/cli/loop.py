@@ -20,7 +20,9 @@ from the_loop.errors import HooksConfigError, LoopError, UsageError
 
 if TYPE_CHECKING:  # `ask` and `graph complete` run without argparse (cli/quick.py)
     import argparse
+    from collections.abc import Callable
 
+    from the_loop.runtime.identity import Caller
     from the_loop.runtime.service import Loop
 
 
@@ -74,8 +76,9 @@ def add_host_id(p: argparse.ArgumentParser) -> None:
                         "$THE_LOOP_HOST_ID, else the host's name)")
 
 
-def _work_item(args: argparse.Namespace) -> str:
-    ref = args.work_item or os.environ.get("THE_LOOP_WORK_ITEM", "")
+def _work_item(args: argparse.Namespace, caller: Caller | None = None) -> str:
+    env = caller.env if caller is not None else os.environ
+    ref = args.work_item or env.get("THE_LOOP_WORK_ITEM", "")
     if not ref:
         raise UsageError("no work item: pass --work-item REF (inside a session "
                          "$THE_LOOP_WORK_ITEM is set)")
@@ -269,8 +272,17 @@ def cmd_poll(args: argparse.Namespace) -> int:
             return 0
         if not args.quiet:
             loop.log.on_emit = narrator(sys.stdout)
+        from the_loop.cli.door import opened
+        from the_loop.cli.quick import agent_args
+
+        # Its sessions' graph complete and ask are answered here (agentdoor.py).
+        door = opened(loop, {"ask": ask_line, "graph": complete_line}, agent_args)
         print(f"polling every {args.interval:g} s (Ctrl-C to stop)", flush=True)
-        why = run_forever(loop, args.interval, stop)
+        try:
+            why = run_forever(loop, args.interval, stop)
+        finally:
+            if door is not None:
+                door.close()
         if loop.heartbeat is not None and loop.heartbeat.clash:
             return 1  # said on stderr when it was found
         print(f"poller stopped ({why})", file=sys.stderr)
@@ -281,52 +293,70 @@ def cmd_poll(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
+    print(ask_line(args))
+    return 0
+
+
+def ask_line(args: argparse.Namespace, caller: Caller | None = None,
+             loop_of: Callable[[str], Loop] | None = None) -> str:
     """Queue the question; the daemon runs waiting_for_input and posts the final text. A
-    database that is away for a moment is retried (sqldb.retrying)."""
-    from the_loop.runtime.identity import agent_session
+    database that is away for a moment is retried (sqldb.retrying). Returns the line to
+    print. `caller` and `loop_of`: the agent door's (cli/door.py) — whose command it is,
+    and the door's loop, whose daemon acts on the question (its hooks loaded at its start)."""
+    from the_loop.runtime.identity import SELF, agent_session
     from the_loop.sqldb import retrying
 
+    who = caller or SELF
+
     def ask() -> tuple[str, bool]:
-        loop = one_shot(args, "ask")
+        loop = one_shot(args, "ask") if loop_of is None else loop_of("ask")
         try:
-            ref = loop.tracker.resolve(_work_item(args))
+            ref = loop.tracker.resolve(_work_item(args, who))
             loop.ask(ref, args.text, summary=args.summary,
-                     session_id=agent_session(loop.db, loop.settings.state_dir / "sessions"))
-            return ref, unmended(loop, "your question")
+                     session_id=agent_session(loop.db, loop.settings.state_dir / "sessions",
+                                              who))
+            return ref, loop_of is None and unmended(loop, "your question")
         finally:
-            loop.close()
+            if loop_of is None:
+                loop.close()
 
     ref, broken = retrying(ask, "ask")
     if broken:
-        print(f"asked: your question on {ref} is queued; no daemon can start to post it "
-              "until the hooks declaration loads")
-        return 0
-    print(f"asked: the loop posts your question on {ref}; answers resume this work")
-    return 0
+        return (f"asked: your question on {ref} is queued; no daemon can start to post it "
+                "until the hooks declaration loads")
+    return f"asked: the loop posts your question on {ref}; answers resume this work"
 
 
 def cmd_graph_complete(args: argparse.Namespace) -> int:
+    print(complete_line(args))
+    return 0
+
+
+def complete_line(args: argparse.Namespace, caller: Caller | None = None,
+                  loop_of: Callable[[str], Loop] | None = None) -> str:
     """Queue the node's completion; the daemon follows the `done` edge of its graph. A
     database that is away for a moment is retried (sqldb.retrying): the completion is
-    keyed by the node's epoch, so it is queued once however many tries reach it."""
-    from the_loop.runtime.identity import acting_as, agent_session
+    keyed by the node's epoch, so it is queued once however many tries reach it. Returns
+    the line to print; `caller`, `loop_of`: as `ask_line`'s."""
+    from the_loop.runtime.identity import SELF, acting_as, agent_session
     from the_loop.sqldb import retrying
 
+    who = caller or SELF
+
     def complete() -> tuple[str, str, bool]:
-        loop = one_shot(args, "graph")
+        loop = one_shot(args, "graph") if loop_of is None else loop_of("graph")
         try:
-            ref = loop.tracker.resolve(_work_item(args))
-            sid = agent_session(loop.db, loop.settings.state_dir / "sessions")
-            actor = acting_as(loop.db, loop.settings.state_dir, None, "agent")
+            ref = loop.tracker.resolve(_work_item(args, who))
+            sid = agent_session(loop.db, loop.settings.state_dir / "sessions", who)
+            actor = acting_as(loop.db, loop.settings.state_dir, None, "agent", caller=who)
             node = loop.graph_complete(ref, summary=args.summary, actor=actor, session_id=sid)
-            return ref, node, unmended(loop, f"{node}'s completion")
+            return ref, node, loop_of is None and unmended(loop, f"{node}'s completion")
         finally:
-            loop.close()
+            if loop_of is None:
+                loop.close()
 
     ref, node, broken = retrying(complete, "graph complete")
     if broken:
-        print(f"{node} done; nothing moves {ref} on until the hooks declaration loads (no "
-              "daemon can start on it)")
-        return 0
-    print(f"{node} done; the loop moves {ref} on")
-    return 0
+        return (f"{node} done; nothing moves {ref} on until the hooks declaration loads (no "
+                "daemon can start on it)")
+    return f"{node} done; the loop moves {ref} on"

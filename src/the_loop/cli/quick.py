@@ -28,9 +28,14 @@ _COMMANDS: dict[tuple[str, ...], tuple[tuple[str, ...], dict[str, object]]] = {
 }
 
 
+#: The function of cli/loop.py each command runs (the parser's `func`: cli.bound).
+FUNCS = {"ask": "cmd_ask", "graph": "cmd_graph_complete"}
+
+
 def agent_args(argv: Sequence[str]) -> SimpleNamespace | None:
-    """The parsed line of `graph complete` or `ask`, as the parser would parse it; None when
-    the line is another command's, or not a plain one (the parser reads it then)."""
+    """The parsed line of `graph complete` or `ask`, as the parser would parse it but for
+    the function it runs (`the_loop.cli.bound` adds it); None when the line is another
+    command's, or not a plain one (the parser reads it then)."""
     if "_ARGCOMPLETE" in os.environ or not all(_text(a) for a in argv):
         return None
     config: str | None = None
@@ -69,9 +74,6 @@ def _read(rest: Sequence[str], options: tuple[str, ...], out: dict[str, object],
         out["text"] = texts[0]
     elif texts:
         return None
-    from the_loop.cli import loop  # its commands import what they run (no argparse)
-
-    out["func"] = loop.cmd_ask if out["command"] == "ask" else loop.cmd_graph_complete
     return SimpleNamespace(config=config, **out)
 
 

@@ -16,6 +16,7 @@ The loop keeps its sha256 (`token_digest`), never the token.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from the_loop.errors import UsageError
@@ -51,8 +52,25 @@ def session_token() -> tuple[str, str]:
     return token, token_digest(token)
 
 
-def agent_session(db: Database, sessions_dir: Path) -> str:
-    """The agent session this process runs in ('' for the operator), by the first of:
+class Caller:
+    """Whose command this is: the environment it was run with and its process. The
+    default is this process; the agent door (cli/door.py) names the process at the other
+    end of its socket, as the kernel gives it (SO_PEERCRED), and that process's own
+    claims — the same variables a one-shot reads from its environment, no more."""
+
+    __slots__ = ("env", "pid")
+
+    def __init__(self, env: Mapping[str, str] | None = None, pid: int = 0) -> None:
+        self.env: Mapping[str, str] = os.environ if env is None else env
+        self.pid = pid  # 0: this process
+
+
+SELF = Caller()
+
+
+def agent_session(db: Database, sessions_dir: Path, caller: Caller = SELF) -> str:
+    """The agent session the caller (this process by default) runs in ('' for the
+    operator), by the first of:
 
     1. `THE_LOOP_SESSION` in its environment;
     2. a session lock it holds itself (inherited from the harness);
@@ -60,25 +78,26 @@ def agent_session(db: Database, sessions_dir: Path) -> str:
     4. the leader holds a session's lock — a harness the loop has not recorded yet (the
        moments between spawning a session and recording it, longer after a crash).
     """
-    sid = os.environ.get("THE_LOOP_SESSION", "") or held_session("self", sessions_dir)
+    sid = caller.env.get("THE_LOOP_SESSION", "") or held_session(caller.pid or "self",
+                                                                  sessions_dir)
     if sid:
         return sid
     try:
-        leader = os.getsid(0)
+        leader = os.getsid(caller.pid)
     except OSError:
         return ""
     row = db.conn.execute("SELECT id FROM sessions WHERE pid=? AND exited=0 AND host IN "
                           "('', ?)", (leader, host_id())).fetchone()
     if row is not None and session_alive(sessions_dir, str(row["id"]), leader):
         return str(row["id"])
-    return held_session(leader, sessions_dir) if leader != os.getpid() else ""
+    return held_session(leader, sessions_dir) if leader != (caller.pid or os.getpid()) else ""
 
 
 def acting_as(db: Database, state_dir: Path, named: str | None, default: str,
-              flag: str = "--actor") -> str:
+              flag: str = "--actor", caller: Caller = SELF) -> str:
     """The login input is attributed to: the agent inside a session, else whom the
     operator named (or `default`)."""
-    sid = agent_session(db, state_dir / "sessions")
+    sid = agent_session(db, state_dir / "sessions", caller)
     if sid:
         me = agent_login(sid)
         if named and named != me:

@@ -13,6 +13,7 @@ import fcntl
 import os
 from collections.abc import Iterator
 
+from the_loop.agentdoor import DOOR_ENV
 from the_loop.config import SNAPSHOT_ENV, write_snapshot
 from the_loop.errors import LoopError
 from the_loop.hooks.engine.points import SessionSpawn, SessionSpawned
@@ -183,6 +184,8 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
     env["THE_LOOP_NODE"] = str(step.payload["node"])
     env[HOST_ENV] = loop.store.host  # its one-shot commands act for this host
     env[SESSION_TOKEN_ENV] = token
+    if loop.door:  # its graph complete and ask are answered by this poller (agentdoor.py)
+        env[DOOR_ENV] = loop.door
     # Its commands read the config the loop parsed, while the file is unchanged (config.py).
     snapshot = write_snapshot(loop.config, sessions / f"{sid}.config.json")
     if snapshot:

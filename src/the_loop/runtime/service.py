@@ -170,6 +170,7 @@ class Loop:
         if self.settings.database and _holds_an_unmoved_log(self.settings.db_path):
             self.decision_log  # noqa: B018 -- built now, so its move happens at once
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.door = ""  # the agent door's socket, named to each session (cli/door.py)
         self.proc_refs: dict[str, str] = {}  # session id → work item, launched here
         self.heartbeat: Heartbeat | None = None
 
