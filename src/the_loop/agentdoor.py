@@ -56,6 +56,8 @@ def ask(path: str, argv: list[str]) -> int | None:
         request = b"\0".join(os.fsencode(f) for f in fields(argv, os.getcwd(), os.environ))
     except (OSError, ValueError):  # a working directory gone; a NUL cannot be in argv
         return None
+    if len(request) > MAX_BYTES:
+        return None  # the door would refuse it: the one-shot says what is too long
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(ANSWER_TIMEOUT)
@@ -64,8 +66,11 @@ def ask(path: str, argv: list[str]) -> int | None:
         except OSError:
             return None  # no door: nothing was sent
         try:
-            sock.sendall(request)
-            sock.shutdown(socket.SHUT_WR)
+            try:
+                sock.sendall(request)
+                sock.shutdown(socket.SHUT_WR)
+            except BrokenPipeError:
+                pass  # it answered before reading it all: the answer is there to read
             answer = _read(sock)
         except OSError:
             answer = b""

@@ -144,6 +144,47 @@ def test_agent_commands_import_no_dataclasses_and_ask_no_openssl(
         assert under(modules, NOT_FOR_ASK) == []
 
 
+#: Imported by neither agent command when the poller's door answers it (the_loop/agentdoor.py):
+#: no database, no config reading, no runtime, no JSON, no typing.
+NOT_THROUGH_THE_DOOR = ("sqlite3", "yaml", "json", "re", "typing", "pathlib", "argparse",
+                        "the_loop.runtime", "the_loop.config", "the_loop.cli.loop",
+                        "the_loop.cli.quick")
+#: Modules a command answered through the door may import beyond a bare Python's: socket
+#: and what it pulls in (enum, selectors, array…), runpy's, the_loop.cli, the client.
+DOOR_BUDGET = 30
+
+
+@pytest.mark.parametrize(("name", "argv", "said"), [
+    ("graph complete", ["graph", "complete", "--summary", "ok"], "requirements done; the loop"),
+    ("ask", ["ask", "Which database?"], "asked: the loop posts your question on"),
+])
+def test_agent_commands_answered_by_the_pollers_door_import_no_database_nor_config(
+    session: Any, name: str, argv: list[str], said: str
+) -> None:
+    """Inside a session of a running poller, the two commands send their line to its door
+    and print its answer: their process imports a socket, not the loop."""
+    from the_loop.cli.door import Door
+    from the_loop.cli.loop import ask_line, complete_line
+    from the_loop.cli.quick import agent_args
+
+    env, root = session
+    door = Door.open(Path(env["THE_LOOP_CLI_CONFIG"]), {"ask": ask_line, "graph": complete_line},
+                     agent_args)
+    assert door is not None
+    try:
+        through = {**env, "THE_LOOP_AGENT_DOOR": door.path}
+        bare = imported(["-c", "pass"], env, root)
+        modules = imported(["-m", "the_loop", *argv], through, root)
+        done = cli(through, root, *argv)
+    finally:
+        door.close()
+    assert done.returncode == 0 and done.stdout.startswith(said), done.stderr
+    assert door.answered == 2  # both runs were answered there, not as one-shots
+    assert under(modules, NOT_THROUGH_THE_DOOR) == []
+    extra = [m for m in modules if m not in bare]
+    assert len(extra) <= DOOR_BUDGET, f"{len(extra)} modules: {extra}"
+
+
 def test_the_session_is_given_a_snapshot_of_the_config_holding_no_secret(session: Any) -> None:
     """Mode 0600, beside the session's log; the config's data, not the session's token."""
     env, _ = session

@@ -25,6 +25,7 @@ import socket
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,6 @@ class Door:
                                                    _PEER.size))
         if uid != os.getuid():
             return  # another user's process: dropped (the folder is 0700 besides)
-        conn.settimeout(READ_SECONDS)
         request = _read(conn)
         if request is None:
             conn.sendall(b"2\0\0the-loop: the command's line is over "
@@ -187,18 +187,23 @@ class Door:
 
 
 def _read(conn: socket.socket) -> list[str] | None:
-    """The request's fields; None when it is over the bound. A caller that sends nothing
-    within `READ_SECONDS` raises (dropped)."""
+    """The request's fields; None when it is over the bound (what is left of it is read
+    and dropped, so the caller reads the answer: a Unix socket closed with bytes unread
+    resets the connection, and its answer with it). A caller gets `READ_SECONDS` in all,
+    however slowly it sends (then `TimeoutError`: dropped)."""
+    deadline = time.monotonic() + READ_SECONDS
     parts: list[bytes] = []
     size = 0
     while True:
+        conn.settimeout(max(deadline - time.monotonic(), 0.001))
         got = conn.recv(65536)
         if not got:
             break
         size += len(got)
-        if size > agentdoor.MAX_BYTES:
-            return None
-        parts.append(got)
+        if size <= agentdoor.MAX_BYTES:
+            parts.append(got)
+    if size > agentdoor.MAX_BYTES:
+        return None
     return [os.fsdecode(f) for f in b"".join(parts).split(b"\0")]
 
 
