@@ -9,11 +9,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -262,3 +264,31 @@ def test_with_no_one_at_the_door_the_command_runs_as_the_one_shot(running: Any,
                               capture_output=True, text=True, timeout=60, check=False)
         assert (done.returncode, done.stdout, done.stderr) == (
             0, f"write done; the loop moves {ref} on\n", "")
+
+
+def test_a_killed_pollers_door_is_removed_by_the_next_one_and_a_live_ones_is_not(
+        tmp_path: Path) -> None:
+    def door_folder(live: bool) -> tuple[str, socket.socket]:
+        folder = tempfile.mkdtemp(prefix=door_mod.PREFIX)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(os.path.join(folder, "door.sock"))
+        if live:
+            sock.listen(1)
+        else:
+            sock.close()  # its poller was killed: the file stays, no one answers
+        old = os.stat(folder).st_mtime - door_mod.STALE_SECONDS - 5
+        os.utime(folder, (old, old))
+        return folder, sock
+
+    dead, _ = door_folder(live=False)
+    live, listening = door_folder(live=True)
+    ld = LoopDir(tmp_path)
+    door = Door.open(ld.config, lines(), agent_args)
+    assert door is not None
+    try:
+        assert not os.path.exists(dead)
+        assert os.path.exists(live) and os.path.exists(door.folder)
+    finally:
+        door.close()
+        listening.close()
+        shutil.rmtree(live, ignore_errors=True)

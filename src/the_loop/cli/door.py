@@ -22,6 +22,7 @@ import contextlib
 import os
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -40,6 +41,10 @@ from the_loop.runtime.service import Loop
 Line = Callable[[Any, Caller, Callable[[str], Loop]], str]
 #: How a one-shot reads its line: the parsed line, or None for one it leaves to the parser.
 Read = Callable[[list[str]], Any]
+#: Each door's folder in the temporary folder: PREFIX + random characters (mkdtemp).
+PREFIX = "the-loop-door-"
+#: Seconds after which a door's folder whose socket no one answers is a dead poller's.
+STALE_SECONDS = 60.0
 #: Seconds a caller has to send its whole line before it is dropped.
 READ_SECONDS = 5.0
 _PEER = struct.Struct("3i")  # struct ucred: pid, uid, gid
@@ -71,8 +76,9 @@ class Door:
         sessions' commands then run as one-shots, as before."""
         if config_path is None or not hasattr(socket, "AF_UNIX"):
             return None
+        _sweep()
         try:
-            folder = tempfile.mkdtemp(prefix="the-loop-door-")  # 0700, a short path
+            folder = tempfile.mkdtemp(prefix=PREFIX)  # 0700, a short path
         except OSError:
             return None
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -184,6 +190,34 @@ class Door:
             with contextlib.suppress(Exception):
                 loop.close()
         self._loops.clear()
+
+
+def _sweep() -> None:
+    """Remove the doors of this user's pollers that died without closing them (killed):
+    folders older than `STALE_SECONDS` whose socket no one answers."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        folder = os.path.join(root, name)
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or \
+                time.time() - st.st_mtime < STALE_SECONDS:
+            continue  # another user's, or one that may still be opening
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(os.path.join(folder, "door.sock"))
+        except (ConnectionRefusedError, FileNotFoundError):
+            shutil.rmtree(folder, ignore_errors=True)  # its poller is gone
+        except OSError:
+            pass
+        finally:
+            probe.close()
 
 
 def _read(conn: socket.socket) -> list[str] | None:
