@@ -19,8 +19,10 @@ A door that goes away after it was sent a line (its poller stopped) has maybe do
 completion is keyed by the node's epoch, so it is sent again as a one-shot; a question is
 not (a second one would be asked), so the command says so and exits 1.
 
-The wire: the request is NUL-separated fields (`fields`), ended by closing the writing
-side; the answer is `code NUL stdout NUL stderr`, or `-` NUL a reason for "run it yourself".
+The wire: the door greets (`GREETING`); the request is NUL-separated fields (`fields`),
+ended by closing the writing side; the answer is `code NUL stdout NUL stderr`, or `-` NUL a
+reason for "run it yourself". A command not greeted within `GREETING_TIMEOUT` (the door
+busy with another caller) has sent nothing and runs as a one-shot.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ CLAIMS = ("THE_LOOP_CLI_CONFIG", "THE_LOOP_CONFIG_SNAPSHOT", "THE_LOOP_SESSION",
 MAX_BYTES = 2 << 20
 #: The answer "run it yourself".
 DECLINED = "-"
+#: What the door says first, when it is ready to read a line: a command sends nothing
+#: before it, so one that gives up waiting leaves nothing the door could run later.
+GREETING = b"?"
+#: Seconds a command waits to be greeted (the door answers one caller at a time) before it
+#: runs as a one-shot.
+GREETING_TIMEOUT = 2.0
 #: Seconds a command waits for the door's answer (a database away is retried meanwhile).
 ANSWER_TIMEOUT = 120.0
 
@@ -63,8 +71,12 @@ def ask(path: str, argv: list[str]) -> int | None:
         sock.settimeout(ANSWER_TIMEOUT)
         try:
             sock.connect(path)
+            sock.settimeout(GREETING_TIMEOUT)
+            if sock.recv(1) != GREETING:
+                return None  # no one at the door, or no one free: nothing was sent
         except OSError:
-            return None  # no door: nothing was sent
+            return None
+        sock.settimeout(ANSWER_TIMEOUT)
         try:
             try:
                 sock.sendall(request)

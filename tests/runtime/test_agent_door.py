@@ -125,6 +125,7 @@ def send(path: str, data: bytes, *, close: bool = True) -> bytes:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(30)
         sock.connect(path)
+        assert sock.recv(1) == agentdoor.GREETING
         with contextlib.suppress(BrokenPipeError):  # answered before it read all
             sock.sendall(data)
             if close:
@@ -214,8 +215,9 @@ def test_a_process_of_another_user_cannot_reach_the_door(running: Any) -> None:
     assert done.stdout.strip() == "refused", done.stderr
 
 
-def _dies_after_reading(path: str) -> threading.Thread:
-    """A door that takes one line and goes away without answering (its poller killed)."""
+def _dies_after_reading(path: str, *, greets: bool = True) -> threading.Thread:
+    """A door that takes one line and goes away without answering (its poller killed);
+    with greets=False, one that never gets to the caller (busy with others), then goes."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(1)
@@ -223,8 +225,12 @@ def _dies_after_reading(path: str) -> threading.Thread:
     def serve() -> None:
         conn, _ = server.accept()
         with conn:
-            while conn.recv(65536):
-                pass
+            if greets:
+                conn.sendall(agentdoor.GREETING)
+            conn.settimeout(agentdoor.GREETING_TIMEOUT + 5)
+            with contextlib.suppress(OSError):
+                while conn.recv(65536):
+                    pass
         server.close()
 
     thread = threading.Thread(target=serve, daemon=True)
@@ -252,6 +258,23 @@ def test_a_door_gone_before_answering_costs_a_completion_nothing_and_a_question_
     thread.join(10)
     assert asked.returncode == 1 and "your question may have been queued" in asked.stderr
     assert "Traceback" not in asked.stderr
+
+
+def test_a_door_too_busy_to_greet_leaves_the_command_to_run_as_a_one_shot_once(
+        running: Any, tmp_path: Path) -> None:
+    """Nothing is sent before the greeting, so a command that gives up waiting for it runs
+    the one-shot with no copy of its line left for the door to run later."""
+    ld, ref, _ = running
+    busy = str(tmp_path / "busy.sock")
+    thread = _dies_after_reading(busy, greets=False)
+    env = {agentdoor.DOOR_ENV: busy, "THE_LOOP_WORK_ITEM": ref}
+    asked = subprocess.run(ld.argv("ask", "Which users first?"), cwd=ld.root,
+                           env=ld.env(env), capture_output=True, text=True, timeout=60,
+                           check=False)
+    thread.join(30)
+    assert (asked.returncode, asked.stdout) == (
+        0, f"asked: the loop posts your question on {ref}; answers resume this work\n")
+    assert len(ld.query("SELECT key FROM steps WHERE kind='question'")) == 1
 
 
 def test_with_no_one_at_the_door_the_command_runs_as_the_one_shot(running: Any,

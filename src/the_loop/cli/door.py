@@ -125,6 +125,7 @@ class Door:
                                                    _PEER.size))
         if uid != os.getuid():
             return  # another user's process: dropped (the folder is 0700 besides)
+        conn.sendall(agentdoor.GREETING)
         request = _read(conn)
         if request is None:
             conn.sendall(b"2\0\0the-loop: the command's line is over "
