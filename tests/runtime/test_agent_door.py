@@ -315,3 +315,23 @@ def test_a_killed_pollers_door_is_removed_by_the_next_one_and_a_live_ones_is_not
         door.close()
         listening.close()
         shutil.rmtree(live, ignore_errors=True)
+
+
+def test_a_caller_whose_process_the_door_cannot_read_runs_its_command_itself(
+        running: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A one-shot reads its own session lock (/proc/self/fd); a caller that made its
+    process unreadable to the poller (prctl PR_SET_DUMPABLE 0, as a non-root poller sees it)
+    is not judged without it: the door declines, and the command runs the one-shot."""
+    ld, ref, door = running
+    listdir = os.listdir
+
+    def unreadable(path: Any) -> Any:
+        if str(path) == f"/proc/{os.getpid()}/fd":
+            raise PermissionError(13, "Permission denied", str(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", unreadable)
+    claims = {"THE_LOOP_WORK_ITEM": ref}
+    got = send(door.path, request(ld, ["graph", "complete"], **claims))
+    assert got.split(b"\0")[:2] == [b"-", b"its process cannot be read"]
+    assert ld.query("SELECT key FROM steps WHERE kind='done'") == []  # nothing run

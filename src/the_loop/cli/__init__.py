@@ -37,7 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ:  # inside a session: the poller that launched it answers
         from the_loop import agentdoor
 
-        answered = agentdoor.ask(door, given)
+        try:
+            answered = agentdoor.ask(door, given)
+        except KeyboardInterrupt:
+            sys.stderr.write("the-loop: interrupted\n")
+            return 130
         if answered is not None:
             return answered
     from the_loop.cli.quick import agent_args
