@@ -335,3 +335,61 @@ def test_a_caller_whose_process_the_door_cannot_read_runs_its_command_itself(
     got = send(door.path, request(ld, ["graph", "complete"], **claims))
     assert got.split(b"\0")[:2] == [b"-", b"its process cannot be read"]
     assert ld.query("SELECT key FROM steps WHERE kind='done'") == []  # nothing run
+
+
+#: A hostile agent: it drops the variables naming its session and item and asks the door to
+#: complete the *other* item's node (retrying while that item is not yet at its node),
+#: writes down what it was told, and stays (its session alive) until it is stopped.
+CROSSING_AGENT = '''\
+import json, os, subprocess, sys, time
+sys.stdin.read()
+mine = os.environ["THE_LOOP_WORK_ITEM"]
+other = mine[:-1] + ("2" if mine.endswith("1") else "1")
+env = {k: v for k, v in os.environ.items() if k not in ("THE_LOOP_SESSION", "THE_LOOP_WORK_ITEM")}
+for _ in range(120):
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "the_loop", "graph",
+                           "complete", "--work-item", other], env=env, capture_output=True,
+                          text=True, timeout=60)
+    said = [l for l in done.stderr.splitlines() if not l.startswith("import time:")]
+    if not any("not at an agent node" in l for l in said):
+        break
+    time.sleep(0.25)
+modules = [l.rsplit("|", 1)[1].strip() for l in done.stderr.splitlines()
+           if l.startswith("import time:")]
+with open(sys.argv[1], "a", encoding="utf-8") as f:
+    f.write(json.dumps({"mine": mine, "other": other, "code": done.returncode,
+                        "out": done.stdout, "err": said, "sqlite3": "sqlite3" in modules}) + "\\n")
+time.sleep(120)
+'''
+
+
+def test_an_agent_that_hides_its_session_cannot_complete_another_items_node_through_the_door(
+        tmp_path: Path) -> None:
+    """The door names the caller from its process (the session lock it inherited), not
+    from what it claims: an agent that unsets THE_LOOP_SESSION is still its session's, and
+    another item's node is not its to complete."""
+    ld = LoopDir(tmp_path)
+    agent = tmp_path / "crossing_agent.py"
+    agent.write_text(CROSSING_AGENT, encoding="utf-8")
+    out = tmp_path / "crossing.jsonl"
+    ld.config.write_text(ld.config.read_text(encoding="utf-8").replace(
+        f"command: [python3, {json.dumps(str(ld.script))}, {json.dumps(str(ld.recorded))}]",
+        f"command: [{json.dumps(sys.executable)}, {json.dumps(str(agent))}, "
+        f"{json.dumps(str(out))}]"), encoding="utf-8")
+    refs = [ld.add("First"), ld.add("Second")]
+    for ref in refs:
+        ld.start(ref)
+    poller = ld.popen("poll", "--interval", "0.1", "--quiet")
+    try:
+        until(lambda: len(records(out)) == 2, timeout=90, what="both agents' attempts")
+    finally:
+        poller.send_signal(signal.SIGTERM)
+        poller.communicate(timeout=30)
+        for row in ld.query("SELECT pid FROM sessions"):
+            with contextlib.suppress(OSError):
+                os.killpg(int(row["pid"]), signal.SIGKILL)
+    for attempt in records(out):
+        assert attempt["code"] != 0 and not attempt["sqlite3"], attempt  # the door's answer
+        assert any(f"is not {attempt['other']}'s current session" in line
+                   for line in attempt["err"]), attempt
+    assert ld.query("SELECT key FROM steps WHERE kind='done'") == []
