@@ -26,7 +26,7 @@ from pathlib import Path
 from the_loop.decisions.build import loop_record
 from the_loop.decisions.encoding import encode_record
 from the_loop.decisions.layout import Row, item_key, recorded, rules_text
-from the_loop.decisions.stores import PRUNE_SLICE, SQLiteStore, Store, open_store
+from the_loop.decisions.stores import INSERT_ROW, PRUNE_SLICE, SQLiteStore, Store, open_store
 from the_loop.errors import LoopError
 from the_loop.events import EventLog, redact
 from the_loop.hooks.engine.chain import Chain, Outcome
@@ -47,11 +47,20 @@ class DecisionLog:
     then not flushed on its own — an operating-system crash may lose the last rows, never
     corrupt the file —, so the log costs a point microseconds, not a disk flush), an open
     sqlite3 connection to one (its caller's transaction is kept), or a postgresql:// URL.
+
+    `write(sql, row)`, when given, writes each row on its caller's connection instead (the
+    loop on PostgreSQL: in the transaction of the visit that fired the point, issue 34). The
+    store still makes the table, on its own connection before the first such row, and
+    prunes, but only when `write` says the row is committed (it went in a transaction of its
+    own) or its caller calls `prune_due`: a DELETE on the store's connection while the
+    caller's transaction holds new rows could wait behind another host's upgrade of the
+    table, which waits for those rows.
     """
 
     def __init__(self, target: Path | str | sqlite3.Connection, *, keep_days: float,
                  log: EventLog, host: Callable[[], str] = lambda: "",
-                 on_failed: Callable[[], None] = lambda: None) -> None:
+                 on_failed: Callable[[], None] = lambda: None,
+                 write: Callable[[str, Row], bool] | None = None) -> None:
         self.store: Store = (SQLiteStore.on(target) if isinstance(target, sqlite3.Connection)
                              else open_store(str(target)))
         weakref.finalize(self, self.store.close)  # its connection closes with this log
@@ -62,6 +71,8 @@ class DecisionLog:
         self._pruned = 0.0
         self._chain: Chain | None = None
         self._kinds: dict[str, str] = {}
+        self._write_row = write
+        self._prepared = False
 
     def close(self) -> None:
         self.store.close()
@@ -96,9 +107,31 @@ class DecisionLog:
 
     def _write(self, ctx: Context, outcome: Outcome, chain: Chain, input_id: int) -> None:
         row = self.row(ctx, outcome, chain, input_id)
-        self.store.write([row])
-        if row[0] - self._pruned >= PRUNE_EVERY:
+        if self._write_row is None:
+            self.store.write([row])
+            if row[0] - self._pruned >= PRUNE_EVERY:
+                self.prune(row[0])
+            return
+        if not self._prepared:
+            self.store.prepare()  # the table made (or brought up to date) by the store
+            self._prepared = True
+        with converted("the database refused the record"):
+            committed = self._write_row(INSERT_ROW, row)
+        if committed and row[0] - self._pruned >= PRUNE_EVERY:
             self.prune(row[0])
+
+    def prune_due(self, now: float | None = None) -> None:
+        """`prune`, when this process has not pruned within `PRUNE_EVERY`; a failure is
+        recorded as `decisions.failed`, never raised."""
+        now = time.time() if now is None else now
+        if now - self._pruned < PRUNE_EVERY:
+            return
+        try:
+            self.prune(now)
+        except (StoreError, OSError) as exc:
+            self.on_failed()
+            self.log.emit("decisions.failed", point="", work_item="",
+                          error=f"{type(exc).__name__}: {exc}")
 
     def prune(self, now: float | None = None) -> int:
         """Delete the loop's rows older than keepDays; returns how many went."""

@@ -49,6 +49,10 @@ _PG_CURRENT = "SELECT to_regclass('decision_log_rules') IS NOT NULL"
 CONNECT_TIMEOUT = 5
 
 
+#: One row, `?` marked: what a writer on its caller's connection runs (looplog `write`).
+INSERT_ROW = _INSERT.format("?")
+
+
 @functools.lru_cache(maxsize=16)
 def _insert(rows: int) -> str:
     """An INSERT of `rows` rows into the SQLite log (the few sizes a writer uses, cached)."""
@@ -367,5 +371,5 @@ def read_pg(url: str, where: str = "", params: Sequence[Any] = ()
         conn.close()
 
 
-__all__ = ["KEEP_DAYS", "PRUNE_SLICE", "PostgresStore", "SQLiteStore", "Store", "StoreError",
-           "is_url", "open_store", "read_pg", "shown"]
+__all__ = ["INSERT_ROW", "KEEP_DAYS", "PRUNE_SLICE", "PostgresStore", "SQLiteStore", "Store",
+           "StoreError", "is_url", "open_store", "read_pg", "shown"]

@@ -285,6 +285,7 @@ def poll_once(loop: Loop) -> Report:
                if w["state"] == "running" and w["session_exited"] != 0]
     for ref in dict.fromkeys(snap.pending + running):
         work_on(loop, ref, report, seen=snap.active.get(ref))
+    loop.prune_decisions()
     loop.log.emit("poll.cycle", started=report.started, inputs=report.inputs,
                   refused=report.refused, closed=report.closed)
     return report

@@ -189,10 +189,27 @@ class Loop:
         from the_loop.runtime.pointmetrics import count_lost_record
 
         log = DecisionLog(self.settings.db_target, keep_days=self.settings.decision_keep_days,
-                          log=self.log, host=host_id, on_failed=count_lost_record)
+                          log=self.log, host=host_id, on_failed=count_lost_record,
+                          write=self._log_row if self.settings.database else None)
         if self.settings.database:
             self._adopt_local_log(log)
         return log
+
+    def _log_row(self, sql: str, row: tuple[Any, ...]) -> bool:
+        """PostgreSQL: a point's decision-log row goes in with the visit's writes (one
+        transaction, not one of its own per point: db.batched), and is kept when the batch
+        is rolled back, as the decision it records is. True when it is committed already
+        (no batch was open). On SQLite the log keeps a connection of its own (a visit
+        settles before it writes: decide)."""
+        with self.db.transaction() as conn:
+            conn.execute(sql, row)
+        self.db.keep(sql, row)
+        return not self.db.pending()
+
+    def prune_decisions(self) -> None:
+        """Prune the decision log when due (hourly per process), outside any visit."""
+        if "decision_log" in self.__dict__:  # built: this process fired a point
+            self.decision_log.prune_due()
 
     def _adopt_local_log(self, log: DecisionLog) -> None:
         try:
