@@ -304,9 +304,13 @@ class Database:
             raise Fenced(f"{ref}: another loop process took this work item over (fencing "
                          f"number {fence} is stale); this one writes nothing more for it")
 
-    def hold(self, ref: str, owner: str, fence: int) -> None:
-        """From now on this thread writes only while it holds `ref`'s claim at `fence`."""
+    def hold(self, ref: str, owner: str, fence: int, *, locked: bool = False) -> None:
+        """From now on this thread writes only while it holds `ref`'s claim at `fence`.
+        `locked`: the claim was taken in the batch's open transaction, which holds the row
+        from then on, so that transaction needs no fence check of its own."""
         self._local.fence = (ref, owner, fence)
+        if locked and self.pending():
+            self._local.fenced = True
 
     def drop(self, ref: str) -> None:
         held = getattr(self._local, "fence", None)

@@ -347,8 +347,8 @@ class Loop:
         """An agent's question, queued for the daemon, which fires waiting_for_input and
         posts the final text (a one-shot command runs no hook). Returns the step's key."""
         ref = self.tracker.resolve(ref)
-        w = self.agent_turn(ref, session_id)
-        with self.db.batched():  # its writes and the release: one transaction (db.py)
+        with self.db.batched():  # the check, the claim, its writes and the release: one
+            self.agent_turn(ref, session_id)  # transaction (db.py); refused before a claim
             self._claimed(ref)
             try:
                 w = self.agent_turn(ref, session_id)
@@ -370,8 +370,8 @@ class Loop:
         """The agent finished its node: queued for the daemon, which follows the `done`
         edge of its own graph. Returns the node that finished."""
         ref = self.tracker.resolve(ref)
-        self.agent_turn(ref, session_id)
-        with self.db.batched():  # the step and the release: one transaction (db.py)
+        with self.db.batched():  # the check, the claim, the step and the release: one
+            self.agent_turn(ref, session_id)  # transaction (db.py); refused before a claim
             self._claimed(ref)
             try:
                 w = self.agent_turn(ref, session_id)

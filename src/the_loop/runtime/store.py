@@ -159,7 +159,9 @@ class Store:
             f"{self.db.dialect.skip_locked}) RETURNING *",
             (me, self.expiry, me, ref, me)).fetchall()  # all: the statement ends, and commits
         if rows:
-            self.db.hold(ref, me, int(rows[0]["fence"]))
+            # In a batch's open transaction (an agent's command: db.py), the row is locked
+            # by this very statement: that transaction's fence is checked already.
+            self.db.hold(ref, me, int(rows[0]["fence"]), locked=self.db.pending())
             memo = self.db.memo()
             if memo is not None:  # a visit (db.batched) starts from the row it claimed
                 memo["work", ref] = dict(rows[0])
