@@ -248,3 +248,29 @@ def test_keep_days_prunes_the_store_the_config_names(tmp_path: Path, database: s
 
     assert sorted(k[2] for k in keys_between(target, 0, time.time())) == [
         "local:acme/app#2", "local:acme/app#3", "x"]
+
+
+def test_a_visits_point_is_logged_with_its_writes_and_kept_when_they_roll_back(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """On PostgreSQL a point fired inside a visit's batch is written in the visit's
+    transaction (issue 34), seen by no other reader before the batch commits, and kept when
+    the batch rolls back, as the decision it records is. (On SQLite the log writes on a
+    connection of its own, after the visit settles: decide.)"""
+    from the_loop.decisions.reads import keys_between
+
+    ld = LoopDir(tmp_path, database=pg_dsn)
+    ref = ld.add("Item 0")
+    loop = Loop(read_config(ld.config), strict_hooks=True, source="test")
+    try:
+        with loop.db.batched():
+            loop.store.arm(ref, actor="alice", source="command", cursors={})
+            loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 0."))
+            assert loop.db.pending()  # the row went in the visit's transaction
+            assert keys_between(pg_dsn, 0, time.time() + 1) == set()
+            with pytest.raises(ValueError), loop.db.transaction():
+                raise ValueError("a later write of the visit failed")
+        assert [k[1:] for k in keys_between(pg_dsn, 0, time.time() + 1)] == [
+            ("session_spawn", ref)]
+        assert loop.work(ref) is None  # the visit's own write is rolled back
+    finally:
+        loop.close()
