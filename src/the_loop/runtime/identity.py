@@ -21,7 +21,7 @@ from pathlib import Path
 
 from the_loop.errors import UsageError
 from the_loop.runtime.db import Database
-from the_loop.runtime.harness import held_session, session_alive
+from the_loop.runtime.harness import held_session, process_start_time, session_alive
 from the_loop.runtime.lease import host_id
 
 AGENT_PREFIX = "agent:"
@@ -80,8 +80,18 @@ def agent_session(db: Database, sessions_dir: Path, caller: Caller = SELF) -> st
     """
     sid = caller.env.get("THE_LOOP_SESSION", "") or held_session(caller.pid or "self",
                                                                   sessions_dir)
-    if sid:
+    sid = sid or _led_by_session(db, sessions_dir, caller)
+    if sid or not caller.pid or process_start_time(caller.pid):
         return sid
+    # Another process (the agent door's caller) that ended shows no descriptors and may be
+    # a zombie in a process session of its own: what was read of it names no one.
+    raise UsageError("the process that sent this command ended before it was answered, so "
+                     "whose command it is cannot be told; run it from a process that waits "
+                     "for its answer")
+
+
+def _led_by_session(db: Database, sessions_dir: Path, caller: Caller) -> str:
+    """The session whose harness leads the caller's process session (3 and 4 above)."""
     try:
         leader = os.getsid(caller.pid)
     except OSError:

@@ -1,0 +1,182 @@
+"""The agent door (cli/door.py, agentdoor.py) against a hostile agent: a real `the-loop
+poll`, its real socket, and an agent inside a real session that talks to the door with a
+client of its own — forging its variables, leaving before it is answered, flooding it.
+
+Each session's harness (`ATTACKER`) runs the attacks the test writes for it
+(`attack-N-<item>.py`, executed inside the session's process, so they hold what an agent
+holds: the session's lock, its process session, its environment) and writes down what each
+found (`result-N-<item>.json`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from runtime_helpers import LoopDir, until
+
+#: The session's agent: runs each attack the test writes for its item, in order.
+ATTACKER = '''\
+import json, os, sys, time
+sys.stdin.read()
+root, slug = sys.argv[1], os.environ["THE_LOOP_WORK_ITEM"].rsplit("#", 1)[1]
+n = 1
+deadline = time.monotonic() + 110
+while time.monotonic() < deadline:
+    plan = os.path.join(root, f"attack-{n}-{slug}.py")
+    if not os.path.exists(plan):
+        time.sleep(0.05)
+        continue
+    ns = {"__name__": "attack"}
+    try:
+        exec(compile(open(plan, encoding="utf-8").read(), plan, "exec"), ns)
+        result = ns.get("result")
+    except BaseException as exc:
+        result = {"raised": repr(exc)}
+    out = os.path.join(root, f"result-{n}-{slug}.json")
+    with open(out + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    os.replace(out + ".tmp", out)
+    n += 1
+'''
+
+#: What every attack starts with: a hand-written client of the door.
+CLIENT = '''\
+import os, socket, sys
+from the_loop import agentdoor
+
+DOOR = os.environ["THE_LOOP_AGENT_DOOR"]
+
+def line(argv, **claims):
+    env = {"THE_LOOP_CLI_CONFIG": os.environ["THE_LOOP_CLI_CONFIG"], **claims}
+    return b"\\0".join(os.fsencode(f) for f in agentdoor.fields(argv, os.getcwd(), env))
+
+def connect():
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    sock.connect(DOOR)
+    assert sock.recv(1) == agentdoor.GREETING
+    return sock
+
+def send(sock, data):
+    try:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+    except BrokenPipeError:
+        pass
+    got = b""
+    while chunk := sock.recv(65536):
+        got += chunk
+    return got.decode(errors="replace")
+'''
+
+
+class Attacked:
+    """A loop whose items' agents run the test's attacks, under a real poller."""
+
+    def __init__(self, tmp_path: Path, env: dict[str, str] | None = None) -> None:
+        self.ld = ld = LoopDir(tmp_path)
+        agent = tmp_path / "attacker.py"
+        agent.write_text(ATTACKER, encoding="utf-8")
+        ld.config.write_text(ld.config.read_text(encoding="utf-8").replace(
+            f"command: [python3, {json.dumps(str(ld.script))}, {json.dumps(str(ld.recorded))}]",
+            f"command: [{json.dumps(sys.executable)}, {json.dumps(str(agent))}, "
+            f"{json.dumps(str(tmp_path))}]"), encoding="utf-8")
+        self.env = env
+        self.poller: subprocess.Popen[str] | None = None
+        self.sent: dict[str, int] = {}
+
+    def running(self, *titles: str) -> list[str]:
+        refs = [self.ld.add(t) for t in titles]
+        for ref in refs:
+            self.ld.start(ref)
+        self.poller = self.ld.popen("poll", "--interval", "0.1", "--quiet", env=self.env)
+        for ref in refs:
+            until(lambda r=ref: self.ld.work(r).get("state") == "running"  # type: ignore
+                  and self.ld.work(r).get("session_id"), timeout=60, what="the session")
+        return refs
+
+    def attack(self, ref: str, code: str, timeout: float = 60) -> Any:
+        """Run `code` (after CLIENT) inside `ref`'s session; what it set as `result`."""
+        slug = ref.rsplit("#", 1)[1]
+        n = self.sent[slug] = self.sent.get(slug, 0) + 1
+        plan = self.ld.root / f"attack-{n}-{slug}.py"
+        plan.with_suffix(".tmp").write_text(CLIENT + textwrap.dedent(code), encoding="utf-8")
+        plan.with_suffix(".tmp").replace(plan)
+        out = self.ld.root / f"result-{n}-{slug}.json"
+        until(out.exists, timeout=timeout, what=f"attack {n} on {ref}")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+    def done_steps(self) -> list[dict[str, Any]]:
+        return self.ld.query("SELECT key, ref FROM steps WHERE kind='done'")
+
+    def close(self) -> None:
+        if self.poller is not None and self.poller.poll() is None:
+            self.poller.send_signal(signal.SIGTERM)
+            self.poller.communicate(timeout=30)
+        for row in self.ld.query("SELECT pid FROM sessions"):
+            with contextlib.suppress(OSError):
+                os.killpg(int(row["pid"]), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def attacked(tmp_path: Path, env: dict[str, str] | None = None) -> Any:
+    a = Attacked(tmp_path, env)
+    try:
+        yield a
+    finally:
+        a.close()
+
+
+def test_a_caller_that_leaves_its_session_and_exits_before_it_is_answered_completes_nothing(
+        tmp_path: Path) -> None:
+    with attacked(tmp_path) as a:
+        mine, other = a.running("First", "Second")
+        code = '''\
+        import socket, time
+        other = OTHER
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            sock = connect()
+            sock.sendall(line(["graph", "complete", "--work-item", other]))
+            sock.shutdown(socket.SHUT_WR)
+            os._exit(0)
+        time.sleep(1.5)  # the door has answered no one by now; the child is a zombie
+        with open(f"/proc/{pid}/stat") as f:
+            result = {"state": f.read().rsplit(")", 1)[1].split()[0]}
+        '''.replace("OTHER", repr(other))
+        assert a.attack(mine, code) == {"state": "Z"}
+        # The door is still answering (a forged session is refused in a sentence).
+        said = a.attack(mine, '''\
+        result = send(connect(), line(["graph", "complete"], THE_LOOP_SESSION="s-x",
+                                      THE_LOOP_WORK_ITEM=os.environ["THE_LOOP_WORK_ITEM"]))
+        ''')
+        assert "is not" in said and "current session" in said, said
+        assert a.done_steps() == []
+        # Or it hands the connected socket to its parent (SCM_RIGHTS) and exits: the door
+        # knows the child, which ended, and says so to whoever holds the socket.
+        said = a.attack(mine, '''\
+        import socket, time
+        keep, give = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            door = connect()
+            socket.send_fds(give, [b"x"], [door.fileno()])
+            os._exit(0)
+        _, fds, _, _ = socket.recv_fds(keep, 1, 1)
+        time.sleep(0.5)  # the child is a zombie now
+        sock = socket.socket(fileno=fds[0])
+        sock.settimeout(30)
+        result = send(sock, line(["graph", "complete", "--work-item", OTHER]))
+        '''.replace("OTHER", repr(other)))
+        assert isinstance(said, str), said
+        assert said.startswith("2\0\0") and "ended before it was answered" in said, said
+        assert a.done_steps() == []
