@@ -180,3 +180,62 @@ def test_a_caller_that_leaves_its_session_and_exits_before_it_is_answered_comple
         assert isinstance(said, str), said
         assert said.startswith("2\0\0") and "ended before it was answered" in said, said
         assert a.done_steps() == []
+
+
+SECRET = "sekrit-0123456789abcdef"
+
+
+def test_a_flood_of_bad_callers_leaves_the_door_answering_and_the_poller_polling(
+        tmp_path: Path) -> None:
+    """Garbage, silent callers holding connections, a huge line, a config path the poller
+    cannot resolve, all at once: each is dropped or told, none holds the door for good nor
+    stops the cycle, and no answer carries anything of the poller's environment."""
+    with attacked(tmp_path, env={"ACME_TOKEN": SECRET}) as a:
+        mine, = a.running("First")
+        said = a.attack(mine, '''\
+        import threading
+        mine = os.environ["THE_LOOP_WORK_ITEM"]
+        bad = [os.urandom(3000), b"the-loop-door 1", b"\\0" * 50, b"\\xff\\xfe" * 9,
+               line(["ask", "x" * (3 << 20)]),
+               line(["--config", "~no-such-user-here/c.yaml", "graph", "complete"]),
+               line(["ask", "$ACME_TOKEN ${ACME_TOKEN}", "--work-item", "${ACME_TOKEN}"]),
+               line(["graph", "complete", "--work-item", "local:acme/app#999"],
+                    THE_LOOP_HOST_ID="other-host"),
+               b"\\0".join([b"the-loop-door 1", b"/nonexistent\\xff", b"", b"", b"", b"",
+                            b"", b"graph", b"complete"])]
+        answers, held = [], []
+
+        def one(data):
+            try:
+                answers.append((bad.index(data), send(connect(), data)))
+            except OSError as exc:
+                answers.append((bad.index(data), repr(exc)))
+
+        def silent():
+            try:
+                held.append(connect())
+            except OSError:
+                pass
+
+        threads = [threading.Thread(target=one, args=(d,)) for d in bad]
+        threads += [threading.Thread(target=silent) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        for s in held:
+            s.close()
+        last = send(connect(), line(["graph", "complete"], THE_LOOP_SESSION="s-x",
+                                    THE_LOOP_WORK_ITEM=mine))
+        result = {"answers": answers, "last": last}
+        ''', timeout=180)
+        assert "current session" in said["last"], said["last"]  # the door's own answer
+        for _, got in said["answers"]:
+            assert SECRET not in got and "Traceback" not in got, got
+            code = got.split("\0", 1)[0]
+            assert code in ("-", "1", "2"), (_, got)  # a reason or a sentence each
+        second = a.ld.add("Second")
+        a.ld.start(second)  # the cycle still runs: it starts and launches the next item
+        until(lambda: a.ld.work(second).get("session_id"), timeout=60, what="the next launch")
+        assert a.poller is not None and a.poller.poll() is None
+        assert a.done_steps() == []
