@@ -239,3 +239,111 @@ def test_a_flood_of_bad_callers_leaves_the_door_answering_and_the_poller_polling
         until(lambda: a.ld.work(second).get("session_id"), timeout=60, what="the next launch")
         assert a.poller is not None and a.poller.poll() is None
         assert a.done_steps() == []
+
+
+def door_answer(door: str, ld: LoopDir, argv: list[str]) -> str:
+    """A request from this test's process: a caller in no session (the operator's shell)."""
+    import socket
+
+    from the_loop import agentdoor
+
+    data = b"\0".join(os.fsencode(f) for f in agentdoor.fields(
+        argv, str(ld.root), {"THE_LOOP_CLI_CONFIG": str(ld.config)}))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(door)
+        assert sock.recv(1) == agentdoor.GREETING
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+    return got.decode()
+
+
+def test_no_caller_of_the_door_moves_an_item_past_its_gate(tmp_path: Path) -> None:
+    """The agent completes its node, leaving behind a child of its own (its own process
+    session, the session's lock still open) that keeps asking the door to complete the
+    node and to ask a question; at the gate, that child and a caller in no session at all
+    are refused, and the item waits for a person."""
+    with attacked(tmp_path) as a:
+        mine, = a.running("First")
+        out = tmp_path / "child.jsonl"
+        door = a.attack(mine, '''\
+        import json, time
+        first = send(connect(), line(["graph", "complete", "--summary", "done"],
+                                     THE_LOOP_WORK_ITEM=os.environ["THE_LOOP_WORK_ITEM"]))
+        assert first.startswith("0\\0"), first
+        if os.fork() == 0:
+            os.setsid()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                said = [send(connect(), line(argv)) for argv in (
+                    ["graph", "complete", "--work-item", os.environ["THE_LOOP_WORK_ITEM"]],
+                    ["ask", "approve?", "--work-item", os.environ["THE_LOOP_WORK_ITEM"]])]
+                with open(OUT, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(said) + "\\n")
+                if all("human gate" in s for s in said):
+                    break
+                time.sleep(0.2)
+            os._exit(0)
+        result = os.environ["THE_LOOP_AGENT_DOOR"]
+        '''.replace("OUT", repr(str(out))))
+        until(lambda: out.exists() and "human gate" in out.read_text(encoding="utf-8"),
+              timeout=90, what="the child refused at the gate")
+        last = json.loads(out.read_text(encoding="utf-8").splitlines()[-1])
+        assert all(s.startswith("1\0\0") and "a human gate" in s for s in last), last
+        for argv in (["graph", "complete", "--work-item", mine],
+                     ["ask", "approve?", "--work-item", mine], ["reply", mine, "/approve"]):
+            got = door_answer(door, a.ld, argv)
+            assert ("a human gate" in got) if argv[0] != "reply" else got.startswith("-\0"), got
+        assert a.ld.work(mine)["state"] == "gate"
+        assert len(a.done_steps()) == 1  # the agent's own, at its node
+
+
+def test_completions_sent_at_once_through_the_door_and_as_a_one_shot_are_queued_once(
+        tmp_path: Path) -> None:
+    with attacked(tmp_path) as a:
+        mine, = a.running("First")
+        said = a.attack(mine, '''\
+        import subprocess, sys, threading
+        argv = ["graph", "complete", "--work-item", os.environ["THE_LOOP_WORK_ITEM"]]
+        alone = {k: v for k, v in os.environ.items() if k != "THE_LOOP_AGENT_DOOR"}
+        answers = []
+        def door():
+            answers.append(send(connect(), line(argv)))
+        def one_shot():
+            done = subprocess.run([sys.executable, "-m", "the_loop", *argv], env=alone,
+                                  capture_output=True, text=True, timeout=60)
+            answers.append(f"{done.returncode}\\0{done.stdout}\\0{done.stderr}")
+        threads = [threading.Thread(target=f) for f in (door, one_shot, door, door, one_shot)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        result = answers
+        ''', timeout=120)
+        assert len(said) == 5 and any(s.startswith("0\0write done") for s in said), said
+        until(lambda: a.ld.work(mine).get("state") == "gate", timeout=60, what="the gate")
+        assert len(a.done_steps()) == 1, said
+
+
+def test_the_door_follows_an_edited_config_and_says_what_is_wrong_with_a_broken_one(
+        tmp_path: Path) -> None:
+    with attacked(tmp_path) as a:
+        mine, = a.running("First")
+        forged = '''\
+        result = send(connect(), line(["graph", "complete"], THE_LOOP_SESSION="s-x",
+                                      THE_LOOP_WORK_ITEM=os.environ["THE_LOOP_WORK_ITEM"]))
+        '''
+        text = a.ld.config.read_text(encoding="utf-8")
+        assert "current session" in a.attack(mine, forged)
+        a.ld.config.write_text(text + "# edited while the poller runs\n", encoding="utf-8")
+        assert "current session" in a.attack(mine, forged)
+        a.ld.config.write_text(text + "graph: [unclosed\n", encoding="utf-8")
+        broken = a.attack(mine, forged)
+        assert broken.split("\0")[0] in ("1", "2") and "Traceback" not in broken, broken
+        assert "cli-config.yaml" in broken, broken  # names the file to mend
+        a.ld.config.write_text(text, encoding="utf-8")
+        assert "current session" in a.attack(mine, forged)
+        assert a.poller is not None and a.poller.poll() is None
