@@ -347,3 +347,28 @@ def test_the_door_follows_an_edited_config_and_says_what_is_wrong_with_a_broken_
         a.ld.config.write_text(text, encoding="utf-8")
         assert "current session" in a.attack(mine, forged)
         assert a.poller is not None and a.poller.poll() is None
+
+
+def test_an_agent_that_claims_another_live_sessions_id_cannot_act_on_that_sessions_item(
+        tmp_path: Path) -> None:
+    """A session's id is no credential: the agent can read the ids off the sessions folder's
+    lock files (its own user's). Claiming another's, with that session's item, while it
+    holds its own session's lock, names its own session: refused as acting on another item,
+    through the door and as a one-shot alike."""
+    with attacked(tmp_path) as a:
+        mine, other = a.running("First", "Second")
+        theirs = str(a.ld.work(other)["session_id"])
+        said = a.attack(mine, '''\
+        import subprocess, sys
+        claims = {"THE_LOOP_SESSION": THEIRS, "THE_LOOP_WORK_ITEM": OTHER}
+        argv = ["graph", "complete"]
+        through = send(connect(), line(argv, **claims))
+        alone = subprocess.run([sys.executable, "-m", "the_loop", *argv], capture_output=True,
+                               text=True, timeout=60, env={
+                                   **{k: v for k, v in os.environ.items()
+                                      if k != "THE_LOOP_AGENT_DOOR"}, **claims})
+        result = [through, f"{alone.returncode}\\0{alone.stdout}\\0{alone.stderr}"]
+        '''.replace("THEIRS", repr(theirs)).replace("OTHER", repr(other)))
+        assert said[0] == said[1], said
+        assert said[0].startswith("1\0\0") and f"is not {other}'s current session" in said[0]
+        assert a.done_steps() == []
