@@ -153,12 +153,11 @@ def test_a_caller_that_leaves_its_session_and_exits_before_it_is_answered_comple
             result = {"state": f.read().rsplit(")", 1)[1].split()[0]}
         '''.replace("OTHER", repr(other))
         assert a.attack(mine, code) == {"state": "Z"}
-        # The door is still answering (a forged session is refused in a sentence).
+        # The door is still answering (an item not at an agent node is refused in a sentence).
         said = a.attack(mine, '''\
-        result = send(connect(), line(["graph", "complete"], THE_LOOP_SESSION="s-x",
-                                      THE_LOOP_WORK_ITEM=os.environ["THE_LOOP_WORK_ITEM"]))
+        result = send(connect(), line(["graph", "complete", "--work-item", "local:acme/app#99"]))
         ''')
-        assert "is not" in said and "current session" in said, said
+        assert "#99 is not at an agent node" in said, said
         assert a.done_steps() == []
         # Or it hands the connected socket to its parent (SCM_RIGHTS) and exits: the door
         # knows the child, which ended, and says so to whoever holds the socket.
@@ -225,11 +224,10 @@ def test_a_flood_of_bad_callers_leaves_the_door_answering_and_the_poller_polling
             t.join(120)
         for s in held:
             s.close()
-        last = send(connect(), line(["graph", "complete"], THE_LOOP_SESSION="s-x",
-                                    THE_LOOP_WORK_ITEM=mine))
+        last = send(connect(), line(["graph", "complete", "--work-item", "local:acme/app#99"]))
         result = {"answers": answers, "last": last}
         ''', timeout=180)
-        assert "current session" in said["last"], said["last"]  # the door's own answer
+        assert "#99 is not at an agent node" in said["last"], said["last"]  # the door's own answer
         for _, got in said["answers"]:
             assert SECRET not in got and "Traceback" not in got, got
             code = got.split("\0", 1)[0]
@@ -289,10 +287,13 @@ def test_no_caller_of_the_door_moves_an_item_past_its_gate(tmp_path: Path) -> No
             os._exit(0)
         result = os.environ["THE_LOOP_AGENT_DOOR"]
         '''.replace("OUT", repr(str(out))))
-        until(lambda: out.exists() and "human gate" in out.read_text(encoding="utf-8"),
-              timeout=90, what="the child refused at the gate")
-        last = json.loads(out.read_text(encoding="utf-8").splitlines()[-1])
-        assert all(s.startswith("1\0\0") and "a human gate" in s for s in last), last
+        def at_gate() -> list[str] | None:
+            tries = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()] \
+                if out.exists() else []
+            return next((t for t in tries if all("human gate" in s for s in t)), None)
+
+        refused = until(at_gate, timeout=90, what="the child refused at the gate")
+        assert all(s.startswith("1\0\0") for s in refused), refused
         for argv in (["graph", "complete", "--work-item", mine],
                      ["ask", "approve?", "--work-item", mine], ["reply", mine, "/approve"]):
             got = door_answer(door, a.ld, argv)
@@ -332,20 +333,19 @@ def test_the_door_follows_an_edited_config_and_says_what_is_wrong_with_a_broken_
         tmp_path: Path) -> None:
     with attacked(tmp_path) as a:
         mine, = a.running("First")
-        forged = '''\
-        result = send(connect(), line(["graph", "complete"], THE_LOOP_SESSION="s-x",
-                                      THE_LOOP_WORK_ITEM=os.environ["THE_LOOP_WORK_ITEM"]))
+        probe = '''\
+        result = send(connect(), line(["graph", "complete", "--work-item", "local:acme/app#99"]))
         '''
         text = a.ld.config.read_text(encoding="utf-8")
-        assert "current session" in a.attack(mine, forged)
+        assert "#99 is not at an agent node" in a.attack(mine, probe)
         a.ld.config.write_text(text + "# edited while the poller runs\n", encoding="utf-8")
-        assert "current session" in a.attack(mine, forged)
+        assert "#99 is not at an agent node" in a.attack(mine, probe)
         a.ld.config.write_text(text + "graph: [unclosed\n", encoding="utf-8")
-        broken = a.attack(mine, forged)
+        broken = a.attack(mine, probe)
         assert broken.split("\0")[0] in ("1", "2") and "Traceback" not in broken, broken
         assert "cli-config.yaml" in broken, broken  # names the file to mend
         a.ld.config.write_text(text, encoding="utf-8")
-        assert "current session" in a.attack(mine, forged)
+        assert "#99 is not at an agent node" in a.attack(mine, probe)
         assert a.poller is not None and a.poller.poll() is None
 
 
