@@ -136,7 +136,10 @@ class Door:
         except OSError:
             conn.sendall(f"{agentdoor.DECLINED}\0its process cannot be read\0".encode())
             return
-        code, out, err = self.run(request, pid)
+        try:
+            code, out, err = self.run(request, pid)
+        except Exception:  # before its line ran (which answers its own errors): nothing done
+            code, out, err = agentdoor.DECLINED, "a line the door cannot read", ""
         conn.sendall(b"\0".join((str(code).encode(), os.fsencode(out), os.fsencode(err))))
         self.answered += 1
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from the_loop.errors import UsageError
 from the_loop.runtime.db import Database
-from the_loop.runtime.harness import held_session, session_alive
+from the_loop.runtime.harness import held_session, process_start_time, session_alive
 from the_loop.runtime.lease import host_id
 
 AGENT_PREFIX = "agent:"
@@ -72,16 +72,29 @@ def agent_session(db: Database, sessions_dir: Path, caller: Caller = SELF) -> st
     """The agent session the caller (this process by default) runs in ('' for the
     operator), by the first of:
 
-    1. `THE_LOOP_SESSION` in its environment;
-    2. a session lock it holds itself (inherited from the harness);
-    3. its process session: the leader is a live harness the loop recorded, or
-    4. the leader holds a session's lock — a harness the loop has not recorded yet (the
-       moments between spawning a session and recording it, longer after a crash).
+    1. a session lock it holds itself (inherited from the harness);
+    2. its process session: the leader is a live harness the loop recorded, or
+    3. the leader holds a session's lock — a harness the loop has not recorded yet (the
+       moments between spawning a session and recording it, longer after a crash);
+    4. `THE_LOOP_SESSION` in its environment (a process that left both behind).
+
+    What its process shows comes first: a session's id is no credential (the sessions
+    folder's lock files name them all), so one claimed by a process of another session
+    names that process's own.
     """
-    sid = caller.env.get("THE_LOOP_SESSION", "") or held_session(caller.pid or "self",
-                                                                  sessions_dir)
-    if sid:
+    sid = held_session(caller.pid or "self", sessions_dir) or \
+        _led_by_session(db, sessions_dir, caller) or caller.env.get("THE_LOOP_SESSION", "")
+    if sid or not caller.pid or process_start_time(caller.pid):
         return sid
+    # Another process (the agent door's caller) that ended shows no descriptors and may be
+    # a zombie in a process session of its own: what was read of it names no one.
+    raise UsageError("the process that sent this command ended before it was answered, so "
+                     "whose command it is cannot be told; run it from a process that waits "
+                     "for its answer")
+
+
+def _led_by_session(db: Database, sessions_dir: Path, caller: Caller) -> str:
+    """The session whose harness leads the caller's process session (2 and 3 above)."""
     try:
         leader = os.getsid(caller.pid)
     except OSError:
