@@ -274,3 +274,37 @@ def test_a_visits_point_is_logged_with_its_writes_and_kept_when_they_roll_back(
         assert loop.work(ref) is None  # the visit's own write is rolled back
     finally:
         loop.close()
+
+
+def test_a_visit_never_prunes_the_shared_log_while_it_holds_new_rows(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """On PostgreSQL the log is pruned outside any visit (issue 34): a DELETE on the log's
+    own connection while the visit's transaction holds new rows could queue behind another
+    host's upgrade of the table, which waits for those rows. The prune that is due when a
+    visit fires a point runs when the cycle ends, and deletes what keepDays says."""
+    import psycopg
+
+    from the_loop.runtime.poller import poll_once
+
+    ld = LoopDir(tmp_path, database=pg_dsn)
+    ld.write_config("decisionLog: {keepDays: 2}\n")
+    fire_spawns(ld, 1)  # the table, and one row to age
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE decision_log SET at = at - 3 * 86400")
+    ref = ld.add("Item 1")
+    loop = Loop(read_config(ld.config), strict_hooks=True, source="test")
+    try:
+        with loop.db.batched():
+            loop.store.arm(ref, actor="alice", source="command", cursors={})
+            loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 1."))
+            assert loop.db.pending()
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                aged = conn.execute("SELECT COUNT(*) FROM decision_log WHERE at < %s",
+                                    (time.time() - 86400,)).fetchone()
+            assert aged == (1,)  # not pruned from inside the visit
+        poll_once(loop)  # the cycle's end: outside any visit
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            left = conn.execute("SELECT work_item FROM decision_log ORDER BY id").fetchall()
+        assert left and {r[0] for r in left} == {ref}  # the aged row went; the cycle's kept
+    finally:
+        loop.close()
