@@ -82,11 +82,11 @@ class DecisionLog:
         try:
             self._write(ctx, outcome, chain, input_id)
         except (StoreError, OSError, ValueError, TypeError, LoopError) as exc:
-            self._failed(ctx, exc)
+            self._failed(exc, point=ctx.POINT, work_item=ctx.work_item.ref)
 
-    def _failed(self, ctx: Context, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, *, point: str = "", work_item: str = "") -> None:
         self.on_failed()
-        self.log.emit("decisions.failed", point=ctx.POINT, work_item=ctx.work_item.ref,
+        self.log.emit("decisions.failed", point=point, work_item=work_item,
                       error=f"{type(exc).__name__}: {exc}")
 
     def row(self, ctx: Context, outcome: Outcome, chain: Chain, input_id: int = 0) -> Row:
@@ -107,31 +107,30 @@ class DecisionLog:
 
     def _write(self, ctx: Context, outcome: Outcome, chain: Chain, input_id: int) -> None:
         row = self.row(ctx, outcome, chain, input_id)
+        committed = True
         if self._write_row is None:
             self.store.write([row])
-            if row[0] - self._pruned >= PRUNE_EVERY:
-                self.prune(row[0])
-            return
-        if not self._prepared:
-            self.store.prepare()  # the table made (or brought up to date) by the store
-            self._prepared = True
-        with converted("the database refused the record"):
-            committed = self._write_row(INSERT_ROW, row)
-        if committed and row[0] - self._pruned >= PRUNE_EVERY:
+        else:
+            if not self._prepared:
+                self.store.prepare()  # the table made (or brought up to date) by the store
+                self._prepared = True
+            with converted("the database refused the record"):
+                committed = self._write_row(INSERT_ROW, row)
+        if committed and self._due(row[0]):
             self.prune(row[0])
 
-    def prune_due(self, now: float | None = None) -> None:
+    def _due(self, now: float) -> bool:
+        return now - self._pruned >= PRUNE_EVERY
+
+    def prune_due(self) -> None:
         """`prune`, when this process has not pruned within `PRUNE_EVERY`; a failure is
         recorded as `decisions.failed`, never raised."""
-        now = time.time() if now is None else now
-        if now - self._pruned < PRUNE_EVERY:
-            return
-        try:
-            self.prune(now)
-        except (StoreError, OSError) as exc:
-            self.on_failed()
-            self.log.emit("decisions.failed", point="", work_item="",
-                          error=f"{type(exc).__name__}: {exc}")
+        now = time.time()
+        if self._due(now):
+            try:
+                self.prune(now)
+            except (StoreError, OSError) as exc:
+                self._failed(exc)
 
     def prune(self, now: float | None = None) -> int:
         """Delete the loop's rows older than keepDays; returns how many went."""

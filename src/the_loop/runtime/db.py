@@ -309,7 +309,7 @@ class Database:
         `locked`: the claim was taken in the batch's open transaction, which holds the row
         from then on, so that transaction needs no fence check of its own."""
         self._local.fence = (ref, owner, fence)
-        if locked and self.pending():
+        if locked:  # (the next transaction opened checks its own: _opened)
             self._local.fenced = True
 
     def drop(self, ref: str) -> None:
