@@ -48,8 +48,8 @@ from urllib.parse import parse_qs, urlsplit
 from the_loop.errors import ConfigError, LoopError
 
 __all__ = ["POSTGRESQL", "SQLITE", "Conn", "Dialect", "PgConnection", "StoreError",
-           "Unreachable", "check_dsn", "connect_pg", "connect_sqlite", "converted",
-           "is_postgresql", "retrying", "shown_dsn", "transient"]
+           "Unreachable", "WritesLost", "check_dsn", "connect_pg", "connect_sqlite",
+           "converted", "is_postgresql", "retrying", "shown_dsn", "transient"]
 
 T = TypeVar("T")
 RETRY_ENV = "THE_LOOP_DB_RETRY_SECONDS"
@@ -209,6 +209,16 @@ def connect_sqlite(path: Path | str, *, timeout: float = 30.0,
 class StoreError(LoopError):
     """A database refused or failed a statement (sqlite3's or psycopg's error, converted
     once by `converted`); the message names what was being done and the database's words."""
+
+
+class WritesLost(StoreError):
+    """A statement failed inside a transaction that held other writes not yet committed:
+    they were rolled back with it. Whoever made them must not go on as if they landed;
+    `error` is the statement's own error (a `Fenced`, a driver's error, ...)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _first_line(exc: BaseException) -> str:

@@ -308,3 +308,56 @@ def test_a_visit_never_prunes_the_shared_log_while_it_holds_new_rows(
         assert not loop.procs  # no session was started
     finally:
         loop.close()
+
+
+def test_a_log_row_that_fails_in_a_visit_ends_the_visit_and_loses_none_of_its_writes(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """On PostgreSQL a point's row goes in the visit's transaction (issue 34), so a row the
+    database refuses rolls back the visit's earlier writes with it. The visit then ends
+    with the database's error, as a crash would end it (its writes not half-made), and is
+    redone; the redo writes its rows on the log's own connection, where a row refused again
+    is a lost record and the visit goes on; once a row goes in there, rows join the visit's
+    transaction again."""
+    import psycopg
+
+    from the_loop.decisions.reads import keys_between
+
+    ld = LoopDir(tmp_path, database=pg_dsn)
+    fire_spawns(ld, 1)  # the table
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION refuse_row() RETURNS trigger LANGUAGE plpgsql AS "
+                     "$$ BEGIN RAISE EXCEPTION 'the log is read-only today'; END $$")
+        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON decision_log "
+                     "FOR EACH ROW EXECUTE FUNCTION refuse_row()")
+    ref = ld.add("Item 1")
+    loop = Loop(read_config(ld.config), strict_hooks=True, source="test")
+
+    def logged() -> int:  # as another reader sees the log
+        return sum(k[2] == ref for k in keys_between(pg_dsn, 0, time.time() + 1))
+
+    def visit() -> None:
+        with loop.db.batched():
+            loop.store.arm(ref, actor="alice", source="command", cursors={})
+            loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 1."))
+
+    try:
+        with pytest.raises(psycopg.Error, match="the log is read-only today"):
+            visit()
+        assert loop.work(ref) is None  # the arm went with the row: the visit made nothing
+        assert loop.log.of("decisions.failed") == []  # not lost: the redo fires it again
+        visit()  # the redo: its row goes alone, is refused again, and the arm lands
+        assert loop.work(ref) is not None
+        [failed] = loop.log.of("decisions.failed")
+        assert "the log is read-only today" in failed["error"]
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("DROP TRIGGER refuse ON decision_log")
+        loop.store.release(ref)
+        with loop.db.batched():  # the first row that goes in alone is seen at once ...
+            loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 1."))
+            assert logged() == 1
+        with loop.db.batched():  # ... and the next joins the visit's transaction again
+            loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 1."))
+            assert logged() == 1
+        assert logged() == 2
+    finally:
+        loop.close()

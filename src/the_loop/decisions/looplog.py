@@ -8,7 +8,8 @@ holds the context as it entered the chain (every fact and every decision's incom
 nothing shortened), each hook's step, and the decisions applied. Secrets are replaced by the
 event log's rules (`EventLog.secrets_in`) before the row is written. Rows older than
 `decisionLog.keepDays` are deleted from that store, at most once an hour per process. A write
-that fails is recorded as `decisions.failed` and the loop goes on.
+that fails is recorded as `decisions.failed` and the loop goes on (a visit whose own writes
+failed with it ends, and is redone: `record`).
 
 A host that ran an earlier version on PostgreSQL kept a copy of its points in its own
 loop.db as well; `adopt` moves what that copy holds and the shared table lacks into the
@@ -32,7 +33,7 @@ from the_loop.events import EventLog, redact
 from the_loop.hooks.engine.chain import Chain, Outcome
 from the_loop.hooks.engine.points import Context
 from the_loop.hooks.executors.registry import logged_name
-from the_loop.sqldb import StoreError, converted
+from the_loop.sqldb import StoreError, WritesLost, converted
 
 __all__ = ["DecisionLog"]
 
@@ -54,7 +55,11 @@ class DecisionLog:
     prunes, but only when `write` says the row is committed (it went in a transaction of its
     own) or its caller calls `prune_due`: a DELETE on the store's connection while the
     caller's transaction holds new rows could wait behind another host's upgrade of the
-    table, which waits for those rows.
+    table, which waits for those rows. When `write` raises `WritesLost` (the row failed,
+    and its caller's uncommitted writes were rolled back with it), `record` raises the
+    row's own error, which ends the caller's visit as a crash would, and the next rows go
+    on the store's own connection until one lands there: a row the database keeps refusing
+    is then a lost record, not a visit that can never finish.
     """
 
     def __init__(self, target: Path | str | sqlite3.Connection, *, keep_days: float,
@@ -73,14 +78,19 @@ class DecisionLog:
         self._kinds: dict[str, str] = {}
         self._write_row = write
         self._prepared = False
+        self._alone = False  # `write`'s last row took its caller's writes with it
 
     def close(self) -> None:
         self.store.close()
 
     def record(self, ctx: Context, outcome: Outcome, chain: Chain, *, input_id: int = 0) -> None:
-        """Store one fired point; a failure is recorded as `decisions.failed`, never raised."""
+        """Store one fired point; a failure is recorded as `decisions.failed`, raised only as
+        `WritesLost` says (its error)."""
         try:
             self._write(ctx, outcome, chain, input_id)
+        except WritesLost as lost:  # the caller's writes went with the row: its error ends
+            self._alone = True  # the visit; rows go on the store's connection till one lands
+            raise lost.error from None
         except (StoreError, OSError, ValueError, TypeError, LoopError) as exc:
             self._failed(exc, point=ctx.POINT, work_item=ctx.work_item.ref)
 
@@ -110,6 +120,9 @@ class DecisionLog:
         committed = True
         if self._write_row is None:
             self.store.write([row])
+        elif self._alone:  # (not pruned here: the caller's transaction may hold new rows)
+            self.store.write([row])
+            committed = self._alone = False
         else:
             if not self._prepared:
                 self.store.prepare()  # the table made (or brought up to date) by the store

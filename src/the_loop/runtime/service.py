@@ -24,7 +24,7 @@ from the_loop.config import Config
 from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.runtime import harness as harness_mod
-from the_loop.runtime.db import open_database, settle_batch
+from the_loop.runtime.db import Fenced, open_database, settle_batch
 from the_loop.runtime.graph import load_graph
 from the_loop.runtime.identity import AGENT_PREFIX, SESSION_TOKEN_ENV
 from the_loop.runtime.lease import Heartbeat, check_host_id, host_id, host_owner
@@ -32,6 +32,7 @@ from the_loop.runtime.settings import Settings, settings_of
 from the_loop.runtime.stepactions import StepAction
 from the_loop.runtime.store import ACTIVE, Step, Store
 from the_loop.runtime.tracker import LocalTracker
+from the_loop.sqldb import WritesLost
 from the_loop.util import say
 
 if TYPE_CHECKING:  # the hooks, the channels and the decision log load when first used: a
@@ -200,9 +201,18 @@ class Loop:
         transaction, not one of its own per point: db.batched), and is kept when the batch
         is rolled back, as the decision it records is. True when it is committed already
         (no batch was open). On SQLite the log keeps a connection of its own (a visit
-        settles before it writes: decide)."""
-        with self.db.transaction() as conn:
-            conn.execute(sql, row)
+        settles before it writes: decide). When the row fails, the batch is rolled back
+        (db.transaction): if it held the visit's earlier writes, `WritesLost` ends the visit
+        (DecisionLog.record raises its error), as a crash would, and the next visit redoes
+        it; a row refused alone is a lost record, and the visit goes on."""
+        held = self.db.pending()
+        try:
+            with self.db.transaction() as conn:
+                conn.execute(sql, row)
+        except Exception as exc:
+            if held or isinstance(exc, Fenced):  # the visit's writes went with it
+                raise WritesLost(exc) from exc
+            raise
         self.db.keep(sql, row)
         return not self.db.pending()
 
