@@ -96,3 +96,51 @@ def test_a_stale_owners_batch_writes_nothing(db: Database, target: str | Path) -
     assert w["state"] == "armed" and w["claim"] != "" and w["fence"] == 2
     assert [s.action for s in [elsewhere(target, lambda s: s.next_step(REF))]] == [
         StepAction.START]
+
+
+def test_on_postgresql_a_stale_owners_first_read_of_its_next_step_is_fenced(
+        pg_dsn: str) -> None:
+    """On PostgreSQL the read that opens a visit's transaction (its next step with the item's
+    work row) is the transaction's fence check too (issue 34: one statement, not two): a
+    stale owner is stopped there, before it runs the step, and its batch is rolled back."""
+    db = open_database(pg_dsn)
+    try:
+        store = Store(db, expiry=0.5)
+        store.arm(REF, actor="alice", source="command", cursors={})
+        with db.batched():
+            assert store.claim(REF)
+            assert store.next_step(REF) is not None  # its own: read, and the row held
+            db.settle()
+            time.sleep(0.6)  # paused past its lease: another process takes the item over
+            assert elsewhere(pg_dsn, lambda s: s.claim(REF)) is True
+            with pytest.raises(Fenced, match="writes nothing more"):
+                store.next_step(REF)
+            assert not db.pending()
+            store.release(REF)
+    finally:
+        db.close()
+    assert elsewhere(pg_dsn, lambda s: s.work(REF))["fence"] == 2
+
+
+def test_on_postgresql_the_read_that_opens_a_visit_holds_its_item_until_it_commits(
+        pg_dsn: str) -> None:
+    """The fence check holds the claimed item's work row until the visit's transaction
+    commits, so no other owner can take the item over between the check and the writes it
+    guards; when that check is the visit's first read, the read takes the lock."""
+    import psycopg
+
+    db = open_database(pg_dsn)
+    try:
+        store = Store(db)
+        store.arm(REF, actor="alice", source="command", cursors={})
+        with db.batched():
+            assert store.claim(REF)
+            assert store.next_step(REF) is not None
+            with psycopg.connect(pg_dsn, autocommit=True) as other:
+                other.execute("SET lock_timeout = '300ms'")
+                with pytest.raises(psycopg.errors.LockNotAvailable):
+                    other.execute("UPDATE work SET claim = 'another' WHERE ref = %s", (REF,))
+                db.settle()
+                other.execute("UPDATE work SET claim = 'another' WHERE ref = %s", (REF,))
+    finally:
+        db.close()

@@ -297,12 +297,38 @@ class Database:
         held = getattr(self._local, "fence", None)
         if held is None:
             return
-        ref, owner, fence = held
         row = conn.execute(f"SELECT claim, fence FROM work WHERE ref=?{self.dialect.for_update}",
-                           (ref,)).fetchone()
+                           (held[0],)).fetchone()
+        self._judge(held, row)
+
+    @staticmethod
+    def _judge(held: tuple[str, str, int], row: Any) -> None:
+        """`Fenced` unless `row` (the claimed item's work row, read under lock) still names
+        this thread's claim and fencing number."""
+        ref, owner, fence = held
         if row is None or row["claim"] != owner or int(row["fence"]) != fence:
             raise Fenced(f"{ref}: another loop process took this work item over (fencing "
                          f"number {fence} is stale); this one writes nothing more for it")
+
+    def fence_due(self, ref: str) -> bool:
+        """Whether a read of `ref`'s work row run now, under lock, would open this thread's
+        batch transaction and can be that transaction's fence check (PostgreSQL, where a
+        visit's read opens it: `_InBatch`; the reader then passes the row to `fenced_by`)."""
+        held = getattr(self._local, "fence", None)
+        return (self.dialect is POSTGRESQL and held is not None and held[0] == ref
+                and getattr(self._local, "batch", None) is not None and not self.pending())
+
+    def fenced_by(self, row: Any) -> None:
+        """The fence check of the transaction just opened by a read of the claimed item's
+        work row under lock (`fence_due`): `Fenced`, the batch rolled back, unless it is
+        still this thread's."""
+        batch = self._local.batch
+        try:
+            self._judge(self._local.fence, row)
+        except Fenced:
+            self._abort(batch)
+            raise
+        self._local.fenced = True
 
     def hold(self, ref: str, owner: str, fence: int, *, locked: bool = False) -> None:
         """From now on this thread writes only while it holds `ref`'s claim at `fence`.

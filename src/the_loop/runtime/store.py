@@ -64,8 +64,13 @@ _STEP = ("seq", "key", "ref", "kind", "payload", "decisions", "state", "outcome"
 _NEXT_WITH_WORK = (
     "SELECT " + ", ".join(f"w.{c} AS {c}" for c in _WORK) + ", "
     + ", ".join(f"s.{c} AS s_{c}" for c in _STEP)
-    + " FROM (SELECT 1 AS one) AS o LEFT JOIN work w ON w.ref=? LEFT JOIN (SELECT * FROM steps "
-    "WHERE state='pending' AND ref=? ORDER BY seq LIMIT 1) AS s ON 1=1")
+    + " FROM (SELECT 1 AS one) AS o LEFT JOIN (SELECT * FROM work WHERE ref=?{lock}) AS w ON 1=1 "
+    "LEFT JOIN (SELECT * FROM steps WHERE state='pending' AND ref=? ORDER BY seq LIMIT 1) AS s "
+    "ON 1=1")
+#: The same, its work row locked (PostgreSQL): the read that opens a visit's transaction is
+#: then its fence check too (Database.fence_due), one statement where there were two.
+_NEXT_LOCKED = _NEXT_WITH_WORK.format(lock=" FOR UPDATE")
+_NEXT_WITH_WORK = _NEXT_WITH_WORK.format(lock="")
 
 
 class Store:
@@ -307,15 +312,21 @@ class Store:
 
     def next_step(self, ref: str) -> Step | None:
         """`ref`'s first pending step. In a visit (db.memo), the same statement reads the
-        item's work row fresh for the step to decide from (one snapshot of both)."""
+        item's work row fresh for the step to decide from (one snapshot of both), and, when
+        it opens the visit's transaction on PostgreSQL, locks that row and is the
+        transaction's fence check."""
         memo = self.db.memo()
         if memo is None:
             row = self.db.conn.execute(
                 "SELECT * FROM steps WHERE state='pending' AND ref=? ORDER BY seq LIMIT 1",
                 (ref,)).fetchone()
             return Step.of(row) if row else None
-        rows = self.db.conn.execute(_NEXT_WITH_WORK, (ref, ref)).fetchall()
+        fence = self.db.fence_due(ref)
+        rows = self.db.conn.execute(_NEXT_LOCKED if fence else _NEXT_WITH_WORK,
+                                    (ref, ref)).fetchall()
         w = {c: rows[0][c] for c in _WORK} if rows and rows[0]["ref"] is not None else None
+        if fence:
+            self.db.fenced_by(w)
         memo["work", ref] = w
         memo["pending", ref] = bool(rows) and rows[0]["s_seq"] is not None  # for has_pending
         if not memo["pending", ref]:
