@@ -221,3 +221,35 @@ def test_a_question_a_gate_ignored_is_not_stored_as_a_decision(tmp_path: Path) -
     assert gate.decisions["question"] == ""  # the graph's request was posted, not this
     assert gate.steps[0]["changed"] == {"question": "Reworded?"}  # what the hook tried
     assert question.decisions["question"] == "Reworded?"
+
+
+def test_opening_the_log_in_a_file_the_process_already_uses_keeps_that_files_wal(
+        tmp_path: Path) -> None:
+    """The loop's log lives in loop.db, which the loop's own connection holds open. Opening
+    the log there must not drop that connection's locks on the file (closing any descriptor
+    of a file drops every POSIX lock the process holds on it): another process that then
+    closed its connection would take itself for the file's last user and delete the
+    write-ahead log the loop goes on writing into, so what the loop commits after that is
+    seen by no other process."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "loop.db"
+    loop = sqlite3.connect(path, isolation_level=None)
+    loop.execute("PRAGMA journal_mode=WAL")
+    loop.execute("CREATE TABLE work(state TEXT)")
+    loop.execute("INSERT INTO work VALUES ('waiting')")
+    store = SQLiteStore(path)
+    try:
+        store.prepare()
+        peek = ("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                "print(c.execute('SELECT state FROM work').fetchone()[0]); c.close()")
+        subprocess.run([sys.executable, "-c", peek, str(path)], check=True, timeout=60,
+                       capture_output=True)  # another process comes and goes
+        loop.execute("UPDATE work SET state = 'running'")  # committed (autocommit)
+        seen = subprocess.run([sys.executable, "-c", peek, str(path)], check=True,
+                              timeout=60, capture_output=True, text=True).stdout.strip()
+        assert seen == "running"
+    finally:
+        store.close()
+        loop.close()

@@ -173,9 +173,13 @@ class SQLiteStore(Store):
 
     def prepare(self) -> None:
         """Create the file (0600) and the table now, so a server that cannot write its log
-        says so at start; raises OSError or StoreError."""
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
-        os.close(fd)
+        says so at start; raises OSError or StoreError. A file that exists is not opened
+        here: closing a descriptor of it would drop every POSIX lock this process holds on
+        it, those of its other SQLite connections too (the loop's own, on loop.db), and a
+        process that then finds itself the file's last user deletes its write-ahead log."""
+        if not os.path.exists(self.path):
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+            os.close(fd)
         self._connect()
 
     def _connect(self) -> sqlite3.Connection:
