@@ -250,6 +250,12 @@ def test_keep_days_prunes_the_store_the_config_names(tmp_path: Path, database: s
         "local:acme/app#2", "local:acme/app#3", "x"]
 
 
+def opened(loop: Loop) -> None:
+    """The loop's decision log opened, as a process's first fired point opens it (which
+    commits what that point's visit wrote so far: the table is made outside it)."""
+    assert loop.decision_log is not None
+
+
 def test_a_visits_point_is_logged_with_its_writes_and_kept_when_they_roll_back(
         tmp_path: Path, pg_dsn: str) -> None:
     """On PostgreSQL a point fired inside a visit's batch is written in the visit's
@@ -262,6 +268,7 @@ def test_a_visits_point_is_logged_with_its_writes_and_kept_when_they_roll_back(
     ref = ld.add("Item 0")
     loop = Loop(read_config(ld.config), strict_hooks=True, source="test")
     try:
+        opened(loop)
         with loop.db.batched():
             loop.store.arm(ref, actor="alice", source="command", cursors={})
             loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 0."))
@@ -312,15 +319,13 @@ def test_a_visit_never_prunes_the_shared_log_while_it_holds_new_rows(
 
 def test_a_log_row_that_fails_in_a_visit_ends_the_visit_and_loses_none_of_its_writes(
         tmp_path: Path, pg_dsn: str) -> None:
-    """On PostgreSQL a point's row goes in the visit's transaction (issue 34), so a row the
-    database refuses rolls back the visit's earlier writes with it. The visit then ends
-    with the database's error, as a crash would end it (its writes not half-made), and is
-    redone; the redo writes its rows on the log's own connection, where a row refused again
-    is a lost record and the visit goes on; once a row goes in there, rows join the visit's
-    transaction again."""
+    """A point's row goes in the visit's transaction (issue 34), so a row the database
+    refuses rolls the visit's earlier writes back with it. The visit then ends with the
+    database's error, as a crash would end it (its writes not half-made), and is redone; the
+    redo commits what it wrote before its row goes in, so a row refused again is a lost
+    record and the visit goes on; once a row lands, rows join the visit's transaction
+    again. (PostgreSQL: a trigger refuses the rows.)"""
     import psycopg
-
-    from the_loop.decisions.reads import keys_between
 
     ld = LoopDir(tmp_path, database=pg_dsn)
     fire_spawns(ld, 1)  # the table
@@ -332,32 +337,42 @@ def test_a_log_row_that_fails_in_a_visit_ends_the_visit_and_loses_none_of_its_wr
     ref = ld.add("Item 1")
     loop = Loop(read_config(ld.config), strict_hooks=True, source="test")
 
-    def logged() -> int:  # as another reader sees the log
-        return sum(k[2] == ref for k in keys_between(pg_dsn, 0, time.time() + 1))
+    def actor() -> str | None:  # as another reader sees the item
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT actor FROM work WHERE ref = %s", (ref,)).fetchone()
+        return None if row is None else str(row[0])
 
-    def visit() -> None:
-        with loop.db.batched():
-            loop.store.arm(ref, actor="alice", source="command", cursors={})
-            loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 1."))
+    def fire() -> None:
+        loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 1."))
 
     try:
-        with pytest.raises(psycopg.Error, match="the log is read-only today"):
-            visit()
-        assert loop.work(ref) is None  # the arm went with the row: the visit made nothing
+        opened(loop)
+        with pytest.raises(psycopg.Error, match="the log is read-only today"), \
+                loop.db.batched():
+            loop.store.arm(ref, actor="alice", source="command", cursors={})
+            fire()
+        assert actor() is None  # the arm went with the row: the visit made nothing
         assert loop.log.of("decisions.failed") == []  # not lost: the redo fires it again
-        visit()  # the redo: its row goes alone, is refused again, and the arm lands
-        assert loop.work(ref) is not None
+        with loop.db.batched():  # the redo: what it wrote is committed before its row ...
+            loop.store.arm(ref, actor="alice", source="command", cursors={})
+            fire()  # ... which is refused again: a lost record, and the visit goes on
+            assert actor() == "alice"
         [failed] = loop.log.of("decisions.failed")
         assert "the log is read-only today" in failed["error"]
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("DROP TRIGGER refuse ON decision_log")
-        loop.store.release(ref)
-        with loop.db.batched():  # the first row that goes in alone is seen at once ...
-            loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 1."))
-            assert logged() == 1
-        with loop.db.batched():  # ... and the next joins the visit's transaction again
-            loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 1."))
-            assert logged() == 1
-        assert logged() == 2
+        with loop.db.batched():  # the next row still goes in after a commit, and lands ...
+            loop.set_work(ref, actor="bob")
+            fire()
+            assert actor() == "bob"
+        with loop.db.batched():  # ... so the one after joins the visit's transaction again
+            loop.set_work(ref, actor="carol")
+            fire()
+            assert actor() == "bob"
+        assert actor() == "carol"
     finally:
         loop.close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT count(*) FROM decision_log WHERE work_item = %s",
+                            (ref,)).fetchone()
+    assert rows == (2,)

@@ -50,16 +50,15 @@ class DecisionLog:
     sqlite3 connection to one (its caller's transaction is kept), or a postgresql:// URL.
 
     `write(sql, row)`, when given, writes each row on its caller's connection instead (the
-    loop on PostgreSQL: in the transaction of the visit that fired the point, issue 34). The
-    store still makes the table, on its own connection before the first such row, and
+    loop: in the transaction of the visit that fired the point, issue 34). The store still
+    makes the table, on its own connection (`prepare`, or before the first such row), and
     prunes, but only when `write` says the row is committed (it went in a transaction of its
     own) or its caller calls `prune_due`: a DELETE on the store's connection while the
     caller's transaction holds new rows could wait behind another host's upgrade of the
-    table, which waits for those rows. When `write` raises `WritesLost` (the row failed,
-    and its caller's uncommitted writes were rolled back with it), `record` raises the
-    row's own error, which ends the caller's visit as a crash would, and the next rows go
-    on the store's own connection until one lands there: a row the database keeps refusing
-    is then a lost record, not a visit that can never finish.
+    table, which waits for those rows (on SQLite, for the write lock the caller holds). When
+    `write` raises `WritesLost` (the row failed, and its caller's uncommitted writes were
+    rolled back with it), `record` raises the row's own error, which ends the caller's
+    visit as a crash would.
     """
 
     def __init__(self, target: Path | str | sqlite3.Connection, *, keep_days: float,
@@ -78,10 +77,15 @@ class DecisionLog:
         self._kinds: dict[str, str] = {}
         self._write_row = write
         self._prepared = False
-        self._alone = False  # `write`'s last row took its caller's writes with it
 
     def close(self) -> None:
         self.store.close()
+
+    def prepare(self) -> None:
+        """Make the table (or bring it up to date) now, on the store's own connection: while
+        a `write` caller holds no transaction open."""
+        self.store.prepare()
+        self._prepared = True
 
     def record(self, ctx: Context, outcome: Outcome, chain: Chain, *, input_id: int = 0) -> None:
         """Store one fired point; a failure is recorded as `decisions.failed`, raised only as
@@ -89,8 +93,7 @@ class DecisionLog:
         try:
             self._write(ctx, outcome, chain, input_id)
         except WritesLost as lost:  # the caller's writes went with the row: its error ends
-            self._alone = True  # the visit; rows go on the store's connection till one lands
-            raise lost.error from None
+            raise lost.error from None  # the caller's visit
         except (StoreError, OSError, ValueError, TypeError, LoopError) as exc:
             self._failed(exc, point=ctx.POINT, work_item=ctx.work_item.ref)
 
@@ -120,13 +123,9 @@ class DecisionLog:
         committed = True
         if self._write_row is None:
             self.store.write([row])
-        elif self._alone:  # (not pruned here: the caller's transaction may hold new rows)
-            self.store.write([row])
-            committed = self._alone = False
         else:
             if not self._prepared:
-                self.store.prepare()  # the table made (or brought up to date) by the store
-                self._prepared = True
+                self.prepare()
             with converted("the database refused the record"):
                 committed = self._write_row(INSERT_ROW, row)
         if committed and self._due(row[0]):

@@ -168,6 +168,7 @@ class Loop:
         self.strict_hooks = strict_hooks
         self.source = source
         self._chain: Chain | None = None
+        self._log_alone = False  # the last decision-log row took its visit's writes with it
         if self.settings.database and _holds_an_unmoved_log(self.settings.db_path):
             self.decision_log  # noqa: B018 -- built now, so its move happens at once
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -185,34 +186,44 @@ class Loop:
     def decision_log(self) -> DecisionLog:
         """One write per point, to the store the config names (every host's points meet in
         a shared database); a host's own copy from an earlier version moves there. Built on
-        first use: a one-shot command that fires no point opens no log (issue 34)."""
+        first use: a one-shot command that fires no point opens no log (issue 34). Its table
+        is made (or brought up to date) on its own connection while this thread's visit has
+        no transaction open: what the visit wrote so far is committed first, as before a
+        hook is asked (SQLite's DDL would wait for the write lock the visit holds)."""
         from the_loop.decisions.looplog import DecisionLog
         from the_loop.runtime.pointmetrics import count_lost_record
 
+        self.db.settle()
         log = DecisionLog(self.settings.db_target, keep_days=self.settings.decision_keep_days,
                           log=self.log, host=host_id, on_failed=count_lost_record,
-                          write=self._log_row if self.settings.database else None)
+                          write=self._log_row)
+        with contextlib.suppress(LoopError, OSError):  # tried again by its first row, whose
+            log.prepare()  # failure is then a lost record (DecisionLog.record)
         if self.settings.database:
             self._adopt_local_log(log)
         return log
 
     def _log_row(self, sql: str, row: tuple[Any, ...]) -> bool:
-        """PostgreSQL: a point's decision-log row goes in with the visit's writes (one
-        transaction, not one of its own per point: db.batched), and is kept when the batch
-        is rolled back, as the decision it records is. True when it is committed already
-        (no batch was open). On SQLite the log keeps a connection of its own (a visit
-        settles before it writes: decide). When the row fails, the batch is rolled back
-        (db.transaction): if it held the visit's earlier writes, `WritesLost` ends the visit
-        (DecisionLog.record raises its error), as a crash would, and the next visit redoes
-        it; a row refused alone is a lost record, and the visit goes on."""
+        """A point's decision-log row goes in with the visit's writes (one transaction, not
+        one of its own per point: db.batched), and is kept when the batch is rolled back, as
+        the decision it records is. True when it is committed already (no batch was open).
+        When the row fails, the batch is rolled back (db.transaction): if it held the
+        visit's earlier writes, `WritesLost` ends the visit (DecisionLog.record raises its
+        error), as a crash would, and the next visit redoes it; from then on what the visit
+        wrote is committed before a row goes in, until one lands, so a row refused for good
+        is a lost record, never a visit that cannot finish."""
+        if self._log_alone:
+            self.db.settle()
         held = self.db.pending()
         try:
             with self.db.transaction() as conn:
                 conn.execute(sql, row)
         except Exception as exc:
             if held or isinstance(exc, Fenced):  # the visit's writes went with it
+                self._log_alone = True
                 raise WritesLost(exc) from exc
             raise
+        self._log_alone = False
         self.db.keep(sql, row)
         return not self.db.pending()
 
@@ -291,8 +302,9 @@ class Loop:
         if ctx.POINT in step.decisions:
             return Decided(step.decisions[ctx.POINT])
         comment = step.payload.get("comment") if ctx.POINT == "input_received" else None
-        # No lock of the visit is held while a hook runs, nor (SQLite) while the decision
-        # log's own connection writes: it would wait for the write lock the visit holds.
+        # No lock of the visit is held while a hook runs, nor (SQLite, where the visit's
+        # write lock stops every other writer) through what the point decides: a launch
+        # may wait for the item's previous session to end, which may need that lock.
         if self.chain.names(ctx.POINT) or self.db.one_writer:
             self.db.settle()
         got = Decided.of(self.fire(ctx, input_id=comment if type(comment) is int else 0))
