@@ -256,15 +256,30 @@ def opened(loop: Loop) -> None:
     assert loop.decision_log is not None
 
 
+def on(ld: LoopDir, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """`sql` run on the loop's database as another process would (autocommit): its rows."""
+    if ld.database:
+        import psycopg
+
+        with psycopg.connect(ld.database, autocommit=True) as conn:
+            cur = conn.execute(sql.replace("?", "%s"), params)
+            return list(cur.fetchall()) if cur.description else []
+    conn = sqlite3.connect(ld.state / "loop.db", isolation_level=None)
+    try:
+        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+    finally:
+        conn.close()
+
+
 def test_a_visits_point_is_logged_with_its_writes_and_kept_when_they_roll_back(
-        tmp_path: Path, pg_dsn: str) -> None:
-    """On PostgreSQL a point fired inside a visit's batch is written in the visit's
-    transaction (issue 34), seen by no other reader before the batch commits, and kept when
-    the batch rolls back, as the decision it records is. (On SQLite the log writes on a
-    connection of its own, after the visit settles: decide.)"""
+        tmp_path: Path, database: str) -> None:
+    """A point fired inside a visit's batch is written in the visit's transaction (issue
+    34), seen by no other reader before the batch commits, and kept when the batch rolls
+    back, as the decision it records is."""
     from the_loop.decisions.reads import keys_between
 
-    ld = LoopDir(tmp_path, database=pg_dsn)
+    ld = LoopDir(tmp_path, database=database)
+    target: Path | str = database or ld.state / "loop.db"
     ref = ld.add("Item 0")
     loop = Loop(read_config(ld.config), strict_hooks=True, source="test")
     try:
@@ -273,10 +288,10 @@ def test_a_visits_point_is_logged_with_its_writes_and_kept_when_they_roll_back(
             loop.store.arm(ref, actor="alice", source="command", cursors={})
             loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 0."))
             assert loop.db.pending()  # the row went in the visit's transaction
-            assert keys_between(pg_dsn, 0, time.time() + 1) == set()
+            assert keys_between(target, 0, time.time() + 1) == set()
             with pytest.raises(ValueError), loop.db.transaction():
                 raise ValueError("a later write of the visit failed")
-        assert [k[1:] for k in keys_between(pg_dsn, 0, time.time() + 1)] == [
+        assert [k[1:] for k in keys_between(target, 0, time.time() + 1)] == [
             ("session_spawn", ref)]
         assert loop.work(ref) is None  # the visit's own write is rolled back
     finally:
@@ -318,36 +333,36 @@ def test_a_visit_never_prunes_the_shared_log_while_it_holds_new_rows(
 
 
 def test_a_log_row_that_fails_in_a_visit_ends_the_visit_and_loses_none_of_its_writes(
-        tmp_path: Path, pg_dsn: str) -> None:
+        tmp_path: Path, database: str) -> None:
     """A point's row goes in the visit's transaction (issue 34), so a row the database
     refuses rolls the visit's earlier writes back with it. The visit then ends with the
     database's error, as a crash would end it (its writes not half-made), and is redone; the
     redo commits what it wrote before its row goes in, so a row refused again is a lost
     record and the visit goes on; once a row lands, rows join the visit's transaction
-    again. (PostgreSQL: a trigger refuses the rows.)"""
-    import psycopg
-
-    ld = LoopDir(tmp_path, database=pg_dsn)
+    again. (A trigger refuses the rows.)"""
+    ld = LoopDir(tmp_path, database=database)
     fire_spawns(ld, 1)  # the table
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE FUNCTION refuse_row() RETURNS trigger LANGUAGE plpgsql AS "
-                     "$$ BEGIN RAISE EXCEPTION 'the log is read-only today'; END $$")
-        conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON decision_log "
-                     "FOR EACH ROW EXECUTE FUNCTION refuse_row()")
+    if database:
+        on(ld, "CREATE FUNCTION refuse_row() RETURNS trigger LANGUAGE plpgsql AS "
+               "$$ BEGIN RAISE EXCEPTION 'the log is read-only today'; END $$")
+        on(ld, "CREATE TRIGGER refuse BEFORE INSERT ON decision_log "
+               "FOR EACH ROW EXECUTE FUNCTION refuse_row()")
+    else:
+        on(ld, "CREATE TRIGGER refuse BEFORE INSERT ON decision_log "
+               "BEGIN SELECT RAISE(ABORT, 'the log is read-only today'); END")
     ref = ld.add("Item 1")
     loop = Loop(read_config(ld.config), strict_hooks=True, source="test")
 
     def actor() -> str | None:  # as another reader sees the item
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            row = conn.execute("SELECT actor FROM work WHERE ref = %s", (ref,)).fetchone()
-        return None if row is None else str(row[0])
+        rows = on(ld, "SELECT actor FROM work WHERE ref = ?", ref)
+        return str(rows[0][0]) if rows else None
 
     def fire() -> None:
         loop.fire(SessionSpawn(**loop.base(ref), prompt="Work on item 1."))
 
     try:
         opened(loop)
-        with pytest.raises(psycopg.Error, match="the log is read-only today"), \
+        with pytest.raises(Exception, match="the log is read-only today"), \
                 loop.db.batched():
             loop.store.arm(ref, actor="alice", source="command", cursors={})
             fire()
@@ -359,8 +374,7 @@ def test_a_log_row_that_fails_in_a_visit_ends_the_visit_and_loses_none_of_its_wr
             assert actor() == "alice"
         [failed] = loop.log.of("decisions.failed")
         assert "the log is read-only today" in failed["error"]
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute("DROP TRIGGER refuse ON decision_log")
+        on(ld, "DROP TRIGGER refuse ON decision_log" if database else "DROP TRIGGER refuse")
         with loop.db.batched():  # the next row still goes in after a commit, and lands ...
             loop.set_work(ref, actor="bob")
             fire()
@@ -372,7 +386,4 @@ def test_a_log_row_that_fails_in_a_visit_ends_the_visit_and_loses_none_of_its_wr
         assert actor() == "carol"
     finally:
         loop.close()
-    with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT count(*) FROM decision_log WHERE work_item = %s",
-                            (ref,)).fetchone()
-    assert rows == (2,)
+    assert on(ld, "SELECT count(*) FROM decision_log WHERE work_item = ?", ref) == [(2,)]
