@@ -1,0 +1,144 @@
+"""Round 4, sixth stop: attacks on the loop's database path as a hostile environment would
+make them, through real `the-loop poll` daemons and `poll --once` subprocesses, real SQLite
+files, real PostgreSQL and SIGKILL / SIGSTOP of real processes.
+
+- A daemon whose decision-log rows the database refuses (a trigger), for a while and then
+  every few rows: every item still finishes, the refusals are `decisions.failed` events,
+  no traceback, no item stuck or blocked.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime_helpers import LoopDir, until
+
+#: An agent that reports its node complete as soon as it starts (a one-shot, as agents do).
+COMPLETE_AGENT = '''\
+import json, os, subprocess, sys
+prompt = sys.stdin.read()
+with open(sys.argv[1], "a", encoding="utf-8") as f:
+    f.write(json.dumps({"session": os.environ["THE_LOOP_SESSION"], "prompt": prompt,
+                        "work_item": os.environ["THE_LOOP_WORK_ITEM"]}) + "\\n")
+done = subprocess.run([sys.executable, "-m", "the_loop", "graph", "complete", "--summary",
+                       "ok"], capture_output=True, text=True, timeout=60)
+with open(sys.argv[1] + ".out", "a", encoding="utf-8") as f:
+    f.write(json.dumps({"code": done.returncode, "err": done.stderr[-2000:]}) + "\\n")
+'''
+
+ONE_NODE = """\
+start: work
+nodes:
+  - {name: work, phase: work, actor: agent, prompt: "Work on {title} ({ref})."}
+  - {name: done, phase: done, terminal: true}
+edges:
+  - {from: work, outcome: done, to: done}
+"""
+
+
+def completing(ld: LoopDir, extra: str = "") -> None:
+    """`ld` with a one-node graph whose agent completes it at once."""
+    ld.write("graph1.yaml", ONE_NODE)
+    script = ld.write("complete_agent.py", COMPLETE_AGENT)
+    ld.write_config(extra, graph="graph1.yaml")
+    text = ld.config.read_text(encoding="utf-8")
+    command = f"[{json.dumps(sys.executable)}, {json.dumps(str(script))}, " \
+              f"{json.dumps(str(ld.recorded))}]"
+    text = text.replace(text.split("command: ", 1)[1].split("\n", 1)[0], command, 1)
+    ld.config.write_text(text + "maxSessions: 8\n", encoding="utf-8")
+
+
+def on(ld: LoopDir, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """`sql` on the loop's database as another process would run it (autocommit)."""
+    if ld.database:
+        import psycopg
+
+        with psycopg.connect(ld.database, autocommit=True) as conn:
+            cur = conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+            return list(cur.fetchall()) if cur.description else []
+    conn = sqlite3.connect(ld.state / "loop.db", isolation_level=None, timeout=30)
+    try:
+        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+    finally:
+        conn.close()
+
+
+def refuse(ld: LoopDir, *, every: int = 0) -> None:
+    """A trigger that refuses decision-log rows: all of them, or (`every`) about one in
+    `every` (PostgreSQL: by a sequence, which a rollback does not undo; SQLite: at random)."""
+    if ld.database:
+        when = "TRUE" if not every else f"mod(nextval('refusals'), {every}) = 0"
+        if every:
+            on(ld, "CREATE SEQUENCE IF NOT EXISTS refusals")
+        on(ld, "CREATE OR REPLACE FUNCTION refuse_row() RETURNS trigger LANGUAGE plpgsql AS "
+               f"$$ BEGIN IF {when} THEN RAISE EXCEPTION 'the log is read-only today'; "
+               "END IF; RETURN NEW; END $$")
+        on(ld, "CREATE TRIGGER refuse BEFORE INSERT ON decision_log "
+               "FOR EACH ROW EXECUTE FUNCTION refuse_row()")
+        return
+    when = "" if not every else f" WHEN abs(random()) % {every} = 0"
+    on(ld, f"CREATE TRIGGER refuse BEFORE INSERT ON decision_log{when} "
+           "BEGIN SELECT RAISE(ABORT, 'the log is read-only today'); END")
+
+
+def unrefuse(ld: LoopDir) -> None:
+    on(ld, "DROP TRIGGER refuse ON decision_log" if ld.database else "DROP TRIGGER refuse")
+
+
+def stop(proc: Any) -> str:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    return str(err)
+
+
+def done_states(ld: LoopDir, refs: list[str]) -> dict[str, str]:
+    return {ref: str(ld.work(ref).get("state")) for ref in refs}
+
+
+@pytest.mark.parametrize("every", [0, 3])
+def test_a_daemon_whose_log_rows_are_refused_finishes_every_item(
+        tmp_path: Path, database: str, every: int) -> None:
+    """A running `poll` daemon: the decision log's rows are refused (all, or one in three
+    as it goes on), then accepted again. Every item is walked to done, once; no item is
+    blocked by the log; each refused row it did not write again is a `decisions.failed`
+    event; the daemon prints no traceback and no failed cycle."""
+    with LoopDir(tmp_path, database=database) as ld:
+        completing(ld)
+        first = ld.add("Item 0")
+        ld.start(first)
+        until(lambda: ld.cli("poll", "--once") and ld.work(first).get("state") == "done",
+              timeout=60, what="the first item done (the log's table made)")
+        refuse(ld, every=every)
+        refs = [ld.add(f"Item {i}") for i in range(1, 9)]
+        for ref in refs:
+            ld.start(ref)
+        daemon = ld.popen("poll", "--interval", "0.1")
+        try:
+            if not every:
+                until(lambda: ld.events("decisions.failed"), timeout=60,
+                      what="a refused row recorded")
+                unrefuse(ld)
+            until(lambda: set(done_states(ld, refs).values()) <= {"done", "blocked"}
+                  and not ld.query("SELECT key FROM steps WHERE state='pending'"),
+                  timeout=120, what=f"every item settled: {done_states(ld, refs)}")
+        finally:
+            err = stop(daemon)
+        failed = [(e["work_item"], e["step"], e["attempts"], e["error"])
+                  for e in ld.events("step.failed")]
+        assert done_states(ld, refs) == dict.fromkeys(refs, "done"), (failed, err)
+        for _, _, attempts, error in failed:  # a refused record is not the step's failure
+            assert attempts == 0 and "the decision log refused" in error, failed
+        assert "Traceback" not in err and "cycle failed" not in err, err
+        launched = [r["work_item"] for r in ld.launches()]
+        assert sorted(launched) == sorted([first, *refs]), launched
+        assert ld.events("decisions.failed"), "no refusal was recorded"
+        for e in ld.events("decisions.failed"):
+            assert "the log is read-only today" in e["error"], e
