@@ -5,6 +5,8 @@ files, real PostgreSQL and SIGKILL / SIGSTOP of real processes.
 - A daemon whose decision-log rows the database refuses (a trigger), for a while and then
   every few rows: every item still finishes, the refusals are `decisions.failed` events,
   no traceback, no item stuck or blocked.
+- PostgreSQL: a visit whose workspace checkout outlasts the lease does not stop its host's
+  heartbeat, so no other host takes the live host for dead and doubles its sessions.
 """
 
 from __future__ import annotations
@@ -142,3 +144,69 @@ def test_a_daemon_whose_log_rows_are_refused_finishes_every_item(
         assert ld.events("decisions.failed"), "no refusal was recorded"
         for e in ld.events("decisions.failed"):
             assert "the log is read-only today" in e["error"], e
+
+
+#: A post-checkout hook: a slow checkout (a big repository) once `flag` exists; it marks
+#: `mark` when it starts.
+SLOW_CHECKOUT = """#!/bin/sh
+if [ -e {flag} ]; then
+  touch {mark}
+  sleep 6
+fi
+exit 0
+"""
+
+
+def slow_repository(root: Path, flag: Path, mark: Path) -> Path:
+    import subprocess
+
+    repo = root / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=60)
+    (repo / "README").write_text("hello\n", encoding="utf-8")
+    subprocess.run([*git, "add", "README"], check=True, timeout=60)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], check=True, timeout=60)
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(SLOW_CHECKOUT.format(flag=flag, mark=mark), encoding="utf-8")
+    hook.chmod(0o755)
+    return repo
+
+
+def test_a_slow_workspace_checkout_does_not_stop_the_hosts_heartbeat(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """PostgreSQL: host A's visit of a new item makes its git worktree, which takes longer
+    than the lease (a big checkout). A is alive and beating all along: host B, started
+    meanwhile, must not judge A dead and take over A's other item, whose session runs on A
+    (a second live session of that item). The read that opened the visit's transaction
+    locks the item's work row, and A's heartbeat renews every claim of A's in one UPDATE:
+    it must not wait for that row through the checkout."""
+    from test_hosts import walk
+
+    from hosts_helpers import Host
+    from runtime_helpers import pg_query
+
+    flag, mark = tmp_path / "slow", tmp_path / "in-checkout"
+    repo = slow_repository(tmp_path, flag, mark)
+    a = Host(tmp_path, "host-a", pg_dsn, work=60.0, expiry=2.0,
+             extra=f"repository: {json.dumps(str(repo))}\n")
+    b = Host(tmp_path, "host-b", pg_dsn, work=0.2, expiry=2.0)
+    try:
+        [running] = walk([a], 1)
+        a.start()
+        until(lambda: pg_query(pg_dsn, "SELECT id FROM sessions WHERE ref=?", running),
+              timeout=60, what="A's session of the first item")
+        flag.touch()
+        [slow] = walk([a], 1)
+        until(mark.exists, timeout=60, what="A inside the second item's checkout")
+        b.start()
+        until(lambda: pg_query(pg_dsn, "SELECT id FROM sessions WHERE ref=?", slow),
+              timeout=60, what="the second item's session")
+        sessions = pg_query(pg_dsn, "SELECT ref, host, lost FROM sessions")
+        assert sorted((s["ref"], s["host"], s["lost"]) for s in sessions) == sorted([
+            (running, "host-a", 0), (slow, "host-a", 0)]), sessions
+        assert not b.events("session.launched"), b.events("session.launched")
+    finally:
+        for h in (a, b):
+            h.stop()
+    assert "Traceback" not in a.errors() + b.errors(), a.errors() + b.errors()
