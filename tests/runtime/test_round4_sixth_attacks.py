@@ -7,6 +7,9 @@ files, real PostgreSQL and SIGKILL / SIGSTOP of real processes.
   no traceback, no item stuck or blocked.
 - PostgreSQL: a visit whose workspace checkout outlasts the lease does not stop its host's
   heartbeat, so no other host takes the live host for dead and doubles its sessions.
+- PostgreSQL: a host stopped (SIGSTOP) inside a visit's open transaction does not hold the
+  item's row locked for ever: another host takes it over; the stopped one, resumed, writes
+  nothing for it.
 """
 
 from __future__ import annotations
@@ -178,7 +181,8 @@ def test_a_slow_workspace_checkout_does_not_stop_the_hosts_heartbeat(
     """PostgreSQL: host A's visit of a new item makes its git worktree, which takes longer
     than the lease (a big checkout). A is alive and beating all along: host B, started
     meanwhile, must not judge A dead and take over A's other item, whose session runs on A
-    (a second live session of that item). The read that opened the visit's transaction
+    (a second live session of that item). (The slow item itself is anyone's once its claim
+    lapses: its transaction ends at the lease.) The read that opened the visit's transaction
     locks the item's work row, and A's heartbeat renews every claim of A's in one UPDATE:
     it must not wait for that row through the checkout."""
     from test_hosts import walk
@@ -202,11 +206,58 @@ def test_a_slow_workspace_checkout_does_not_stop_the_hosts_heartbeat(
         b.start()
         until(lambda: pg_query(pg_dsn, "SELECT id FROM sessions WHERE ref=?", slow),
               timeout=60, what="the second item's session")
-        sessions = pg_query(pg_dsn, "SELECT ref, host, lost FROM sessions")
-        assert sorted((s["ref"], s["host"], s["lost"]) for s in sessions) == sorted([
-            (running, "host-a", 0), (slow, "host-a", 0)]), sessions
-        assert not b.events("session.launched"), b.events("session.launched")
+        sessions = pg_query(pg_dsn, "SELECT ref, host, lost FROM sessions WHERE ref=?",
+                            running)
+        assert [(s["host"], s["lost"]) for s in sessions] == [("host-a", 0)], sessions
+        assert running not in [e["work_item"] for e in b.events("session.launched")]
     finally:
         for h in (a, b):
             h.stop()
-    assert "Traceback" not in a.errors() + b.errors(), a.errors() + b.errors()
+
+
+
+def test_a_host_stopped_inside_a_visits_transaction_holds_no_item_hostage(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """PostgreSQL: host A is stopped (SIGSTOP) in the middle of a visit whose transaction is
+    open (making the item's workspace: the read that opened the transaction locked the
+    item's work row). B takes the item over once A's lease lapses and finishes it; A,
+    resumed, writes nothing for it (its transaction's locks were not the item's for ever,
+    and its claim is stale)."""
+    import signal as signals
+
+    from test_hosts import walk
+
+    from hosts_helpers import Host, all_done, broken
+    from runtime_helpers import pg_query
+
+    flag, mark = tmp_path / "slow", tmp_path / "in-checkout"
+    repo = slow_repository(tmp_path, flag, mark)
+    a = Host(tmp_path, "host-a", pg_dsn, work=0.2, expiry=2.0,
+             extra=f"repository: {json.dumps(str(repo))}\n")
+    b = Host(tmp_path, "host-b", pg_dsn, work=0.2, expiry=2.0)
+    try:
+        flag.touch()
+        [ref] = walk([a], 1)
+        a.start()
+        until(mark.exists, timeout=60, what="A inside the item's checkout")
+        assert a.proc is not None
+        a.proc.send_signal(signals.SIGSTOP)  # its checkout goes on; A does not
+        b.start()
+        until(lambda: all_done(pg_dsn, [ref]), timeout=60,
+              what=f"B finishing the item A holds: {pg_query(pg_dsn, 'SELECT * FROM work')}")
+        work = pg_query(pg_dsn, "SELECT ref, state, node, session_id, host, fence FROM work")
+        sessions = pg_query(pg_dsn, "SELECT id, ref, host, lost FROM sessions ORDER BY id")
+        a.proc.send_signal(signals.SIGCONT)
+        until(lambda: a.events("claim.fenced"), timeout=30, what="A fenced out")
+        assert pg_query(pg_dsn, "SELECT ref, state, node, session_id, host, fence FROM "
+                                "work") == work
+        assert pg_query(pg_dsn, "SELECT id, ref, host, lost FROM sessions ORDER BY id") \
+            == sessions
+        assert [s["host"] for s in sessions] == ["host-b"]
+    finally:
+        if a.proc is not None:
+            a.proc.send_signal(signal.SIGCONT)
+        for h in (a, b):
+            h.stop()
+    assert broken([a, b], [ref], pg_dsn) == []
+

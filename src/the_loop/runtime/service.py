@@ -160,7 +160,9 @@ class Loop:
         self.config = config
         check_host_id()
         self.settings: Settings = settings_of(config)
-        self.db = open_database(self.settings.db_target)
+        # A transaction idle past the lease (this process stopped inside a visit) is ended
+        # by the server: the item's row it locked is another host's to take over.
+        self.db = open_database(self.settings.db_target, idle=self.settings.lease_expiry)
         self.log = EventLog(self.settings.events_path, source=source, secrets=self.secrets)
         self.store = Store(self.db, redact=self.redact, expiry=self.settings.lease_expiry)
         self.tracker = LocalTracker(self.db, self.settings.repository)
