@@ -7,6 +7,9 @@ files, real PostgreSQL and SIGKILL / SIGSTOP of real processes.
   no traceback, no item stuck or blocked.
 - PostgreSQL: a visit whose workspace checkout outlasts the lease does not stop its host's
   heartbeat, so no other host takes the live host for dead and doubles its sessions.
+- SQLite: two pollers on one state folder, one SIGKILLed at random moments, agents asking
+  and completing through the door and as one-shots: nothing launched twice, lost or stuck,
+  `state check` clean, one readable decision-log row per recorded point.
 - PostgreSQL: a host stopped (SIGSTOP) inside a visit's open transaction does not hold the
   item's row locked for ever: another host takes it over; the stopped one, resumed, writes
   nothing for it.
@@ -15,6 +18,7 @@ files, real PostgreSQL and SIGKILL / SIGSTOP of real processes.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import sys
@@ -261,3 +265,104 @@ def test_a_host_stopped_inside_a_visits_transaction_holds_no_item_hostage(
             h.stop()
     assert broken([a, b], [ref], pg_dsn) == []
 
+
+
+#: Asks its question first (a session without input), completes its node once answered;
+#: each command through the poller's door or, at random, as a one-shot of its own.
+ASKING_AGENT = '''\
+import json, os, random, subprocess, sys
+prompt = sys.stdin.read()
+env = dict(os.environ)
+door = random.random() < 0.5 and "THE_LOOP_AGENT_DOOR" in env
+if not door:
+    env.pop("THE_LOOP_AGENT_DOOR", None)
+answered = "Input from @" in prompt
+argv = ["graph", "complete", "--summary", "ok"] if answered else ["ask", "Which users first?"]
+done = subprocess.run([sys.executable, "-m", "the_loop", *argv], env=env, capture_output=True,
+                      text=True, timeout=120)
+with open(sys.argv[1], "a", encoding="utf-8") as f:
+    f.write(json.dumps({"session": env["THE_LOOP_SESSION"], "work_item":
+                        env["THE_LOOP_WORK_ITEM"], "prompt": prompt, "door": door,
+                        "command": argv[0], "code": done.returncode,
+                        "said": (done.stdout + done.stderr)[-2000:]}) + "\\n")
+'''
+
+
+def test_two_sqlite_pollers_one_killed_at_random_moments_with_asking_agents(
+        tmp_path: Path) -> None:
+    """SQLite: two `poll` daemons on one state folder, one of them SIGKILLed (and started
+    again) at random moments; each item's agent asks, is answered, then completes, through
+    the door or as one-shots. Every item done, each launch once, each answer delivered
+    once, nothing pending or claimed, `state check` clean, and the decision log holds one
+    readable row per recorded point, read alike by `policy replay`."""
+    import random
+    from collections import Counter
+
+    from fault_helpers import broken
+
+    rng = random.Random(int(os.environ.get("THE_LOOP_TEST_SEED", "4606")))
+    with LoopDir(tmp_path) as ld:
+        ld.write("graph1.yaml", ONE_NODE)
+        script = ld.write("asking_agent.py", ASKING_AGENT)
+        ld.write_config("hooks:\n" + ld.add_recorder(), graph="graph1.yaml")
+        text = ld.config.read_text(encoding="utf-8")
+        command = f"[{json.dumps(sys.executable)}, {json.dumps(str(script))}, " \
+                  f"{json.dumps(str(ld.recorded))}]"
+        text = text.replace(text.split("command: ", 1)[1].split("\n", 1)[0], command, 1)
+        ld.config.write_text(text + "maxSessions: 8\n", encoding="utf-8")
+        refs = [ld.add(f"Item {i}") for i in range(10)]
+        for ref in refs:
+            ld.start(ref)
+        pollers = [ld.popen("poll", "--interval", "0.1"), ld.popen("poll", "--interval", "0.1")]
+        errs: list[str] = []
+        answered: set[str] = set()
+        kills = 0
+        try:
+            next_kill = rng.uniform(0.2, 1.0)
+            import time
+
+            began = time.monotonic()
+            while time.monotonic() - began < 90:
+                states = done_states(ld, refs)
+                if set(states.values()) == {"done"}:
+                    break
+                for ref, state in states.items():
+                    if state == "waiting" and ref not in answered:
+                        ld.ok("reply", ref, f"Admins first on {ref}.", "--actor", "bob")
+                        answered.add(ref)
+                if kills < 5 and time.monotonic() - began > next_kill:
+                    victim = rng.randrange(2)
+                    pollers[victim].kill()
+                    errs.append(pollers[victim].communicate(timeout=30)[1])
+                    pollers[victim] = ld.popen("poll", "--interval", "0.1")
+                    kills += 1
+                    next_kill += rng.uniform(0.2, 1.0)
+                time.sleep(0.05)
+            until(lambda: set(done_states(ld, refs).values()) == {"done"}, timeout=60,
+                  what=f"every item done: {done_states(ld, refs)}")
+            ld.wait_sessions()
+        finally:
+            errs += [stop(p) for p in pollers]
+        for err in errs:
+            assert "Traceback" not in err and "cycle failed" not in err, err
+        assert broken(ld, dict.fromkeys(refs, "done"), kills=kills) == []
+        records = ld.launches()
+        # A command whose poller was killed under it says so (the agent may try again); a
+        # session that ended without finishing its node is respawned.
+        failed = [r["said"] for r in records if r["code"]]
+        assert all("stopped before it answered" in said for said in failed), failed
+        assert len(failed) <= kills, failed
+        assert all(n >= 2 for n in Counter(r["work_item"] for r in records).values())
+        assert {r["door"] for r in records} == {True, False}  # both ways taken
+        completes = Counter(r["work_item"] for r in records if r["command"] == "graph")
+        assert set(completes) == set(refs), completes
+        check = ld.cli("state", "check", ok=False)
+        assert check.returncode == 0, check.stdout + check.stderr
+        rows = on(ld, "SELECT point, work_item FROM decision_log")
+        recorded = Counter((p, s["ref"]) for s in ld.query("SELECT ref, decisions FROM steps")
+                           for p in json.loads(s["decisions"]))
+        logged = Counter((str(p), str(r)) for p, r in rows)
+        assert recorded - logged == Counter(), (recorded, logged)  # every recorded point
+        assert sum((logged - recorded).values()) <= kills, (recorded, logged)
+        replay = json.loads(ld.cli("policy", "replay", "--json").stdout)
+        assert (replay["replayed"], replay["unreadable"]) == (len(rows), []), replay
