@@ -49,7 +49,8 @@ from the_loop.errors import ConfigError, LoopError
 
 __all__ = ["POSTGRESQL", "SQLITE", "Conn", "Dialect", "PgConnection", "StoreError",
            "Unreachable", "WritesLost", "check_dsn", "connect_pg", "connect_sqlite",
-           "converted", "is_postgresql", "retrying", "shown_dsn", "transient"]
+           "converted", "is_postgresql", "read_only_sqlite", "retrying", "shown_dsn",
+           "transient"]
 
 T = TypeVar("T")
 RETRY_ENV = "THE_LOOP_DB_RETRY_SECONDS"
@@ -204,6 +205,16 @@ def connect_sqlite(path: Path | str, *, timeout: float = 30.0,
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
     return conn
+
+
+def read_only_sqlite(path: Path | str, *, timeout: float = 30.0) -> sqlite3.Connection:
+    """A read-only connection to the SQLite file at `path` (sqlite3.OperationalError when
+    there is none). Its `file:` URI is percent-encoded: a `#`, `?` or `%` in a folder's name
+    would otherwise end the path there, and open (or make) another file."""
+    from urllib.parse import quote
+
+    return sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
+                           timeout=timeout)
 
 
 class StoreError(LoopError):

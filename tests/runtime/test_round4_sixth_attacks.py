@@ -10,6 +10,8 @@ files, real PostgreSQL and SIGKILL / SIGSTOP of real processes.
 - SQLite: two pollers on one state folder, one SIGKILLed at random moments, agents asking
   and completing through the door and as one-shots: nothing launched twice, lost or stuck,
   `state check` clean, one readable decision-log row per recorded point.
+- A state folder under a path with `#`, `?` or `%`: `policy replay` reads its log (and
+  makes no stray file outside it).
 - PostgreSQL: a host stopped (SIGSTOP) inside a visit's open transaction does not hold the
   item's row locked for ever: another host takes it over; the stopped one, resumed, writes
   nothing for it.
@@ -366,3 +368,23 @@ def test_two_sqlite_pollers_one_killed_at_random_moments_with_asking_agents(
         assert sum((logged - recorded).values()) <= kills, (recorded, logged)
         replay = json.loads(ld.cli("policy", "replay", "--json").stdout)
         assert (replay["replayed"], replay["unreadable"]) == (len(rows), []), replay
+
+
+@pytest.mark.parametrize("name", ["C#", "what?", "50%25"])
+def test_policy_replay_reads_the_log_of_a_state_folder_whose_path_has_uri_characters(
+        tmp_path: Path, name: str) -> None:
+    """A loop in a folder named `C#` (or with `?` or `%`): `policy replay` reads the points
+    its loop.db holds (it read the log through a `file:` URI, in which `#` starts a fragment
+    and `?` a query: it said there was no log yet, and made an empty file named after the
+    path up to that character, outside the state folder)."""
+    root = tmp_path / name / "loop"
+    root.mkdir(parents=True)
+    with LoopDir(root) as ld:
+        ref = ld.add()
+        ld.start(ref)
+        ld.poll()
+        rows = on(ld, "SELECT count(*) FROM decision_log")[0][0]
+        assert rows > 0
+        replay = json.loads(ld.cli("policy", "replay", "--json").stdout)
+        assert replay["replayed"] == rows, replay
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]

@@ -32,7 +32,7 @@ from the_loop.runtime.settings import Settings, settings_of
 from the_loop.runtime.stepactions import StepAction
 from the_loop.runtime.store import ACTIVE, Step, Store
 from the_loop.runtime.tracker import LocalTracker
-from the_loop.sqldb import WritesLost
+from the_loop.sqldb import WritesLost, read_only_sqlite
 from the_loop.util import say
 
 if TYPE_CHECKING:  # the hooks, the channels and the decision log load when first used: a
@@ -54,7 +54,7 @@ def _holds_an_unmoved_log(local: Path) -> bool:
     if not local.is_file():
         return False
     try:
-        conn = sqlite3.connect(f"file:{local}?mode=ro", uri=True, timeout=5.0)
+        conn = read_only_sqlite(local, timeout=5.0)
         try:
             return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND "
                                 "name='decision_log'").fetchone() is not None
