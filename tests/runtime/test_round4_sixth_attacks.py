@@ -151,6 +151,8 @@ def test_a_daemon_whose_log_rows_are_refused_finishes_every_item(
         assert "Traceback" not in err and "cycle failed" not in err, err
         launched = [r["work_item"] for r in ld.launches()]
         assert sorted(launched) == sorted([first, *refs]), launched
+        outs = [json.loads(x) for x in Path(str(ld.recorded) + ".out").read_text().splitlines()]
+        assert [o for o in outs if o["code"]] == []  # every agent's graph complete went in
         assert ld.events("decisions.failed"), "no refusal was recorded"
         for e in ld.events("decisions.failed"):
             assert "the log is read-only today" in e["error"], e
