@@ -49,7 +49,8 @@ from the_loop.errors import ConfigError, LoopError
 
 __all__ = ["POSTGRESQL", "SQLITE", "Conn", "Dialect", "PgConnection", "StoreError",
            "Unreachable", "WritesLost", "check_dsn", "connect_pg", "connect_sqlite",
-           "converted", "is_postgresql", "retrying", "shown_dsn", "transient"]
+           "converted", "is_postgresql", "read_only_sqlite", "retrying", "shown_dsn",
+           "transient"]
 
 T = TypeVar("T")
 RETRY_ENV = "THE_LOOP_DB_RETRY_SECONDS"
@@ -206,6 +207,16 @@ def connect_sqlite(path: Path | str, *, timeout: float = 30.0,
     return conn
 
 
+def read_only_sqlite(path: Path | str, *, timeout: float = 30.0) -> sqlite3.Connection:
+    """A read-only connection to the SQLite file at `path` (sqlite3.OperationalError when
+    there is none). Its `file:` URI is percent-encoded: a `#`, `?` or `%` in a folder's name
+    would otherwise end the path there, and open (or make) another file."""
+    from urllib.parse import quote
+
+    return sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
+                           timeout=timeout)
+
+
 class StoreError(LoopError):
     """A database refused or failed a statement (sqlite3's or psycopg's error, converted
     once by `converted`); the message names what was being done and the database's words."""
@@ -268,9 +279,11 @@ def _modules() -> tuple[Any, Any]:
     return psycopg, psycopg_pool
 
 
-def pool_for(dsn: str, *, max_size: int = 8) -> Any:
+def pool_for(dsn: str, *, max_size: int = 8, idle: float = 0) -> Any:
     """This process's pool for `dsn` (made on first use; closed at exit). Raises a
-    ConfigError naming the server when it cannot be reached."""
+    ConfigError naming the server when it cannot be reached. `idle` (seconds, made by the
+    first caller): the server ends a connection whose transaction sits idle that long, so a
+    process stopped inside one does not keep its locks for ever."""
     with _POOLS_LOCK:
         pool = _POOLS.get(dsn)
         if pool is not None:
@@ -289,10 +302,22 @@ def pool_for(dsn: str, *, max_size: int = 8) -> Any:
             raise ConfigError(message) from None
         pool = psycopg_pool.ConnectionPool(
             dsn, min_size=1, max_size=max_size, open=True, timeout=max(1.0, retry_bound()),
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={"autocommit": True, "row_factory": dict_row, **_idle_options(dsn, idle)},
             check=psycopg_pool.ConnectionPool.check_connection, name="the-loop")
         _POOLS[dsn] = pool
         return pool
+
+
+def _idle_options(dsn: str, idle: float) -> dict[str, str]:
+    """The connection option ending a transaction idle `idle` seconds (none for 0), after
+    whatever options the DSN names itself (a keyword argument replaces the DSN's own)."""
+    if not idle:
+        return {}
+    from psycopg.conninfo import conninfo_to_dict
+
+    own = str(conninfo_to_dict(dsn).get("options") or "")
+    return {"options": f"{own} -c idle_in_transaction_session_timeout={int(idle * 1000)}"
+            .strip()}
 
 
 def connect_pg(dsn: str, *, timeout: int = 5) -> Any:
@@ -314,9 +339,9 @@ def _close_pools() -> None:
 class PgConnection:
     """One pooled connection, used like sqlite3's (see the module's docstring)."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, idle: float = 0) -> None:
         self.psycopg, _ = _modules()
-        self.pool = pool_for(dsn)
+        self.pool = pool_for(dsn, idle=idle)
         self._conn: Any = None
 
     @property

@@ -89,11 +89,11 @@ class DecisionLog:
 
     def record(self, ctx: Context, outcome: Outcome, chain: Chain, *, input_id: int = 0) -> None:
         """Store one fired point; a failure is recorded as `decisions.failed`, raised only as
-        `WritesLost` says (its error)."""
+        `WritesLost` says (the loop's own error as itself: a `Fenced`)."""
         try:
             self._write(ctx, outcome, chain, input_id)
-        except WritesLost as lost:  # the caller's writes went with the row: its error ends
-            raise lost.error from None  # the caller's visit
+        except WritesLost as lost:  # the caller's writes went with the row: it ends the
+            raise (lost.error if isinstance(lost.error, LoopError) else lost) from None  # visit
         except (StoreError, OSError, ValueError, TypeError, LoopError) as exc:
             self._failed(exc, point=ctx.POINT, work_item=ctx.work_item.ref)
 

@@ -10,7 +10,6 @@ here writes.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any
 from the_loop.decisions.layout import Recorded, item_key, recorded, records, rules_of, rules_text
 from the_loop.decisions.stores import is_url, read_pg, shown
 from the_loop.errors import LoopError
-from the_loop.sqldb import PgConnection, check_dsn, converted
+from the_loop.sqldb import PgConnection, check_dsn, converted, read_only_sqlite
 
 __all__ = ["ItemStats", "count_points", "count_since", "inputs_of", "item_stats", "point",
            "points_of", "read_points", "recent", "rule_hits"]
@@ -81,7 +80,7 @@ def _reading(target: Path | str) -> Iterator[_Reading | None]:
     if not path.is_file():
         yield None
         return
-    raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+    raw = read_only_sqlite(path)
     try:
         with converted(f"decision log {path}: cannot read it"):
             found = raw.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND "

@@ -441,11 +441,11 @@ class PgDatabase(Database):
     dialect = POSTGRESQL
     one_writer = False
 
-    def __init__(self, dsn: str, *, migrate: bool = True) -> None:
+    def __init__(self, dsn: str, *, migrate: bool = True, idle: float = 0) -> None:
         self.path = Path(":postgresql:")
         self.where = shown_dsn(dsn)
         self._local = threading.local()
-        self._pg = PgConnection(check_dsn(dsn))
+        self._pg = PgConnection(check_dsn(dsn), idle=idle)
         self.conn = _InBatch(self)
         if migrate:
             self.migrate()
@@ -459,9 +459,10 @@ class PgDatabase(Database):
         self._pg.close()
 
 
-def open_database(target: Path | str, *, migrate: bool = True) -> Database:
+def open_database(target: Path | str, *, migrate: bool = True, idle: float = 0) -> Database:
     """The database a `database:` value (a postgresql:// URL) or a SQLite path names, its
-    schema brought up to date unless `migrate` is false."""
+    schema brought up to date unless `migrate` is false (`idle`: PostgreSQL ends a
+    transaction left idle that many seconds, sqldb.pool_for)."""
     if isinstance(target, str) and is_postgresql(target):
-        return PgDatabase(target, migrate=migrate)
+        return PgDatabase(target, migrate=migrate, idle=idle)
     return Database(Path(target), migrate=migrate)

@@ -32,7 +32,7 @@ from the_loop.runtime.service import (
 from the_loop.runtime.stepactions import StepAction, UnknownStepAction, salted
 from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback, ingest
 from the_loop.runtime.store import Step
-from the_loop.sqldb import transient
+from the_loop.sqldb import WritesLost, transient
 from the_loop.wakeup import Wakeup
 
 __all__ = ["Away", "Report", "classify", "deliver", "feedback", "poll_once", "reply", "run_forever"]
@@ -104,11 +104,26 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
                 raise  # a real Ctrl-C of a one-shot `poll --once` (the_loop/interrupt.py),
                 # or another owner has the item now: this process writes nothing more for
                 # it, or the database is away: not the step's failure (the cycle retries)
-            _step_failed(loop, step, exc)
+            if isinstance(exc, WritesLost):  # the log refused the step's record: redone
+                _step_redone(loop, step, exc)  # next cycle, not the step's own failure
+            else:
+                _step_failed(loop, step, exc)
             return n
         if report is not None:
             report.count(step)
     return n
+
+
+def _step_redone(loop: Loop, step: Step, exc: WritesLost) -> None:
+    """A decision-log row the database refused rolled the visit's writes back with it: the
+    step is redone next cycle, its attempts not counted (a log that refuses a row now and
+    then must not block items; the redo commits before its rows until one lands)."""
+    if transient(exc.error):
+        raise exc.error
+    attempts = int(step.detail) if step.detail.isdigit() else 0
+    loop.log.emit("step.failed", work_item=step.ref, step=step.key, attempts=attempts,
+                  error=f"the decision log refused this step's record ({exc}); the step is "
+                        "redone next cycle")
 
 
 def _step_failed(loop: Loop, step: Step, exc: BaseException) -> None:

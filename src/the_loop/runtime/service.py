@@ -32,7 +32,7 @@ from the_loop.runtime.settings import Settings, settings_of
 from the_loop.runtime.stepactions import StepAction
 from the_loop.runtime.store import ACTIVE, Step, Store
 from the_loop.runtime.tracker import LocalTracker
-from the_loop.sqldb import WritesLost
+from the_loop.sqldb import WritesLost, read_only_sqlite
 from the_loop.util import say
 
 if TYPE_CHECKING:  # the hooks, the channels and the decision log load when first used: a
@@ -54,7 +54,7 @@ def _holds_an_unmoved_log(local: Path) -> bool:
     if not local.is_file():
         return False
     try:
-        conn = sqlite3.connect(f"file:{local}?mode=ro", uri=True, timeout=5.0)
+        conn = read_only_sqlite(local, timeout=5.0)
         try:
             return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND "
                                 "name='decision_log'").fetchone() is not None
@@ -164,7 +164,9 @@ class Loop:
         self.config = config
         check_host_id()
         self.settings: Settings = settings_of(config)
-        self.db = open_database(self.settings.db_target)
+        # A transaction idle past the lease (this process stopped inside a visit) is ended
+        # by the server: the item's row it locked is another host's to take over.
+        self.db = open_database(self.settings.db_target, idle=self.settings.lease_expiry)
         self.log = EventLog(self.settings.events_path, source=source, secrets=self.secrets)
         self.store = Store(self.db, redact=self.redact, expiry=self.settings.lease_expiry)
         self.tracker = LocalTracker(self.db, self.settings.repository)

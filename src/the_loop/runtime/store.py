@@ -220,7 +220,10 @@ class Store:
         then that row (`owner`, `seen`, `ago`) comes back, a clash, and is left alone."""
         prefix = process_owner() + "#"
         with self.db.transaction() as conn:
-            conn.execute(f"UPDATE work SET claim_until={self.now} + ? WHERE substr(claim, 1, ?)=?",
+            # A row a visit of this process holds locked is skipped, not waited for: a long
+            # visit (a big checkout) would keep this host from beating past its lease.
+            conn.execute(f"UPDATE work SET claim_until={self.now} + ? WHERE ref IN (SELECT ref "
+                         f"FROM work WHERE substr(claim, 1, ?)=?{self.db.dialect.skip_locked})",
                          (self.expiry, len(prefix), prefix))
             row = conn.execute(f"SELECT owner, seen, {self.now} - seen AS ago FROM hosts "
                                f"WHERE id=?{self.db.dialect.for_update}", (self.host,)).fetchone()
