@@ -95,13 +95,13 @@ class Host:
         assert code == 0, f"{args}: {out.getvalue()}{err.getvalue()}"
         return out.getvalue()
 
-    def start(self, interval: float = 0.1) -> None:
+    def start(self, interval: float = 0.1, env: dict[str, str] | None = None) -> None:
         self.started += 1
         err = open(self.dir / f"poll-{self.started}.err", "w", encoding="utf-8")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "the_loop", "--config", str(self.config), "poll",
              "--interval", str(interval), "--quiet", "--host-id", self.name],
-            env=self.env(), text=True, stdout=subprocess.DEVNULL, stderr=err,
+            env={**self.env(), **(env or {})}, text=True, stdout=subprocess.DEVNULL, stderr=err,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         err.close()
 

@@ -228,10 +228,9 @@ def test_a_slow_workspace_checkout_does_not_stop_the_hosts_heartbeat(
 def test_a_host_stopped_inside_a_visits_transaction_holds_no_item_hostage(
         tmp_path: Path, pg_dsn: str) -> None:
     """PostgreSQL: host A is stopped (SIGSTOP) in the middle of a visit whose transaction is
-    open (making the item's workspace: the read that opened the transaction locked the
-    item's work row). B takes the item over once A's lease lapses and finishes it; A,
-    resumed, writes nothing for it (its transaction's locks were not the item's for ever,
-    and its claim is stale)."""
+    open (launching, its session_spawn decision written and the item's work row locked).
+    B takes the item over once A's lease lapses and finishes it; A, resumed, writes nothing
+    for it (its transaction's locks were not the item's for ever, and its claim is stale)."""
     import signal as signals
 
     from test_hosts import walk
@@ -239,16 +238,14 @@ def test_a_host_stopped_inside_a_visits_transaction_holds_no_item_hostage(
     from hosts_helpers import Host, all_done, broken
     from runtime_helpers import pg_query
 
-    flag, mark = tmp_path / "slow", tmp_path / "in-checkout"
-    repo = slow_repository(tmp_path, flag, mark)
-    a = Host(tmp_path, "host-a", pg_dsn, work=0.2, expiry=2.0,
-             extra=f"repository: {json.dumps(str(repo))}\n")
+    a = Host(tmp_path, "host-a", pg_dsn, work=0.2, expiry=2.0)
     b = Host(tmp_path, "host-b", pg_dsn, work=0.2, expiry=2.0)
+    idle = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND state = 'idle in transaction'")
     try:
-        flag.touch()
         [ref] = walk([a], 1)
-        a.start()
-        until(mark.exists, timeout=60, what="A inside the item's checkout")
+        a.start(env={"THE_LOOP_PAUSEPOINT": "launch-room=8"})  # holds its transaction open
+        until(lambda: pg_query(pg_dsn, idle), timeout=60, what="A inside the launch")
         assert a.proc is not None
         a.proc.send_signal(signals.SIGSTOP)  # its checkout goes on; A does not
         b.start()
@@ -395,3 +392,29 @@ def test_policy_replay_reads_the_log_of_a_state_folder_whose_path_has_uri_charac
         replay = json.loads(ld.cli("policy", "replay", "--json").stdout)
         assert replay["replayed"] == rows, replay
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_a_slow_git_checkout_holds_no_lock_of_the_visit(tmp_path: Path) -> None:
+    """SQLite: while a visit makes an item's git worktree (a big checkout takes as long as it
+    takes), its writes so far are committed and the state folder's write lock is free, so
+    every other process of the loop (another poller, a person's reply, an agent's command)
+    writes meanwhile instead of waiting for the checkout."""
+    flag, mark = tmp_path / "slow", tmp_path / "in-checkout"
+    repo = slow_repository(tmp_path, flag, mark)
+    flag.touch()
+    with LoopDir(tmp_path / "loop", f"repository: {json.dumps(str(repo))}\n") as ld:
+        ref = ld.add()
+        ld.start(ref)
+        poll = ld.popen("poll", "--once")
+        try:
+            until(mark.exists, timeout=60, what="the poller inside the item's checkout")
+            other = sqlite3.connect(ld.state / "loop.db", timeout=0.5, isolation_level=None)
+            try:
+                other.execute("BEGIN IMMEDIATE")  # the write lock, at once
+                other.execute("ROLLBACK")
+                state = other.execute("SELECT state FROM work WHERE ref=?", (ref,)).fetchone()
+            finally:
+                other.close()
+            assert state == ("running",)  # the visit's writes before the checkout: committed
+        finally:
+            poll.communicate(timeout=120)
