@@ -302,22 +302,25 @@ def pool_for(dsn: str, *, max_size: int = 8, idle: float = 0) -> Any:
             raise ConfigError(message) from None
         pool = psycopg_pool.ConnectionPool(
             dsn, min_size=1, max_size=max_size, open=True, timeout=max(1.0, retry_bound()),
-            kwargs={"autocommit": True, "row_factory": dict_row, **_idle_options(dsn, idle)},
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=_idle_ended(idle) if idle else None,
             check=psycopg_pool.ConnectionPool.check_connection, name="the-loop")
         _POOLS[dsn] = pool
         return pool
 
 
-def _idle_options(dsn: str, idle: float) -> dict[str, str]:
-    """The connection option ending a transaction idle `idle` seconds (none for 0), after
-    whatever options the DSN names itself (a keyword argument replaces the DSN's own)."""
-    if not idle:
-        return {}
-    from psycopg.conninfo import conninfo_to_dict
+def _idle_ended(idle: float) -> Callable[[Any], None]:
+    """A pool's `configure`: each new connection's server ends a transaction left idle
+    `idle` seconds, unless the server, the role or the DSN's `options` already end one
+    sooner (a session setting, not a startup option, which a pooler such as PgBouncer may
+    refuse)."""
+    ms = int(idle * 1000)
 
-    own = str(conninfo_to_dict(dsn).get("options") or "")
-    return {"options": f"{own} -c idle_in_transaction_session_timeout={int(idle * 1000)}"
-            .strip()}
+    def configure(conn: Any) -> None:
+        conn.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false) "
+                     "FROM pg_settings WHERE name = 'idle_in_transaction_session_timeout' "
+                     "AND (setting::bigint = 0 OR setting::bigint > %s)", (str(ms), ms))
+    return configure
 
 
 def connect_pg(dsn: str, *, timeout: int = 5) -> Any:

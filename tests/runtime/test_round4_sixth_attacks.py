@@ -31,6 +31,8 @@ from typing import Any
 import pytest
 
 from runtime_helpers import LoopDir, until
+from the_loop.config import read_config
+from the_loop.runtime.service import Loop
 
 #: An agent that reports its node complete as soon as it starts (a one-shot, as agents do).
 COMPLETE_AGENT = '''\
@@ -418,3 +420,28 @@ def test_a_slow_git_checkout_holds_no_lock_of_the_visit(tmp_path: Path) -> None:
             assert state == ("running",)  # the visit's writes before the checkout: committed
         finally:
             poll.communicate(timeout=120)
+
+
+def test_the_loops_idle_transaction_limit_is_its_lease_unless_the_database_sets_a_shorter_one(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """PostgreSQL: the loop's connections end a transaction left idle longer than the lease
+    (set per connection, not as a startup option a pooler may refuse); a shorter limit the
+    operator set (here in the DSN's own options) is kept."""
+    from urllib.parse import quote
+
+    ld = LoopDir(tmp_path / "a", "lease: {expirySeconds: 12}\n", database=pg_dsn)
+    loop = Loop(read_config(ld.config), strict_hooks=True, source="test")
+    try:
+        got = loop.db.conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+    finally:
+        loop.close()
+    assert got == {"idle_in_transaction_session_timeout": "12s"}
+    shorter = pg_dsn + ("&" if "?" in pg_dsn else "?") + "options=" + quote(
+        "-c idle_in_transaction_session_timeout=1500")
+    ld = LoopDir(tmp_path / "b", "lease: {expirySeconds: 12}\n", database=shorter)
+    loop = Loop(read_config(ld.config), strict_hooks=True, source="test")
+    try:
+        got = loop.db.conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+    finally:
+        loop.close()
+    assert got == {"idle_in_transaction_session_timeout": "1500ms"}
