@@ -38,13 +38,9 @@ def launch(loop: Loop, step: Step) -> None:
     h = loop.settings.harnesses[loop.settings.harness]
     endpoint = p["endpoint"]
     target = loop.tracker.work_item(endpoint or ref)
-    item = loop.tracker.work_item(ref)
-    if loop.settings.git_repository is not None and not workspace.workspace_path(
-            loop.settings.state_dir, item).exists():
-        loop.db.settle()  # no lock of the visit is held while git checks a worktree out
-    try:
-        path, is_git = workspace.prepare(loop.settings.state_dir, item,
-                                         loop.settings.git_repository)
+    try:  # no lock of the visit is held while git checks a worktree out
+        path, is_git = workspace.prepare(loop.settings.state_dir, loop.tracker.work_item(ref),
+                                         loop.settings.git_repository, loop.db.settle)
     except LoopError as exc:
         launch_failed(loop, step, str(exc))
         return

@@ -120,14 +120,18 @@ def _step_redone(loop: Loop, step: Step, exc: WritesLost) -> None:
     then must not block items; the redo commits before its rows until one lands)."""
     if transient(exc.error):
         raise exc.error
-    attempts = int(step.detail) if step.detail.isdigit() else 0
-    loop.log.emit("step.failed", work_item=step.ref, step=step.key, attempts=attempts,
+    loop.log.emit("step.failed", work_item=step.ref, step=step.key, attempts=_attempts(step),
                   error=f"the decision log refused this step's record ({exc}); the step is "
                         "redone next cycle")
 
 
+def _attempts(step: Step) -> int:
+    """How many times the step has failed so far (kept in its detail while it is pending)."""
+    return int(step.detail) if step.detail.isdigit() else 0
+
+
 def _step_failed(loop: Loop, step: Step, exc: BaseException) -> None:
-    attempts = int(step.detail) + 1 if step.detail.isdigit() else 1
+    attempts = _attempts(step) + 1
     error = f"{type(exc).__name__}: {exc}"
     loop.log.emit("step.failed", work_item=step.ref, step=step.key, error=error,
                   attempts=attempts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from the_loop.errors import LoopError
@@ -15,8 +16,10 @@ def workspace_path(state_dir: Path, item: WorkItem) -> Path:
     return state_dir / "workspaces" / slug
 
 
-def prepare(state_dir: Path, item: WorkItem, git_repository: Path | None) -> tuple[Path, bool]:
-    """Create (or reuse) the workspace; returns (path, is_git_worktree)."""
+def prepare(state_dir: Path, item: WorkItem, git_repository: Path | None,
+            before_git: Callable[[], None] = lambda: None) -> tuple[Path, bool]:
+    """Create (or reuse) the workspace; returns (path, is_git_worktree). `before_git` runs
+    just before git checks a new worktree out (which takes as long as the repository)."""
     path = workspace_path(state_dir, item)
     if path.exists():
         return path, (path / ".git").exists()
@@ -24,6 +27,7 @@ def prepare(state_dir: Path, item: WorkItem, git_repository: Path | None) -> tup
     if git_repository is None:
         path.mkdir(mode=0o700)
         return path, False
+    before_git()
     branch = f"loop/{item.repo}-{item.number}"
     exists = subprocess.run(
         ["git", "-C", str(git_repository), "rev-parse", "--verify", "--quiet", branch],
