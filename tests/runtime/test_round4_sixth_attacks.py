@@ -259,8 +259,14 @@ def test_a_host_stopped_inside_a_visits_transaction_holds_no_item_hostage(
         a.proc.send_signal(signals.SIGCONT)
         # Resumed, A is fenced out, or finds its connection ended by the server (its visit
         # fails as the database's error) and then the item B's: either way it goes on.
-        until(lambda: len(a.events("poll.cycle")) > cycles + 2, timeout=30,
-              what="A's cycles after it was resumed")
+        try:
+            until(lambda: len(a.events("poll.cycle")) > cycles + 2, timeout=90,
+                  what="A's cycles after it was resumed")
+        except AssertionError as exc:
+            said = (a.dir / f"poll-{a.started}.err").read_text()[-3000:]
+            tail = (a.dir / "state" / "events.jsonl").read_text().splitlines()[-15:]
+            raise AssertionError(f"{exc}\nA's stderr:\n{said}\nA's last events:\n"
+                                 + "\n".join(tail)) from None
         assert {name: pg_query(pg_dsn, sql) for name, sql in tables.items()} == before
         assert [s["host"] for s in sessions] == ["host-b"]
     finally:
