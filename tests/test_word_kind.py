@@ -37,6 +37,7 @@ EXECUTOR = {
     "hooks/serving/hosted.py": {"_kinds", "kinds"},
     "decisions/build.py": {"kinds"},
     "decisions/layout.py": {"kind"},
+    "decisions/served.py": {"kind"},
     "decisions/looplog.py": {"_kinds"},
     "runtime/replay.py": {"kind", "registered_kind"},
     "cli/hooks.py": {"kind"},  # HookEntry.kind

@@ -258,3 +258,57 @@ def test_a_call_stored_as_received_reads_back_as_the_record_built_from_it(tmp_pa
         assert '"request":' in kept[3] and '"request":' not in built[3]
         assert kept[:3] == built[:3] and kept[4:] == built[4:]  # columns beside the record
         assert recorded((7, *kept[:4])) == recorded((7, *built[:4]))
+
+
+EDITS = """\
+rules:
+  - name: suffix
+    on: input_received
+    when: "contains(text, 'thanks')"
+    set:
+      text_suffix: " (checked)"
+  - name: wrap
+    on: input_received
+    when: "contains(text, 'wrapped')"
+    set:
+      text: "note: {{ text }} (end)"
+  - name: redact
+    on: input_received
+    when: "contains(text, 'sk-live-')"
+    set:
+      text: "my key is [removed]"
+"""
+
+
+def _comment(text: str, number: int) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "method": "input_received", "id": number, "params": {
+        "text": text, "work_item": {"ref": f"github:acme/app#{number}"}}}).encode()
+
+
+def test_a_text_a_rule_only_added_to_is_stored_as_sent_and_one_it_replaced_is_masked(
+        tmp_path: Path) -> None:
+    """A suffix, or the original kept inside a new text, leaves nothing to mask: the call is
+    stored as its own bytes. A text replaced by one that starts alike but drops the rest
+    (here the key after "my key is") is masked: the key reaches no byte of the log."""
+    folder = tmp_path / "rules"
+    folder.mkdir()
+    (folder / "rules.yaml").write_text(EDITS, encoding="utf-8")
+    served = Served(["hooks", "serve", "--policy", "rules", "--port", "0", "--token-env", "TOK",
+                     "--decision-log", "log.db"], tmp_path, env={"TOK": TOKEN})
+    key = "sk-live-77d01f3a9e"
+    bodies = [_comment("thanks, looks good", 1), _comment("wrapped text", 2),
+              _comment(f"my key is {key}", 3)]
+    try:
+        answers = [_send(served.url, body)["result"]["text"] for body in bodies]
+    finally:
+        served.stop()
+    assert answers == ["thanks, looks good (checked)", "note: wrapped text (end)",
+                       "my key is [removed]"]
+    suffixed, wrapped, redacted = _records(tmp_path / "log.db")
+    assert suffixed.endswith(',"request":' + bodies[0].decode() + "}")
+    assert wrapped.endswith(',"request":' + bodies[1].decode() + "}")
+    assert '"request":' not in redacted and key.encode() not in _raw_log(tmp_path)
+    points = list(reads.read_points(tmp_path / "log.db"))
+    assert [p.context["text"] for p in points] == ["thanks, looks good", "wrapped text",
+                                                  "[masked]"]
+    assert [p.decisions["text"] for p in points] == answers

@@ -21,14 +21,19 @@ _ENCODE_LIVE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"),
                                 default=_work_item).encode
 
 
-def encode_record(rec: dict[str, Any]) -> str:
-    """`rec` as compact JSON text, as `_ENCODE_LIVE` writes it: by orjson (15× faster on a
-    served record), or by the stdlib for what orjson does not write (an integer past 64
+def encode_bytes(rec: dict[str, Any]) -> bytes:
+    """`rec` as compact JSON, UTF-8, as `_ENCODE_LIVE` writes it: by orjson (15× faster on
+    a served record), or by the stdlib for what orjson does not write (an integer past 64
     bits, nesting past its depth bound)."""
     try:
-        return orjson.dumps(rec, default=_work_item).decode()
+        return orjson.dumps(rec, default=_work_item)
     except TypeError:
-        return _ENCODE_LIVE(rec)
+        return _ENCODE_LIVE(rec).encode()
+
+
+def encode_record(rec: dict[str, Any]) -> str:
+    """`rec` as compact JSON text (`encode_bytes`)."""
+    return encode_bytes(rec).decode()
 
 
 def context_json(ctx: Context) -> dict[str, Any]:
@@ -37,4 +42,4 @@ def context_json(ctx: Context) -> dict[str, Any]:
             else v for k, v in ctx.__dict__.items()}
 
 
-__all__ = ["context_json", "encode_record"]
+__all__ = ["context_json", "encode_bytes", "encode_record"]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from the_loop.decisions.build import UNKNOWN
-from the_loop.decisions.encoding import context_json, encode_record
+from the_loop.decisions.encoding import context_json, encode_bytes, encode_record
 from the_loop.decisions.layout import (
     VERSION,
     Row,
@@ -66,6 +66,12 @@ class Call(Protocol):
     def request(self) -> bytes: ...
 
 
+def _ms(ms: float) -> float:
+    """Milliseconds to the microsecond, as a record keeps them (`round(ms, 3)` formats and
+    parses a decimal string: a fortieth of a record's cost, measured)."""
+    return round(ms * 1000.0) / 1000.0
+
+
 def _name(executor: Any) -> str:
     return str(getattr(executor, "name", "") or type(executor).__name__)
 
@@ -82,7 +88,8 @@ class ServedRecords:
 
     def __init__(self, masker: Masker) -> None:
         self.masker = masker
-        self._named: tuple[Any, str, str] = (None, "", UNKNOWN)  # executor, name, kind
+        # `_serving`: the executor serving, its name, kind and fixed JSON
+        self._named: tuple[Any, str, str, bytes, bytes] = (None, "", UNKNOWN, b"", b"")
         self._lines: dict[tuple[str, tuple[Any, ...], tuple[Any, ...]], str] = {}  # `_rules_of`
 
     def row(self, at: float, call: Call) -> Row:
@@ -90,8 +97,10 @@ class ServedRecords:
         else its record built, masked and encoded (see the module doc)."""
         raw = call.request
         # One byte is looked for first: a search for one byte is memchr's, for two, a
-        # walk ten times slower.
-        if raw and (b"\\" not in raw or (_HIDING[0] not in raw and _HIDING[1] not in raw)):
+        # walk ten times slower. By `find`: Python 3.11's `in` on bytes first tries its
+        # operand as an integer, raising and formatting a TypeError each time.
+        if raw and (raw.find(b"\\") < 0 or (raw.find(_HIDING[0]) < 0
+                                           and raw.find(_HIDING[1]) < 0)):
             kept = self._as_received(at, call, raw)
             if kept is not None:
                 return kept
@@ -105,21 +114,19 @@ class ServedRecords:
         detail = call.detail
         given = detail.get("steps")  # a chain's steps
         changes = call.changes
-        if self.masker.touches(point, {"context": ctx.__dict__, "steps": [
-                {"changed": changes}] if given is None else given}):
+        masker = self.masker
+        if (masker.touches_one(point, ctx.__dict__, changes) if given is None else
+                masker.touches(point, {"context": ctx.__dict__, "steps": given})):
             return None
-        executor = call.executor
-        if executor is not self._named[0]:  # one executor serves until a reload
-            self._named = (executor, _name(executor), logged_name(executor))
-        refused_by = detail.get("refused_by", self._named[1] if call.refused else "")
+        _, name, _, fixed, fixed_one = self._serving(call.executor)
+        refused_by = detail.get("refused_by", name if call.refused else "")
         head: dict[str, Any] = {
-            "v": VERSION, "served": True, "caller": call.caller,
-            "revision": str(getattr(executor, "revision", "")), "ms": round(call.ms, 3),
-            "status": call.status, "refused_by": refused_by,
+            "caller": call.caller, "ms": _ms(call.ms), "status": call.status,
+            "refused_by": refused_by,
             "decisions": changes if type(changes) is dict else dict(changes),
         }
         if given is None:  # one executor: its step is its hook, kind, error and rules
-            head["hook"], head["kind"] = self._named[1], self._named[2]
+            fixed = fixed_one
             if call.failure:
                 head["error"] = call.failure
             matched = detail.get("rules"), detail.get("audit")
@@ -127,25 +134,40 @@ class ServedRecords:
                 head["rules"] = matched[0]
             if matched[1]:
                 head["audit"] = matched[1]
-            rules = self._rules_of(head, matched)
+            rules = self._rules_of(name, matched)
         else:
             head["steps"] = given
             rules = rules_text(given)
-        text = f"{encode_record(head)[:-1]},\"request\":{raw.decode()}}}"
-        if self.masker.secrets_in(text):
+        # One text made of bytes, decoded once: the head's, then the request's as sent.
+        text = b"".join((fixed, encode_bytes(head)[1:-1], b',"request":', raw, b"}")).decode()
+        if masker.secrets_in(text):
             return None  # a secret: redacted by the built record
         refused = bool(refused_by) or changes.get("proceed") is False
         return (at, point, item_key(str(ctx.work_item.ref)), text, "", rules, int(refused))
 
-    def _rules_of(self, head: dict[str, Any], matched: tuple[Any, Any]) -> str:
-        """The rules column of a one-step `head` (its hook's rules and audit rules `matched`),
-        kept per hook and rule lists: a policy's calls match few distinct lists."""
-        key = (head["hook"], tuple(matched[0] or ()), tuple(matched[1] or ()))
+    def _serving(self, executor: Any) -> tuple[Any, str, str, bytes, bytes]:
+        """(`executor`, its name, its kind, and the start of a record's JSON, UTF-8, up to
+        the comma before what each call adds: what is fixed while it serves, the version
+        and revision, and for a record of one step its hook and kind too), kept for the
+        executor serving now (one serves until a reload)."""
+        if executor is not self._named[0]:
+            name, kind = _name(executor), logged_name(executor)
+            fixed = {"v": VERSION, "served": True,
+                     "revision": str(getattr(executor, "revision", ""))}
+            self._named = (executor, name, kind, encode_bytes(fixed)[:-1] + b",",
+                           encode_bytes({**fixed, "hook": name, "kind": kind})[:-1] + b",")
+        return self._named
+
+    def _rules_of(self, hook: str, matched: tuple[Any, Any]) -> str:
+        """The rules column of one step of `hook` whose rules and audit rules are
+        `matched`, kept per hook and rule lists: a policy's calls match few distinct lists."""
+        key = (hook, tuple(matched[0] or ()), tuple(matched[1] or ()))
         text = self._lines.get(key)
         if text is None:
             if len(self._lines) >= _LINES_KEPT:
                 self._lines.clear()
-            text = self._lines[key] = rules_text((head,))
+            text = self._lines[key] = rules_text(({"hook": hook, "rules": key[1],
+                                                    "audit": key[2]},))
         return text
 
     def _built(self, at: float, call: Call) -> Row:
@@ -162,7 +184,7 @@ class ServedRecords:
                                           if call.refused else ""),
             "served": True, "caller": call.caller,
             "revision": str(getattr(call.executor, "revision", "")),
-            "ms": round(call.ms, 3), "status": call.status,
+            "ms": _ms(call.ms), "status": call.status,
         }
         masker = self.masker
         masked: list[str] = []
@@ -187,10 +209,8 @@ class ServedRecords:
                 int(refused))
 
     def _step(self, call: Call) -> dict[str, Any]:
-        executor = call.executor
-        if executor is not self._named[0]:  # one executor serves until a reload
-            self._named = (executor, _name(executor), logged_name(executor))
-        return step_of(self._named[1], self._named[2], step_status(call.failure, call.changes),
+        _, name, kind, _, _ = self._serving(call.executor)
+        return step_of(name, kind, step_status(call.failure, call.changes),
                        call.changes, call.failure,
                        (), call.detail)
 

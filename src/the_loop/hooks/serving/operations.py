@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.decisions.build import refusing_rule
-from the_loop.decisions.layout import Row
 from the_loop.decisions.masking import Masker
 from the_loop.decisions.served import ServedRecords
 from the_loop.decisions.stores import is_url, open_store, shown
@@ -88,12 +87,11 @@ class Operations:
         writer = self.writer
         assert writer is not None
         try:
-            row = self.encode((time.time(), call))
+            row = self.records.row(time.time(), call)
         except Exception as exc:  # a record that cannot be encoded is lost, counted
             writer.lost(1, f"a record could not be encoded: {type(exc).__name__}: {exc}")
             return
-        if row is not None:
-            writer.put(row)
+        writer.put(row)
 
     def _count_rules(self, call: CallRecord) -> None:
         m = self.metrics
@@ -120,10 +118,6 @@ class Operations:
             if call.refused and step["hook"] == call.detail.get("refused_by"):
                 m.refusals.labels(refusing_rule(links.get(step["hook"]), step.get("rules", []))
                                   ).inc()
-
-    def encode(self, item: tuple[float, CallRecord]) -> Row | None:
-        """One call's row: its record built, masked and encoded (`decisions.served`)."""
-        return self.records.row(*item)
 
     def health(self) -> dict[str, Any]:
         """The fields `/health` and `/ready` add: revision, reload and decision-log state."""
