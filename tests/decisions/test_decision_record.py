@@ -253,3 +253,28 @@ def test_opening_the_log_in_a_file_the_process_already_uses_keeps_that_files_wal
     finally:
         store.close()
         loop.close()
+
+
+def test_a_served_batch_sqlite_refuses_is_lost_whole_and_the_next_batches_land(
+        tmp_path: Path) -> None:
+    """A row the table refuses (a NULL point) costs its whole batch, counted, and no
+    transaction is left open behind it: the batches before and after it are written."""
+    log = tmp_path / "log.db"
+    store = SQLiteStore(log)
+    store.prepare()
+    writer = LogWriter(store, str(log))
+
+    def row(number: int, point: Any = "session_spawn") -> Any:
+        return (float(number), point, f"r#{number}", '{"v":2}', "", "", 0)
+
+    try:
+        for batch in ([row(1), row(2)], [row(3), row(4, None), row(5)], [row(6)]):
+            for one in batch:
+                writer.put(one)
+            assert writer.flush()
+    finally:
+        writer.close()
+    assert (writer.written, writer.failed, writer.error) == (3, 3, "")
+    with sqlite3.connect(log) as conn:
+        refs = [r for (r,) in conn.execute("SELECT work_item FROM decision_log ORDER BY id")]
+    assert refs == ["r#1", "r#2", "r#6"]
