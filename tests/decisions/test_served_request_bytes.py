@@ -312,3 +312,34 @@ def test_a_text_a_rule_only_added_to_is_stored_as_sent_and_one_it_replaced_is_ma
     assert [p.context["text"] for p in points] == ["thanks, looks good", "wrapped text",
                                                   "[masked]"]
     assert [p.decisions["text"] for p in points] == answers
+
+
+def test_a_postgresql_log_whose_columns_an_operator_retyped_is_still_written(
+        tmp_path: Path, pg_dsn: str, run_cli: Any) -> None:
+    """The server sends its rows to a table of this version's types as binary COPY; a table
+    whose columns have other types (here the time as numeric, as an operator's own
+    migration might leave it) gets them as text, which PostgreSQL parses into its types:
+    every call is still recorded and replayed."""
+    import psycopg
+
+    from the_loop.decisions.layout import TABLE
+    from the_loop.sqldb import POSTGRESQL
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for statement in POSTGRESQL.ddl(TABLE).split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("ALTER TABLE decision_log ALTER COLUMN at TYPE numeric")
+    for log, retyped in ((pg_dsn, True), (str(tmp_path / "plain.db"), False)):
+        served = _serve(tmp_path, log)
+        try:
+            bodies = _three_calls(served.url)
+        finally:
+            served.stop()
+        points = list(reads.read_points(log))
+        assert [p.work_item for p in points] == [
+            json.loads(b)["params"]["work_item"]["ref"] for b in bodies], retyped
+        assert points[1].decisions["prompt"] == "[frontend] build the page"
+    result = run_cli("policy", "replay", "--log", pg_dsn, "--policy", "rules", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["replayed"] == 3

@@ -42,6 +42,15 @@ PAGE_SIZE = 32768
 _ROWS_PER_INSERT = 140
 _COPY_SLICE = 50  # rows a PostgreSQL writer formats between two yields of the lock
 _COPY = f"COPY decision_log({', '.join(FIELDS)}) FROM STDIN"
+#: A batch as binary COPY, when every column has a type it can be sent as: no escaping scan
+#: of every record's text and no float written in decimals (the client's CPU a row 5.2-7.0
+#: µs as text, 2.2-3.5 binary, measured); a column of another type in a table an earlier
+#: version made, and the batch goes as text, which PostgreSQL parses into any type.
+_COPY_BINARY = _COPY + " (FORMAT BINARY)"
+_BINARY_TYPES = {"at": ("double precision", "real"), "refused": ("bigint", "integer", "smallint")}
+_TEXT_TYPES = ("text", "character varying")
+_PG_TYPES = ("SELECT attname, atttypid::regtype::text FROM pg_attribute WHERE attrelid = "
+             "to_regclass('decision_log') AND attnum > 0 AND NOT attisdropped")
 #: Whether the table has this version's columns and indexes already: its last index is
 #: made once the columns exist (`Store._upgrade`), as SQLite's `_current` reads it.
 _PG_CURRENT = "SELECT to_regclass('decision_log_rules') IS NOT NULL"
@@ -268,6 +277,7 @@ class PostgresStore(Store):
         self.url = self.source = check_dsn(url, "--decision-log")
         self.target = shown(url)
         self._conn: Any = None
+        self._types: list[str] | None = None  # the columns' types for binary COPY, or None
 
     def prepare(self) -> None:
         self._connect()
@@ -282,6 +292,8 @@ class PostgresStore(Store):
                         current = conn.execute(_PG_CURRENT).fetchone()[0]
                     if not current:
                         self._create(conn)
+                    with conn.transaction():
+                        self._types = _binary_types(conn.execute(_PG_TYPES).fetchall())
             except BaseException:
                 conn.close()
                 raise
@@ -292,7 +304,7 @@ class PostgresStore(Store):
         """Make the table, or give an earlier version's what it lacks: one creator at a
         time, under a lock that waits for every open write to the table. (A store whose
         table is current skips this: a host starting beside others' open writes never waits
-        on them, and runs one query instead of six.)"""
+        on them, and runs two queries instead of seven.)"""
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(7411)")
             for statement in POSTGRESQL.ddl(TABLE).split(";"):
@@ -304,13 +316,18 @@ class PostgresStore(Store):
             self._upgrade(conn, have, "%s")
 
     def write(self, rows: Sequence[Row]) -> None:
-        """One COPY per batch: half the client CPU of an INSERT per row (measured). Its
+        """One COPY per batch (binary where the table's types allow, `_COPY_BINARY`): half
+        the client CPU of an INSERT per row as text (measured), a third of it binary. Its
         rows go in slices, the interpreter's lock let go between them, so the server's event
         loop waits at most a slice's formatting (a fraction of a millisecond) for it."""
         try:
             conn = self._connect()
-            with converted("the database refused the batch"), \
-                    conn.transaction(), conn.cursor() as cur, cur.copy(_COPY) as copy:
+            types = self._types
+            with converted("the database refused the batch"), conn.transaction(), \
+                    conn.cursor() as cur, cur.copy(_COPY if types is None else _COPY_BINARY
+                                                   ) as copy:
+                if types is not None:
+                    copy.set_types(types)
                 for at, row in enumerate(rows, 1):
                     copy.write_row(row)
                     if at % _COPY_SLICE == 0:
@@ -337,6 +354,16 @@ class PostgresStore(Store):
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+def _binary_types(columns: Sequence[tuple[str, str]]) -> list[str] | None:
+    """The type of each of `FIELDS` for binary COPY, from the table's (name, type) columns;
+    None when one has a type binary COPY would not take our values as."""
+    have = dict(columns)
+    types = [have.get(name, "") for name in FIELDS]
+    fits = all(given in _BINARY_TYPES.get(name, _TEXT_TYPES)
+               for name, given in zip(FIELDS, types, strict=True))
+    return types if fits else None
 
 
 def _require_utf8(conn: Any, url: str) -> None:
