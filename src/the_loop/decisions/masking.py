@@ -73,7 +73,7 @@ class Masker:
         if point in self._at:
             return True
         if changed:
-            for name in changed:  # a few names: walked, not intersected (a set made a call)
+            for name in changed:  # a few names: walked, no set intersected per call
                 if name in TEXT_DECISIONS and _replaces(context.get(name), changed[name]):
                     return True
         return False
@@ -217,9 +217,9 @@ def _replaces(before: Any, new: Any) -> bool:
     original then must not be kept."""
     if not (isinstance(new, str) and isinstance(before, str) and before):
         return False
-    # A hook that edits a text mostly adds to it: a prefix or a suffix is checked by
-    # comparing its length of characters, where a search for a text of a kilobyte in
-    # another costs seven instructions a character (measured, the benchmark's prompt).
+    # A hook that edits a text mostly adds to it: a prefix or a suffix is found by
+    # comparing the ends, where a search for a text of a kilobyte in another costs seven
+    # instructions a character (measured, the benchmark's prompt).
     if new.endswith(before) or new.startswith(before):
         return False
     return before not in new and before != MASKED
