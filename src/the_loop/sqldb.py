@@ -56,8 +56,11 @@ T = TypeVar("T")
 RETRY_ENV = "THE_LOOP_DB_RETRY_SECONDS"
 DEFAULT_RETRY = 30.0
 #: PostgreSQL's own codes for "not now": admin_shutdown, crash_shutdown, cannot_connect_now
-#: (a server starting or stopping); class 08 is every connection exception.
-_AWAY = ("57P01", "57P02", "57P03")
+#: (a server starting or stopping), idle_session_timeout, and
+#: idle_in_transaction_session_timeout (the server ended a connection this process left
+#: idle, as a process paused past its lease does: nothing of that transaction landed, and a
+#: new connection goes on); class 08 is every connection exception.
+_AWAY = ("57P01", "57P02", "57P03", "57P05", "25P03")
 
 
 class Unreachable(ConfigError):
@@ -75,8 +78,10 @@ def transient(exc: BaseException) -> bool:
     if isinstance(exc, Unreachable):
         return True
     psycopg = sys.modules.get("psycopg")
-    if psycopg is not None and isinstance(exc, psycopg.OperationalError):
+    if psycopg is not None and isinstance(exc, psycopg.Error):
         state = getattr(exc, "sqlstate", None)
+        if not isinstance(exc, psycopg.OperationalError):
+            return state in _AWAY  # 25P03 is an InternalError
         return state is None or state.startswith("08") or state in _AWAY
     return False
 

@@ -173,19 +173,29 @@ class Heartbeat:
                                        daemon=True)
 
     def start(self) -> Heartbeat:
-        held = self.store.beat(self.owner)
+        held = self._first_beat()
         if held is not None:  # alive, or a dead one whose row has not lapsed yet: watch it
             first = held["seen"]
             deadline = time.monotonic() + self.store.expiry + self.interval
             while held is not None and held["seen"] == first and time.monotonic() < deadline:
                 time.sleep(min(0.2, self.interval))
-                held = self.store.beat(self.owner)
+                held = self._first_beat()
             if held is not None:
                 self.store.db.close()
                 why = clash_message(self.store.host, held["owner"], float(held["ago"]))
                 raise HostClash(f"refusing to start: {why}")
         self.thread.start()
         return self
+
+    def _first_beat(self) -> dict[str, Any] | None:
+        """A beat before the daemon starts, tried again while the database is away (a
+        restart, or a connection the server ended because this process was paused inside
+        the beat's transaction) instead of ending the daemon as an unexpected error."""
+        from the_loop.sqldb import retrying
+
+        held: dict[str, Any] | None = retrying(lambda: self.store.beat(self.owner),
+                                               "the host's first heartbeat")
+        return held
 
     def _run(self) -> None:
         while not self.stop.wait(self.interval):

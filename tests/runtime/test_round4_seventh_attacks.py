@@ -1,0 +1,84 @@
+"""Round 4, seventh stop: what a loaded CI run found in the sixth stop's attack on a stopped
+host, through a real `the-loop poll` daemon on real PostgreSQL.
+
+- A daemon whose first heartbeat's connection the server ends (a restart, an operator's
+  `pg_terminate_backend`, or the idle-transaction limit ending the transaction of a process
+  paused inside it) tries the beat again on a new connection and starts, instead of ending
+  with "unexpected error ... This is a bug".
+- The server ending a connection that sat idle inside a transaction (25P03) is the database
+  being away for a moment (`sqldb.transient`): what the transaction wrote did not land, a
+  new connection goes on, and a step that met it is not counted as failing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from runtime_helpers import until
+
+
+def test_a_daemon_whose_first_heartbeat_connection_is_ended_retries_it_and_starts(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """The test holds the host's row locked, so the daemon's first beat waits inside its
+    transaction; its backend is ended there (twice). The daemon says the database is away,
+    beats again on a new connection once the row is free, and walks its item."""
+    import psycopg
+    from test_hosts import walk
+
+    from hosts_helpers import Host, all_done
+    from runtime_helpers import pg_query
+
+    a = Host(tmp_path, "host-a", pg_dsn, work=0.2, expiry=2.0)
+    # (read on a connection of its own: a transaction sees one snapshot of the activity)
+    waiting = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+               "AND wait_event_type = 'Lock'")
+    holder = psycopg.connect(pg_dsn)
+    try:
+        [ref] = walk([a], 1)
+        holder.execute("INSERT INTO hosts(id, seen, owner) VALUES ('host-a', 0, 'gone') "
+                       "ON CONFLICT(id) DO NOTHING")
+        holder.commit()
+        holder.execute("SELECT * FROM hosts WHERE id = 'host-a' FOR UPDATE")
+        a.start()
+        ended = []
+        def beating() -> list[int]:
+            assert a.proc is not None and a.proc.poll() is None, (
+                "the daemon ended: " + (a.dir / "poll-1.err").read_text()[-2000:])
+            return [r["pid"] for r in pg_query(pg_dsn, waiting) if r["pid"] not in ended]
+
+        for _ in range(2):
+            [pid] = until(beating, timeout=60,
+                          what="the daemon's first beat waiting for the host's row")
+            ended.append(pid)
+            pg_query(pg_dsn, "SELECT pg_terminate_backend(?)", pid)
+        until(beating, timeout=60, what="the daemon beating again on a new connection")
+        holder.rollback()  # the host's row is free
+        until(lambda: a.events("poll.cycle"), timeout=60, what="the daemon's first cycle")
+        assert a.proc is not None and a.proc.poll() is None
+        until(lambda: all_done(pg_dsn, [ref]), timeout=60, what="the item walked")
+    finally:
+        holder.close()
+        a.stop()
+    said = (a.dir / "poll-1.err").read_text()
+    assert "the host's first heartbeat: the database is unreachable" in said, said
+    assert "unexpected error" not in said and "Traceback" not in said, said
+
+
+def test_a_transaction_the_server_ended_as_idle_is_the_database_away_not_a_mistake(
+        pg_dsn: str) -> None:
+    import psycopg
+
+    from the_loop.sqldb import transient
+
+    with psycopg.connect(pg_dsn, options="-c idle_in_transaction_session_timeout=100") as conn:
+        conn.execute("SELECT 1")  # a transaction open (psycopg's default), left idle
+        time.sleep(0.5)
+        try:
+            conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            ended = exc
+        else:
+            raise AssertionError("the server kept a transaction idle past its limit")
+    assert ended.sqlstate == "25P03" and transient(ended)
+    assert not transient(psycopg.errors.SyntaxError("not away"))
