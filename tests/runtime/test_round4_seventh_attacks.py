@@ -82,3 +82,24 @@ def test_a_transaction_the_server_ended_as_idle_is_the_database_away_not_a_mista
             raise AssertionError("the server kept a transaction idle past its limit")
     assert ended.sqlstate == "25P03" and transient(ended)
     assert not transient(psycopg.errors.SyntaxError("not away"))
+
+
+def test_a_command_whose_database_went_away_mid_way_says_so_and_not_that_it_is_a_bug(
+        pg_dsn: str) -> None:
+    """The last guard (`cli.guard.failure`) given the error a real server gives when it ends
+    a connection in the middle of a command: one sentence naming the database, not a bug."""
+    import psycopg
+
+    from the_loop.cli.guard import failure
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn, psycopg.connect(pg_dsn) as victim:
+        pid = victim.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        try:
+            victim.execute("SELECT 1")
+        except psycopg.Error as exc:
+            code, line = failure(exc)
+        else:
+            raise AssertionError("the ended connection still answered")
+    assert code == 1 and line.startswith("the-loop: the database went away while this ran")
+    assert "bug" not in line and "run it again once the database is back" in line

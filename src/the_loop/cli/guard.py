@@ -51,6 +51,11 @@ def unexpected(exc: Exception) -> str:
         return f"{where}{exc.strerror or exception_line(exc)}; check the path and its permissions"
     if isinstance(exc, MemoryError):
         return "out of memory; an input is too large (see docs/security.md)"
+    from the_loop.sqldb import transient
+
+    if transient(exc):  # the server went away mid-command (a restart, a connection it ended)
+        return (f"the database went away while this ran ({exception_line(exc)}); nothing of "
+                "its unfinished transaction was kept: run it again once the database is back")
     return (
         f"unexpected error: {exception_line(exc)}. This is a bug in the-loop; run again with "
         "THE_LOOP_DEBUG=1 for the traceback and report it"
