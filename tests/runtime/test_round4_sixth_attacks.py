@@ -222,10 +222,12 @@ def test_a_slow_workspace_checkout_does_not_stop_the_hosts_heartbeat(
 
 def test_a_host_stopped_inside_a_visits_transaction_holds_no_item_hostage(
         tmp_path: Path, pg_dsn: str) -> None:
-    """PostgreSQL: host A is stopped (SIGSTOP) in the middle of a visit whose transaction is
-    open (launching, its session_spawn decision written and the item's work row locked).
-    B takes the item over once A's lease lapses and finishes it; A, resumed, writes nothing
-    for it (its transaction's locks were not the item's for ever, and its claim is stale)."""
+    """PostgreSQL: host A is stopped (SIGSTOP) while a transaction of its is open: mostly a
+    visit's (launching, its session_spawn decision written and the item's work row locked),
+    on a loaded machine sometimes its first heartbeat's (which ended the daemon until this
+    stop: test_round4_seventh_attacks.py). B takes the item over once A's lease lapses and
+    finishes it; A, resumed, goes on polling and writes nothing for it (its transaction's
+    locks were not the item's for ever, and its claim is stale)."""
     import signal as signals
 
     from test_hosts import walk
