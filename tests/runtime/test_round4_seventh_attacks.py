@@ -12,6 +12,7 @@ host, through a real `the-loop poll` daemon on real PostgreSQL.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -103,3 +104,57 @@ def test_a_command_whose_database_went_away_mid_way_says_so_and_not_that_it_is_a
             raise AssertionError("the ended connection still answered")
     assert code == 1 and line.startswith("the-loop: the database went away while this ran")
     assert "bug" not in line and "run it again once the database is back" in line
+
+
+def _flock_waiters(path: Path) -> int:
+    """How many processes wait for an flock on `path` (/proc/locks: a blocked request's
+    line has `->`; its file is named as major:minor:inode)."""
+    inode = os.stat(path).st_ino
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if "->" in line and "FLOCK" in line
+               and line.split()[-3].rsplit(":", 1)[-1] == str(inode))
+
+
+def test_a_host_waiting_for_its_launch_lock_holds_no_transaction_open(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """Another process of the host holds the launch lock (it may hold it through a previous
+    session's 5 s grace and its SIGTERM and SIGKILL waits: seconds). The daemon waiting for
+    it must not keep its visit's transaction open meanwhile: the item's rows stay locked
+    for that whole wait (an operator's command on the item is held up) and a server that
+    ends transactions left idle (idle_in_transaction_session_timeout) ends it, redoing the
+    visit each time."""
+    import fcntl
+
+    import psycopg
+    from test_hosts import walk
+
+    from hosts_helpers import Host, all_done
+
+    a = Host(tmp_path, "host-a", pg_dsn, work=0.2, expiry=30.0)
+    [ref] = walk([a], 1)
+    lock = a.dir / "state" / "launch.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another process of this host, launching
+        a.start()
+        until(lambda: _flock_waiters(lock) or (a.proc is not None and a.proc.poll()),
+              timeout=60, what="the daemon waiting for the host's launch lock")
+        assert a.proc is not None and a.proc.poll() is None, a.errors()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            idle = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state LIKE 'idle in transaction%%'").fetchone()
+            try:  # an operator's command on the item, meanwhile
+                conn.execute("SELECT ref FROM work WHERE ref = %s FOR UPDATE NOWAIT", (ref,))
+                held = ""
+            except psycopg.errors.LockNotAvailable as exc:
+                held = str(exc)
+        assert idle == (0,) and not held, (idle, held)
+    finally:
+        os.close(fd)
+    try:
+        until(lambda: all_done(pg_dsn, [ref]), timeout=60, what="the item walked")
+    finally:
+        a.stop()
+    assert "Traceback" not in a.errors(), a.errors()

@@ -58,12 +58,12 @@ def launch(loop: Loop, step: Step) -> None:
     if prior is not None and not prior["lost"]:
         sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
     if loop.store.session(sid) is None:
-        # On SQLite nothing of this visit's batch is held while the host's launch lock is
-        # waited for: its holder may be waiting for the database's write lock (db.batched).
-        # On PostgreSQL the batch holds rows of this item only, which the lock's holder
-        # never touches: its decisions go in with the room taken (one transaction).
-        if loop.db.one_writer:
-            loop.db.settle()
+        # Nothing of this visit's batch is held while the host's launch lock is waited for:
+        # on SQLite its holder may be waiting for the database's write lock (db.batched);
+        # on PostgreSQL the holder may keep it for seconds (a previous session's grace and
+        # its SIGTERM and SIGKILL waits), all that time this item's rows locked and its
+        # transaction idle, which a server's idle_in_transaction_session_timeout ends.
+        loop.db.settle()
         with host_launches(loop):  # room checked and taken by one process of a host at once
             pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
             if pid < 0:
