@@ -343,3 +343,53 @@ def test_a_postgresql_log_whose_columns_an_operator_retyped_is_still_written(
     result = run_cli("policy", "replay", "--log", pg_dsn, "--policy", "rules", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["replayed"] == 3
+
+
+@pytest.mark.parametrize(("retype", "stored"), [
+    ("ALTER COLUMN at TYPE bigint USING at::bigint", 1),
+    ("ALTER COLUMN at TYPE timestamptz USING to_timestamp(at)", 1),
+    ("ALTER COLUMN refused TYPE integer", 3),
+])
+def test_a_column_an_operator_retypes_while_the_server_runs_gets_no_stale_binary_row(
+        tmp_path: Path, pg_dsn: str, retype: str, stored: int) -> None:
+    """An operator's migration retypes a column while the server writes its log. A batch
+    after it must not go as binary COPY of the types read at start: eight bytes of a
+    double sent to a bigint or timestamptz column are taken as that type's own bytes (a
+    time of year 152373 stored and counted as written: no error, never pruned), and a
+    bigint's eight bytes sent to an integer column refused the whole batch. A column whose
+    new type holds what the server sends (an integer) takes every later call; one whose
+    type cannot (a time as bigint) refuses them, counted and said, never stored wrong."""
+    import time as clock
+
+    import psycopg
+
+    from runtime_helpers import until
+
+    served = _serve(tmp_path, pg_dsn)
+    health = served.url.rsplit("/", 1)[0] + "/health"
+
+    def log_state() -> dict[str, Any]:
+        with urllib.request.urlopen(urllib.request.Request(health, headers=AUTH),
+                                    timeout=10) as resp:
+            return dict(json.loads(resp.read())["decision_log"])
+
+    try:
+        _send(served.url, _spawn(["frozen"], 1))
+        until(lambda: log_state()["written"] == 1, what="the first record written")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE decision_log {retype}")
+        for number in (2, 3):
+            _send(served.url, _spawn(["frontend"], number))
+        state = until(lambda: (lambda s: s if s["written"] + s["failed"] == 3 else None)(
+            log_state()), what="every record written or counted lost")
+    finally:
+        code, err = served.stop()
+    assert code == 0, err
+    assert (state["written"], state["failed"]) == (stored, 3 - stored), state
+    assert ("cannot write" in err) is (stored < 3), err
+    with psycopg.connect(pg_dsn) as conn:
+        times = [float(t) for (t,) in conn.execute(
+            "SELECT CASE WHEN pg_typeof(at)::text = 'timestamp with time zone' "
+            "THEN extract(epoch FROM at::text::timestamptz) ELSE at::text::numeric END "
+            "FROM decision_log ORDER BY id")]
+    assert len(times) == stored and all(abs(t - clock.time()) < 3600 for t in times), times
