@@ -158,3 +158,36 @@ def test_a_host_waiting_for_its_launch_lock_holds_no_transaction_open(
     finally:
         a.stop()
     assert "Traceback" not in a.errors(), a.errors()
+
+
+def test_a_daemon_whose_startup_query_is_ended_says_one_line(tmp_path: Path,
+                                                              pg_dsn: str) -> None:
+    """The server ends the daemon's connection while its start reads the schema's version
+    (the test holds that table locked, so the read waits there). PostgreSQL's message then
+    carries the statement and a caret on lines of their own: the daemon says one line, the
+    database gone, and not the statement it was running."""
+    import psycopg
+
+    from hosts_helpers import Host
+    from runtime_helpers import pg_query
+
+    a = Host(tmp_path, "host-a", pg_dsn, expiry=2.0)
+    a.cli("items", "add", "An item")  # the schema made
+    waiting = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+               "AND wait_event_type = 'Lock'")
+    holder = psycopg.connect(pg_dsn)
+    try:
+        holder.execute("LOCK TABLE schema_version IN ACCESS EXCLUSIVE MODE")
+        a.start()
+        [pid] = until(lambda: [r["pid"] for r in pg_query(pg_dsn, waiting)], timeout=60,
+                      what="the daemon's start waiting for the schema's version")
+        pg_query(pg_dsn, "SELECT pg_terminate_backend(?)", pid)
+        assert a.proc is not None
+        a.proc.wait(timeout=60)
+    finally:
+        holder.close()
+        a.stop()
+    said = a.errors().splitlines()
+    assert len(said) == 1 and said[0].startswith(
+        "the-loop: the database went away while this ran"), said
+    assert "schema_version" not in said[0] and "bug" not in said[0], said

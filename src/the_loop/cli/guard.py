@@ -53,10 +53,12 @@ def unexpected(exc: Exception) -> str:
         return "out of memory; an input is too large (see docs/security.md)"
     from the_loop.sqldb import transient
 
+    # Its first line: PostgreSQL's message adds the statement and a caret on lines of their own.
+    said = exception_line(exc).splitlines()[0]
     if transient(exc):  # the server went away mid-command (a restart, a connection it ended)
-        return (f"the database went away while this ran ({exception_line(exc)}); nothing of "
+        return (f"the database went away while this ran ({said}); nothing of "
                 "its unfinished transaction was kept: run it again once the database is back")
     return (
-        f"unexpected error: {exception_line(exc)}. This is a bug in the-loop; run again with "
+        f"unexpected error: {said}. This is a bug in the-loop; run again with "
         "THE_LOOP_DEBUG=1 for the traceback and report it"
     )
