@@ -296,6 +296,7 @@ def pool_for(dsn: str, *, max_size: int = 8, idle: float = 0) -> Any:
         psycopg, psycopg_pool = _modules()
         from psycopg.rows import dict_row
 
+        _quiet_pool()
         try:  # a first connection of our own: its error names the cause (the pool's does not)
             psycopg.connect(dsn, connect_timeout=10).close()
         except psycopg.Error as exc:
@@ -312,6 +313,18 @@ def pool_for(dsn: str, *, max_size: int = 8, idle: float = 0) -> Any:
             check=psycopg_pool.ConnectionPool.check_connection, name="the-loop")
         _POOLS[dsn] = pool
         return pool
+
+
+def _quiet_pool() -> None:
+    """Keep the pool's own warnings off stderr where nothing was set up to log: a
+    connection the server ended was "discarding closed connection: <psycopg.Connection
+    [BAD] at 0x...>", a bare line from logging's last resort beside the loop's own sentence
+    about the database. An application that configures logging still gets them."""
+    import logging
+
+    pool_log = logging.getLogger("psycopg.pool")
+    if not pool_log.handlers:
+        pool_log.addHandler(logging.NullHandler())
 
 
 def _idle_ended(idle: float) -> Callable[[Any], None]:

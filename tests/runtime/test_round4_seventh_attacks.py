@@ -191,3 +191,32 @@ def test_a_daemon_whose_startup_query_is_ended_says_one_line(tmp_path: Path,
     assert len(said) == 1 and said[0].startswith(
         "the-loop: the database went away while this ran"), said
     assert "schema_version" not in said[0] and "bug" not in said[0], said
+
+
+def test_a_daemon_whose_connections_the_server_ends_says_only_its_own_lines(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """An operator ends every connection of a running daemon (pg_terminate_backend, as a
+    restart does): it goes on polling, and what it says on stderr is its own sentences,
+    no bare line of a library's (the connection pool's "discarding closed connection:
+    <psycopg.Connection [BAD] at 0x...>", which logging's last resort printed)."""
+    from hosts_helpers import Host
+    from runtime_helpers import pg_query
+
+    a = Host(tmp_path, "host-a", pg_dsn, expiry=2.0)
+    a.cli("items", "add", "An item")
+    others = ("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+              "datname = current_database() AND pid <> pg_backend_pid()")
+    try:
+        a.start()
+        until(lambda: a.events("poll.cycle"), timeout=60, what="the daemon's first cycle")
+        for _ in range(3):
+            cycles = len(a.events("poll.cycle"))
+            pg_query(pg_dsn, others)
+            until(lambda n=cycles: len(a.events("poll.cycle")) > n + 2, timeout=60,  # type: ignore[misc]
+                  what="the daemon polling again")
+        assert a.proc is not None and a.proc.poll() is None, a.errors()
+    finally:
+        a.stop()
+    lines = [line for line in a.errors().splitlines()
+             if not line.startswith(("the-loop", "poller stopped"))]
+    assert lines == [], a.errors()
