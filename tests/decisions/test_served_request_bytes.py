@@ -393,3 +393,40 @@ def test_a_column_an_operator_retypes_while_the_server_runs_gets_no_stale_binary
             "THEN extract(epoch FROM at::text::timestamptz) ELSE at::text::numeric END "
             "FROM decision_log ORDER BY id")]
     assert len(times) == stored and all(abs(t - clock.time()) < 3600 for t in times), times
+
+
+def test_a_served_log_whose_idle_connection_the_server_ended_loses_no_record(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """The server ends the writer's connection while it waits between batches (a restart,
+    an operator's pg_terminate_backend): nothing of the next batch had gone, so it goes on
+    a new connection instead of being lost and said as a batch the database refused."""
+    import psycopg
+
+    from runtime_helpers import until
+
+    served = _serve(tmp_path, pg_dsn)
+    health = served.url.rsplit("/", 1)[0] + "/health"
+
+    def log_state() -> dict[str, Any]:
+        with urllib.request.urlopen(urllib.request.Request(health, headers=AUTH),
+                                    timeout=10) as resp:
+            return dict(json.loads(resp.read())["decision_log"])
+
+    try:
+        for round_ in range(3):
+            _send(served.url, _spawn(["frontend"], round_ + 1))
+            until(lambda n=round_ + 1: log_state()["written"] == n,  # type: ignore[misc]
+                  what="the record written")
+            with psycopg.connect(pg_dsn, autocommit=True) as conn:
+                conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                             "datname = current_database() AND pid <> pg_backend_pid()")
+        _send(served.url, _spawn(["frozen"], 9))
+        until(lambda: log_state()["written"] + log_state()["failed"] == 4,
+              what="the last record written or lost")
+        state = log_state()
+    finally:
+        code, err = served.stop()
+    assert code == 0, err
+    assert (state["written"], state["failed"]) == (4, 0), (state, err)
+    assert "cannot write" not in err, err
+    assert len(_records(pg_dsn)) == 4
