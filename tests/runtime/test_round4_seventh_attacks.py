@@ -106,13 +106,11 @@ def test_a_command_whose_database_went_away_mid_way_says_so_and_not_that_it_is_a
     assert "bug" not in line and "run it again once the database is back" in line
 
 
-def _flock_waiters(path: Path) -> int:
-    """How many processes wait for an flock on `path` (/proc/locks: a blocked request's
-    line has `->`; its file is named as major:minor:inode)."""
-    inode = os.stat(path).st_ino
-    lines = Path("/proc/locks").read_text().splitlines()
-    return sum(1 for line in lines if "->" in line and "FLOCK" in line
-               and line.split()[-3].rsplit(":", 1)[-1] == str(inode))
+def _waits_for_flock(pid: int) -> bool:
+    """Whether process `pid` waits for an flock (/proc/locks: a blocked request's line is
+    `N: -> FLOCK ADVISORY WRITE PID DEV:INODE 0 EOF`)."""
+    return any(line.split()[1:3] == ["->", "FLOCK"] and line.split()[5] == str(pid)
+               for line in Path("/proc/locks").read_text().splitlines())
 
 
 def test_a_host_waiting_for_its_launch_lock_holds_no_transaction_open(
@@ -138,9 +136,10 @@ def test_a_host_waiting_for_its_launch_lock_holds_no_transaction_open(
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # another process of this host, launching
         a.start()
-        until(lambda: _flock_waiters(lock) or (a.proc is not None and a.proc.poll()),
+        assert a.proc is not None
+        until(lambda: _waits_for_flock(a.proc.pid) or a.proc.poll() is not None,  # type: ignore[union-attr]
               timeout=60, what="the daemon waiting for the host's launch lock")
-        assert a.proc is not None and a.proc.poll() is None, a.errors()
+        assert a.proc.poll() is None, a.errors()
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             idle = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
