@@ -136,10 +136,11 @@ def test_a_host_waiting_for_its_launch_lock_holds_no_transaction_open(
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # another process of this host, launching
         a.start()
-        assert a.proc is not None
-        until(lambda: _waits_for_flock(a.proc.pid) or a.proc.poll() is not None,  # type: ignore[union-attr]
-              timeout=60, what="the daemon waiting for the host's launch lock")
-        assert a.proc.poll() is None, a.errors()
+        proc = a.proc
+        assert proc is not None
+        until(lambda: _waits_for_flock(proc.pid) or proc.poll() is not None, timeout=60,
+              what="the daemon waiting for the host's launch lock")
+        assert proc.poll() is None, a.errors()
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             idle = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
@@ -150,11 +151,12 @@ def test_a_host_waiting_for_its_launch_lock_holds_no_transaction_open(
             except psycopg.errors.LockNotAvailable as exc:
                 held = str(exc)
         assert idle == (0,) and not held, (idle, held)
-    finally:
-        os.close(fd)
-    try:
+        os.close(fd)  # the other process launched: the lock is free
+        fd = -1
         until(lambda: all_done(pg_dsn, [ref]), timeout=60, what="the item walked")
     finally:
+        if fd >= 0:
+            os.close(fd)
         a.stop()
     assert "Traceback" not in a.errors(), a.errors()
 
