@@ -8,10 +8,17 @@ host, through a real `the-loop poll` daemon on real PostgreSQL.
 - The server ending a connection that sat idle inside a transaction (25P03) is the database
   being away for a moment (`sqldb.transient`): what the transaction wrote did not land, a
   new connection goes on, and a step that met it is not counted as failing.
+- A command whose database goes mid-way says so in one line (not the statement, not "a
+  bug"); a daemon started before its database answers, or whose start is cut off, waits
+  for it and starts.
+- From an attack on the above: a PostgreSQL visit commits before it waits for the host's
+  launch lock; a daemon whose connections are all ended goes on and prints only its own
+  sentences.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -161,12 +168,16 @@ def test_a_host_waiting_for_its_launch_lock_holds_no_transaction_open(
     assert "Traceback" not in a.errors(), a.errors()
 
 
-def test_a_daemon_whose_startup_query_is_ended_says_one_line(tmp_path: Path,
-                                                              pg_dsn: str) -> None:
-    """The server ends the daemon's connection while its start reads the schema's version
+def test_a_start_whose_query_is_ended_says_one_line_and_a_daemon_waits(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """The server ends a process's connection while its start reads the schema's version
     (the test holds that table locked, so the read waits there). PostgreSQL's message then
-    carries the statement and a caret on lines of their own: the daemon says one line, the
-    database gone, and not the statement it was running."""
+    carries the statement and a caret on lines of their own: a one-shot command says one
+    line, the database gone, and not the statement it was running; a daemon says one line
+    that it waits for the database, and starts once the table is free."""
+    import subprocess
+    import sys
+
     import psycopg
 
     from hosts_helpers import Host
@@ -179,19 +190,31 @@ def test_a_daemon_whose_startup_query_is_ended_says_one_line(tmp_path: Path,
     holder = psycopg.connect(pg_dsn)
     try:
         holder.execute("LOCK TABLE schema_version IN ACCESS EXCLUSIVE MODE")
+        one_shot = subprocess.Popen(
+            [sys.executable, "-m", "the_loop", "--config", str(a.config), "items", "list"],
+            env=a.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [pid] = until(lambda: [r["pid"] for r in pg_query(pg_dsn, waiting)], timeout=60,
+                      what="the one-shot's start waiting for the schema's version")
+        pg_query(pg_dsn, "SELECT pg_terminate_backend(?)", pid)
+        _, err = one_shot.communicate(timeout=60)
+        said = err.splitlines()
+        assert one_shot.returncode == 1 and len(said) == 1 and said[0].startswith(
+            "the-loop: the database went away while this ran"), said
+        assert "schema_version" not in said[0] and "bug" not in said[0], said
+
         a.start()
         [pid] = until(lambda: [r["pid"] for r in pg_query(pg_dsn, waiting)], timeout=60,
                       what="the daemon's start waiting for the schema's version")
         pg_query(pg_dsn, "SELECT pg_terminate_backend(?)", pid)
-        assert a.proc is not None
-        a.proc.wait(timeout=60)
+        until(lambda: "retrying" in a.errors(), timeout=60, what="the daemon waiting")
+        holder.rollback()  # the table is free
+        until(lambda: a.events("poll.cycle"), timeout=60, what="the daemon's first cycle")
     finally:
         holder.close()
         a.stop()
     said = a.errors().splitlines()
-    assert len(said) == 1 and said[0].startswith(
-        "the-loop: the database went away while this ran"), said
-    assert "schema_version" not in said[0] and "bug" not in said[0], said
+    assert said[0].startswith("the-loop: poll: starting: the database is unreachable ("), said
+    assert "schema_version" not in a.errors() and "bug" not in a.errors(), said
 
 
 def test_a_daemon_whose_connections_the_server_ends_says_only_its_own_lines(
@@ -221,3 +244,73 @@ def test_a_daemon_whose_connections_the_server_ends_says_only_its_own_lines(
     lines = [line for line in a.errors().splitlines()
              if not line.startswith(("the-loop", "poller stopped"))]
     assert lines == [], a.errors()
+
+
+def test_a_daemon_started_before_its_database_is_up_waits_for_it_and_starts(
+        tmp_path: Path, pg_dsn: str) -> None:
+    """`poll` started while nothing answers at its database's address (a machine booting
+    the loop and PostgreSQL at once) says once that it is waiting, and starts when the
+    server does. The address is a port on 127.0.0.1 that refuses connections for two
+    seconds, then forwards each to the real server's local socket."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    import psycopg
+    from test_hosts import walk
+
+    from hosts_helpers import Host, all_done
+
+    with psycopg.connect(pg_dsn) as conn:
+        where = conn.info.host  # the server's socket folder
+        port = conn.info.port
+        dbname = conn.info.dbname
+    assert where.startswith("/"), "the suite's server is reached by its local socket"
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))  # bound, not listening yet: connections are refused
+    address = server.getsockname()[1]
+    stop = threading.Event()
+    opened: list[socket.socket] = []
+
+    def pipe(a: socket.socket, b: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := a.recv(65536):
+                b.sendall(data)
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def forward() -> None:
+        time.sleep(2.0)
+        server.listen(16)
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                client, _ = server.accept()
+            except (TimeoutError, OSError):
+                continue
+            upstream = socket.socket(socket.AF_UNIX)
+            opened.extend((client, upstream))
+            upstream.connect(f"{where}/.s.PGSQL.{port}")
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    user = urlsplit(pg_dsn).username or os.environ.get("USER", "root")
+    a = Host(tmp_path, "host-a", f"postgresql://{user}@127.0.0.1:{address}/{dbname}")
+    ref_host = Host(tmp_path, "arming", pg_dsn)  # arms the item through the real socket
+    thread = threading.Thread(target=forward, daemon=True)
+    try:
+        [ref] = walk([ref_host], 1)
+        thread.start()
+        a.start()
+        until(lambda: a.events("poll.cycle"), timeout=60, what="the daemon's first cycle")
+        until(lambda: all_done(pg_dsn, [ref]), timeout=60, what="the item walked")
+    finally:
+        a.stop()
+        stop.set()
+        thread.join(timeout=5)
+        for s in (*opened, server):
+            s.close()
+    said = (a.dir / "poll-1.err").read_text()
+    assert "poll: starting: the database is unreachable" in said, said
+    assert "unexpected error" not in said and "Traceback" not in said, said

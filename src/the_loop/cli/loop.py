@@ -123,10 +123,15 @@ def daemon(args: argparse.Namespace, source: str) -> Loop:
     from the_loop.runtime.identity import agent_session
     from the_loop.runtime.lease import set_host_id
     from the_loop.runtime.service import Loop
+    from the_loop.sqldb import retrying
 
     if getattr(args, "host_id", ""):
         set_host_id(args.host_id)
-    loop = Loop(config_of(args), strict_hooks=True, source=source)
+    config = config_of(args)
+    # A database away while the daemon starts (a machine booting the loop and PostgreSQL at
+    # once, a restart, a connection ended mid-migration) is waited for as a one-shot waits.
+    loop = retrying(lambda: Loop(config, strict_hooks=True, source=source),
+                    f"{source}: starting")
     sid = agent_session(loop.db, loop.settings.state_dir / "sessions")
     if sid:
         loop.db.close()
