@@ -250,8 +250,8 @@ def test_a_daemon_started_before_its_database_is_up_waits_for_it_and_starts(
         tmp_path: Path, pg_dsn: str) -> None:
     """`poll` started while nothing answers at its database's address (a machine booting
     the loop and PostgreSQL at once) says once that it is waiting, and starts when the
-    server does. The address is a port on 127.0.0.1 that refuses connections for two
-    seconds, then forwards each to the real server's local socket."""
+    server does. The address is a port on 127.0.0.1 that refuses connections until the
+    daemon has said so, then forwards each to the real server's local socket."""
     import socket
     import threading
     from urllib.parse import urlsplit
@@ -281,7 +281,12 @@ def test_a_daemon_started_before_its_database_is_up_waits_for_it_and_starts(
                 s.shutdown(socket.SHUT_RDWR)
 
     def forward() -> None:
-        time.sleep(2.0)
+        # Refused until the daemon says it waits (however long a loaded machine takes to
+        # start it), then forwarded.
+        deadline = time.monotonic() + 60
+        while "retrying" not in a.errors() and time.monotonic() < deadline and (
+                not stop.is_set()):
+            time.sleep(0.05)
         server.listen(16)
         server.settimeout(0.2)
         while not stop.is_set():
@@ -292,8 +297,8 @@ def test_a_daemon_started_before_its_database_is_up_waits_for_it_and_starts(
             upstream = socket.socket(socket.AF_UNIX)
             opened.extend((client, upstream))
             upstream.connect(f"{where}/.s.PGSQL.{port}")
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+            for there, back in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pipe, args=(there, back), daemon=True).start()
 
     user = urlsplit(pg_dsn).username or os.environ.get("USER", "root")
     a = Host(tmp_path, "host-a", f"postgresql://{user}@127.0.0.1:{address}/{dbname}")
