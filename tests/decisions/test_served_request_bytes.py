@@ -366,12 +366,9 @@ def test_a_column_an_operator_retypes_while_the_server_runs_gets_no_stale_binary
     from runtime_helpers import until
 
     served = _serve(tmp_path, pg_dsn)
-    health = served.url.rsplit("/", 1)[0] + "/health"
 
     def log_state() -> dict[str, Any]:
-        with urllib.request.urlopen(urllib.request.Request(health, headers=AUTH),
-                                    timeout=10) as resp:
-            return dict(json.loads(resp.read())["decision_log"])
+        return _log_state(served.url)
 
     try:
         _send(served.url, _spawn(["frozen"], 1))
@@ -395,6 +392,14 @@ def test_a_column_an_operator_retypes_while_the_server_runs_gets_no_stale_binary
     assert len(times) == stored and all(abs(t - clock.time()) < 3600 for t in times), times
 
 
+def _log_state(url: str) -> dict[str, Any]:
+    """The served log's state as `/health` gives it (written, failed, error)."""
+    health = url.rsplit("/", 1)[0] + "/health"
+    with urllib.request.urlopen(urllib.request.Request(health, headers=AUTH),
+                                timeout=10) as resp:
+        return dict(json.loads(resp.read())["decision_log"])
+
+
 def test_a_served_log_whose_idle_connection_the_server_ended_loses_no_record(
         tmp_path: Path, pg_dsn: str) -> None:
     """The server ends the writer's connection while it waits between batches (a restart,
@@ -405,12 +410,9 @@ def test_a_served_log_whose_idle_connection_the_server_ended_loses_no_record(
     from runtime_helpers import until
 
     served = _serve(tmp_path, pg_dsn)
-    health = served.url.rsplit("/", 1)[0] + "/health"
 
     def log_state() -> dict[str, Any]:
-        with urllib.request.urlopen(urllib.request.Request(health, headers=AUTH),
-                                    timeout=10) as resp:
-            return dict(json.loads(resp.read())["decision_log"])
+        return _log_state(served.url)
 
     try:
         for round_ in range(3):
