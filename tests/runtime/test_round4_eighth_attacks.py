@@ -2,6 +2,9 @@
 is away (`cli.loop.daemon` through `sqldb.retrying`), with real `the-loop poll` processes,
 a real port on 127.0.0.1 that refuses connections, and real PostgreSQL.
 
+- A SIGTERM while `poll` waits ends it as it ends the running daemon (one line, exit 0),
+  not by a silent death by the signal; a Ctrl-C is an interrupted command (130). Its
+  open files do not grow with its tries.
 - A connection the server refuses for a mistake (a missing database, a role it does not
   know, no password, a bad option) or a `database:` that is not a URL is refused at once,
   naming it, not waited for as if the server were away; a host name that does not resolve
@@ -53,6 +56,37 @@ def _refusing() -> Iterator[int]:
         yield int(sock.getsockname()[1])
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize(("sig", "code", "said"), [
+    (signal.SIGTERM, 0, "the-loop: poll: stopped (SIGTERM) while waiting for the database to "
+                        "start"),
+    (signal.SIGINT, 130, "the-loop: interrupted"),
+])
+def test_a_daemon_waiting_for_its_database_at_start_stops_on_a_signal(
+        tmp_path: Path, sig: signal.Signals, code: int, said: str) -> None:
+    """`poll` waits (for up to 600 s here) for a database whose port refuses; its open files
+    stay the same over its tries; a signal ends it then, long before the bound, in one line
+    and with the code it has when it stops running (SIGTERM) or any command interrupted."""
+    with _refusing() as port:
+        proc = _poll(_config(tmp_path, f"postgresql://root@127.0.0.1:{port}/loop"),
+                     THE_LOOP_DB_RETRY_SECONDS="600")
+        try:
+            assert proc.stderr is not None
+            first = proc.stderr.readline()
+            assert "poll: starting: the database is unreachable (" in first, first
+            fds = []
+            for _ in range(3):  # tries at 0.25, 0.75, 1.75 and 3.75 s
+                fds.append(sorted(os.listdir(f"/proc/{proc.pid}/fd")))
+                with pytest.raises(subprocess.TimeoutExpired):
+                    proc.wait(timeout=1.5)
+            proc.send_signal(sig)
+            _, rest = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert fds[0] == fds[1] == fds[2], fds
+    assert proc.returncode == code and rest.splitlines() == [said], (proc.returncode, rest)
 
 
 @pytest.mark.parametrize(("part", "value", "named"), [
