@@ -11,6 +11,8 @@ a real port on 127.0.0.1 that refuses connections, and real PostgreSQL.
   is waited for (DNS at boot), then refused naming the host.
 - `$THE_LOOP_DB_RETRY_SECONDS`: 0 is no waiting, said in one line; a value that is not a
   number of seconds is refused naming the variable.
+- A start whose connection the server ends, tried again and again, gives each connection
+  back: the ninth try still finds one (the pool holds 8).
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from runtime_helpers import PYCACHE
+from runtime_helpers import PYCACHE, until
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -144,3 +147,46 @@ def test_the_retry_bound_zero_is_no_waiting_and_garbage_is_refused(
                      THE_LOOP_DB_RETRY_SECONDS=value)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and len(err.splitlines()) == 1 and said in err, err
+
+
+def test_a_start_the_server_ends_nine_times_still_gets_a_connection(
+        pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test holds the schema's version locked, so a start waits there, and ends that
+    backend, nine times; then frees it: the tenth start opens the database. (Each start the
+    server cut off kept its pooled connection: the ninth waited for one of the pool's 8,
+    which never came.)"""
+    import psycopg
+
+    from runtime_helpers import pg_query
+    from the_loop.runtime.db import open_database
+    from the_loop.sqldb import transient
+
+    monkeypatch.setenv("THE_LOOP_DB_RETRY_SECONDS", "2")  # the pool's wait for a connection
+    open_database(pg_dsn).close()  # the schema made, the pool open
+    waiting = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+               "AND wait_event_type = 'Lock'")
+    holder = psycopg.connect(pg_dsn)
+    try:
+        holder.execute("LOCK TABLE schema_version IN ACCESS EXCLUSIVE MODE")
+        for _ in range(9):
+            def end() -> None:
+                try:
+                    [pid] = until(lambda: [r["pid"] for r in pg_query(pg_dsn, waiting)],
+                                  timeout=30, what="the start waiting for the schema's version")
+                    pg_query(pg_dsn, "SELECT pg_terminate_backend(?)", pid)
+                except AssertionError:  # no start came to wait: it may not wait for ever
+                    holder.rollback()
+
+            ender = threading.Thread(target=end)
+            ender.start()
+            try:
+                open_database(pg_dsn).close()
+                ended: BaseException | None = None
+            except Exception as exc:
+                ended = exc
+            ender.join(timeout=60)
+            assert ended is not None and transient(ended.__cause__ or ended), repr(ended)
+        holder.rollback()
+        open_database(pg_dsn).close()
+    finally:
+        holder.close()
