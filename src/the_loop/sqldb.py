@@ -61,6 +61,13 @@ DEFAULT_RETRY = 30.0
 #: idle, as a process paused past its lease does: nothing of that transaction landed, and a
 #: new connection goes on); class 08 is every connection exception.
 _AWAY = ("57P01", "57P02", "57P03", "57P05", "25P03")
+#: A connection refused for a mistake, not for the moment: libpq gives a failed connection
+#: no SQLSTATE, only its words (a wrong password or role, a missing database, a bad option),
+#: which waiting does not mend. (In English: a server whose lc_messages is another language
+#: has these waited for, to the bound, and then refused.)
+_MISTAKE = re.compile(r"authentication failed|no password supplied|does not exist|no pg_hba\.conf "
+                      r"entry|not permitted to log in|permission denied|"
+                      r"\binvalid [\w ]*(value|number|option|parameter|token)\b", re.IGNORECASE)
 
 
 class Unreachable(ConfigError):
@@ -82,17 +89,26 @@ def transient(exc: BaseException) -> bool:
         state = getattr(exc, "sqlstate", None)
         if not isinstance(exc, psycopg.OperationalError):
             return state in _AWAY  # 25P03 is an InternalError
-        return state is None or state.startswith("08") or state in _AWAY
+        if state is None:
+            return not _MISTAKE.search(str(exc))
+        return state.startswith("08") or state in _AWAY
     return False
 
 
 def retry_bound() -> float:
-    """How long a one-shot command keeps retrying the database (seconds)."""
-    raw = os.environ.get(RETRY_ENV, "")
-    try:
-        return max(0.0, float(raw)) if raw else DEFAULT_RETRY
-    except ValueError:
+    """How long a one-shot command keeps retrying the database (seconds; 0: not at all)."""
+    raw = os.environ.get(RETRY_ENV, "").strip()
+    if not raw:
         return DEFAULT_RETRY
+    try:
+        bound = float(raw)
+    except ValueError:
+        bound = -1.0
+    if not 0 <= bound < float("inf"):  # NaN too
+        raise ConfigError(f"${RETRY_ENV}: expected the seconds to wait for the database "
+                          f"(0 for not at all), got {raw[:40]!r}; unset it for "
+                          f"{DEFAULT_RETRY:g} s")
+    return bound
 
 
 def retrying(run: Callable[[], T], what: str, *, bound: float | None = None) -> T:
@@ -111,6 +127,10 @@ def retrying(run: Callable[[], T], what: str, *, bound: float | None = None) -> 
             tries += 1
             why = exc.why if isinstance(exc, Unreachable) else str(exc).strip()
             why = (why or type(exc).__name__).splitlines()[0][:200]
+            if not limit:
+                raise LoopError(f"{what}: the database is unreachable ({why}); run it again "
+                                f"once the database is back (${RETRY_ENV} is 0: no "
+                                "waiting)") from None
             if tries == 1:
                 sys.stderr.write(f"the-loop: {what}: the database is unreachable ({why}); "
                                  f"retrying for up to {limit:g} s\n")
@@ -183,7 +203,11 @@ def is_postgresql(target: str) -> bool:
 
 def check_dsn(dsn: str, where: str = "database") -> str:
     """The DSN when it can be used; a ConfigError (never echoing a secret) otherwise."""
-    parts = urlsplit(dsn)
+    try:
+        parts = urlsplit(dsn)
+    except ValueError as exc:  # an unclosed [ of an IPv6 address, say
+        raise ConfigError(f"{where}: not a URL ({exc}); expected "
+                          "postgresql://user@host/dbname, an IPv6 host in [brackets]") from None
     if parts.password is not None or "password" in parse_qs(parts.query):
         raise ConfigError(f"{where}: the PostgreSQL URL carries a password; remove it and give "
                           "the password to libpq through PGPASSWORD or ~/.pgpass (a password "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from the_loop.cli._common import add_json, config_of, positive_seconds, print_json, seconds
@@ -20,7 +21,7 @@ from the_loop.errors import HooksConfigError, LoopError, UsageError
 
 if TYPE_CHECKING:  # `ask` and `graph complete` run without argparse (cli/quick.py)
     import argparse
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from the_loop.runtime.identity import Caller
     from the_loop.runtime.service import Loop
@@ -129,9 +130,11 @@ def daemon(args: argparse.Namespace, source: str) -> Loop:
         set_host_id(args.host_id)
     config = config_of(args)
     # A database away while the daemon starts (a machine booting the loop and PostgreSQL at
-    # once, a restart, a connection ended mid-migration) is waited for as a one-shot waits.
-    loop = retrying(lambda: Loop(config, strict_hooks=True, source=source),
-                    f"{source}: starting")
+    # once, a restart, a connection ended mid-migration) is waited for as a one-shot waits;
+    # a SIGTERM meanwhile ends it as it ends the running daemon, said and with 0.
+    with _stopped_by_sigterm(source):
+        loop = retrying(lambda: Loop(config, strict_hooks=True, source=source),
+                        f"{source}: starting")
     sid = agent_session(loop.db, loop.settings.state_dir / "sessions")
     if sid:
         loop.db.close()
@@ -144,6 +147,34 @@ def daemon(args: argparse.Namespace, source: str) -> Loop:
         raise LoopError(f"refusing to start: {exc}") from None
     _not_dumpable()
     return loop
+
+
+class _Stopped(BaseException):
+    """SIGTERM while a daemon waits for its database at its start."""
+
+
+@contextmanager
+def _stopped_by_sigterm(source: str) -> Iterator[None]:
+    """Within the block, a SIGTERM (when nothing else handles it) stops the start: one line
+    on stderr and exit 0, as the running daemon stops (`poller stopped (SIGTERM)`), not a
+    silent death by the signal."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except _Stopped:
+        print(f"the-loop: {source}: stopped (SIGTERM) while waiting for the database to "
+              "start", file=sys.stderr)
+        raise SystemExit(0) from None
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _not_dumpable() -> None:

@@ -448,7 +448,11 @@ class PgDatabase(Database):
         self._pg = PgConnection(check_dsn(dsn), idle=idle)
         self.conn = _InBatch(self)
         if migrate:
-            self.migrate()
+            try:
+                self.migrate()
+            except BaseException:  # the connection goes back: a start retried while the
+                self.close()       # server ends it would hold one of the pool's 8 per try
+                raise
 
     @contextmanager
     def _begin(self) -> Iterator[Any]:
