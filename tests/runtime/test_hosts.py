@@ -196,6 +196,47 @@ def test_pollers_reconnect_when_postgresql_restarts_mid_walk_and_lose_nothing(
     assert broken(hosts, refs, dsn) == []
 
 
+def test_every_error_a_restarting_server_gives_is_the_database_away_not_a_mistake(
+        own_cluster: tuple[str, Callable[[], None]]) -> None:
+    """Connections tried over and over while PostgreSQL restarts meet "no such file", "the
+    database system is shutting down / starting up / not yet accepting connections", a
+    connection closed under them, 57P01: each is the database away (retried), none the
+    mistake a one-shot refuses at once for (libpq's refusals carry only words: `transient`
+    reads them, and a restart's must never read as a missing database or role)."""
+    import threading
+
+    import psycopg
+
+    from the_loop.sqldb import transient
+
+    dsn, restart = own_cluster
+    seen: dict[str, bool] = {}
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.is_set():
+            try:
+                with psycopg.connect(dsn, connect_timeout=2) as conn:
+                    conn.execute("SELECT pg_sleep(0.01)")
+            except psycopg.Error as exc:
+                seen[" ".join(str(exc).split())[:200]] = transient(exc)
+
+    threads = [threading.Thread(target=probe) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(2):
+            time.sleep(0.3)
+            restart()
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert seen, "no connection failed while the server restarted"
+    assert [m for m, away in seen.items() if not away] == [], seen
+
+
 def test_a_launch_recorded_by_one_host_is_not_launched_again_by_another(
         tmp_path: Path, pg_dsn: str) -> None:
     """Host A launched and recorded a session, then failed before marking its launch step
