@@ -63,11 +63,20 @@ DEFAULT_RETRY = 30.0
 _AWAY = ("57P01", "57P02", "57P03", "57P05", "25P03")
 #: A connection refused for a mistake, not for the moment: libpq gives a failed connection
 #: no SQLSTATE, only its words (a wrong password or role, a missing database, a bad option),
-#: which waiting does not mend. (In English: a server whose lc_messages is another language
-#: has these waited for, to the bound, and then refused.)
+#: which waiting does not mend: also TLS, channel binding or an authentication method the
+#: URL requires and the server does not give, a pg_hba.conf `reject`, a certificate that
+#: fails, an unknown setting in `options`, a port where something other than PostgreSQL
+#: answers. (In English: a server whose lc_messages is another language has these waited
+#: for, to the bound, and then refused.) Only the words outside "quotes" are read: a socket
+#: folder, database or role the message names is the operator's, not the reason.
 _MISTAKE = re.compile(r"authentication failed|no password supplied|does not exist|no pg_hba\.conf "
                       r"entry|not permitted to log in|permission denied|"
-                      r"\binvalid [\w ]*(value|number|option|parameter|token)\b", re.IGNORECASE)
+                      r"\binvalid [\w ]*(value|number|option|parameter|token)\b|"
+                      r"does not support SSL|channel binding required|encryption required|"
+                      r"authentication method requirement|pg_hba\.conf rejects|"
+                      r"certificate verify failed|does not match host name|client certificate|"
+                      r"unrecognized configuration parameter|invalid response to SSL|"
+                      r"expected authentication request", re.IGNORECASE)
 
 
 class Unreachable(ConfigError):
@@ -90,7 +99,7 @@ def transient(exc: BaseException) -> bool:
         if not isinstance(exc, psycopg.OperationalError):
             return state in _AWAY  # 25P03 is an InternalError
         if state is None:
-            return not _MISTAKE.search(str(exc))
+            return not _MISTAKE.search(re.sub(r'"[^"\n]*"', '""', str(exc)))
         return state.startswith("08") or state in _AWAY
     return False
 
