@@ -62,8 +62,7 @@ def _refusing() -> Iterator[int]:
 
 
 @pytest.mark.parametrize(("sig", "code", "said"), [
-    (signal.SIGTERM, 0, "the-loop: poll: stopped (SIGTERM) while waiting for the database to "
-                        "start"),
+    (signal.SIGTERM, 0, "the-loop: poll: stopped (SIGTERM) while starting"),
     (signal.SIGINT, 130, "the-loop: interrupted"),
 ])
 def test_a_daemon_waiting_for_its_database_at_start_stops_on_a_signal(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from the_loop.cli._common import add_json, config_of, positive_seconds, print_json, seconds
@@ -21,7 +20,7 @@ from the_loop.errors import HooksConfigError, LoopError, UsageError
 
 if TYPE_CHECKING:  # `ask` and `graph complete` run without argparse (cli/quick.py)
     import argparse
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from the_loop.runtime.identity import Caller
     from the_loop.runtime.service import Loop
@@ -132,9 +131,9 @@ def daemon(args: argparse.Namespace, source: str) -> Loop:
     # A database away while the daemon starts (a machine booting the loop and PostgreSQL at
     # once, a restart, a connection ended mid-migration) is waited for as a one-shot waits;
     # a SIGTERM meanwhile ends it as it ends the running daemon, said and with 0.
-    with _stopped_by_sigterm(source):
-        loop = retrying(lambda: Loop(config, strict_hooks=True, source=source),
-                        f"{source}: starting")
+    _stop_on_sigterm(source)
+    loop = retrying(lambda: Loop(config, strict_hooks=True, source=source),
+                    f"{source}: starting")
     sid = agent_session(loop.db, loop.settings.state_dir / "sessions")
     if sid:
         loop.db.close()
@@ -149,32 +148,24 @@ def daemon(args: argparse.Namespace, source: str) -> Loop:
     return loop
 
 
-class _Stopped(BaseException):
-    """SIGTERM while a daemon waits for its database at its start."""
-
-
-@contextmanager
-def _stopped_by_sigterm(source: str) -> Iterator[None]:
-    """Within the block, a SIGTERM (when nothing else handles it) stops the start: one line
-    on stderr and exit 0, as the running daemon stops (`poller stopped (SIGTERM)`), not a
-    silent death by the signal."""
+def _stop_on_sigterm(source: str) -> None:
+    """Until the daemon's own handlers take over (the poller's `Wakeup`, serve's), a SIGTERM
+    (when nothing else handles it) stops the start wherever it is, in the start's waits for
+    the database (its schema, its heartbeat's first beat) and between them: one line on
+    stderr and exit 0, as the running daemon stops (`poller stopped (SIGTERM)`), not a
+    silent death by the signal. It is SystemExit, so psycopg cancels a query it interrupts
+    and rolls back; a second SIGTERM while it ends is the same stop (ignored)."""
     import signal
 
-    def stop(signum: int, frame: object) -> None:
-        raise _Stopped
+    line = f"the-loop: {source}: stopped (SIGTERM) while starting\n".encode()
 
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-    signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    except _Stopped:
-        print(f"the-loop: {source}: stopped (SIGTERM) while waiting for the database to "
-              "start", file=sys.stderr)
-        raise SystemExit(0) from None
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    def stop(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.write(2, line)  # not print: this may run inside a write to stderr
+        raise SystemExit(0)
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, stop)
 
 
 def _not_dumpable() -> None:

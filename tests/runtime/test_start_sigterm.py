@@ -1,0 +1,104 @@
+"""Round 4, eighth stop, second attack: a SIGTERM at awkward moments of a daemon's start
+(`poll`, `serve`), with real processes and real PostgreSQL.
+
+- The start waits for the database twice: for its schema (`sqldb.retrying`) and for its
+  heartbeat's first beat (a host row another transaction holds, or a database away). A
+  SIGTERM in the second wait, before the daemon's own handlers, ended it silently by the
+  signal; it ends it as the first wait does, in one line and with 0.
+- A SIGTERM while the start's migration waits for another's (its schema lock) ends it in
+  one line too: the interrupted statement is cancelled and rolled back, not left running
+  beside an `error ignored in rollback ... another command is already in progress` line.
+- SIGTERMs in a burst (a supervisor and an operator at once) end it the same way: one line,
+  0, no traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_round4_eighth_attacks import _config, _env, _poll, _refusing
+
+from runtime_helpers import until
+
+
+@pytest.mark.parametrize("command", [["poll", "--quiet"],
+                                     ["serve", "--quiet", "--port", "0", "--token-env", "OPT"]])
+def test_a_sigterm_while_the_heartbeat_waits_for_the_host_row_stops_the_start(
+        tmp_path: Path, pg_dsn: str, command: list[str]) -> None:
+    import psycopg
+
+    config = _config(tmp_path, pg_dsn)
+    env = _env(OPT="operator-token-0123456789")
+    subprocess.run([sys.executable, "-m", "the_loop", "--config", str(config), "poll",
+                    "--once", "--quiet"], env=env, check=True, capture_output=True, timeout=60)
+    with psycopg.connect(pg_dsn) as holder, psycopg.connect(pg_dsn, autocommit=True) as watch:
+        holder.execute("LOCK TABLE hosts IN ACCESS EXCLUSIVE MODE")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "the_loop", "--config", str(config), *command], env=env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            until(lambda: watch.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                "datname = current_database() AND pid <> pg_backend_pid()").fetchall(),
+                timeout=30, what="the daemon's first beat waiting for the host row")
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert err.splitlines() == [f"the-loop: {command[0]}: stopped (SIGTERM) while starting"], err
+
+
+def test_a_sigterm_while_the_migration_waits_for_the_schema_lock_stops_the_start(
+        tmp_path: Path, pg_dsn: str) -> None:
+    import zlib
+
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)",
+                       (zlib.crc32(b"the-loop schema") - 2**31,))
+        proc = _poll(_config(tmp_path, pg_dsn))
+        try:
+            until(lambda: holder.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                "datname = current_database() AND pid <> pg_backend_pid()").fetchall(),
+                timeout=30, what="the daemon's migration waiting for the schema lock")
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+        # its statement does not go on waiting in the server after it (for the lock, then
+        # to run its DDL into a closed connection)
+        until(lambda: not holder.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND "
+            "pid <> pg_backend_pid()").fetchall(), timeout=10, what="its backend gone")
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert err.splitlines() == ["the-loop: poll: stopped (SIGTERM) while starting"], err
+
+
+def test_sigterms_in_a_burst_while_the_start_waits_end_it_in_one_line(tmp_path: Path) -> None:
+    with _refusing() as port:
+        for _ in range(3):
+            proc = _poll(_config(tmp_path, f"postgresql://root@127.0.0.1:{port}/loop"),
+                         THE_LOOP_DB_RETRY_SECONDS="600")
+            try:
+                assert proc.stderr is not None
+                assert "the database is unreachable" in proc.stderr.readline()
+                for _ in range(3):
+                    os.kill(proc.pid, signal.SIGTERM)
+                    time.sleep(0.0005)
+                _, rest = proc.communicate(timeout=30)
+            finally:
+                proc.kill()
+                proc.wait()
+            assert proc.returncode == 0, (proc.returncode, rest)
+            assert rest.splitlines() == ["the-loop: poll: stopped (SIGTERM) while starting"], rest
