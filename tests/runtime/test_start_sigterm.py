@@ -102,3 +102,41 @@ def test_sigterms_in_a_burst_while_the_start_waits_end_it_in_one_line(tmp_path: 
                 proc.wait()
             assert proc.returncode == 0, (proc.returncode, rest)
             assert rest.splitlines() == ["the-loop: poll: stopped (SIGTERM) while starting"], rest
+
+
+SLOW_HOOK = """\
+import pathlib, time
+from the_loop.sdk.hooks import LifecycleHooks
+
+
+class Slow(LifecycleHooks):
+    def work_item_start(self, ctx):
+        pathlib.Path(__file__).with_name("in-cycle").touch()
+        time.sleep(30)
+        return None
+"""
+
+
+def test_a_sigterm_in_a_one_shot_poll_cycle_ends_it_by_the_signal_not_as_a_start(
+        tmp_path: Path) -> None:
+    """`poll --once` past its start: a SIGTERM in its cycle (a hook running) ends it as any
+    command ends, by the signal (a visit cut off is a crash the next cycle redoes: the fault
+    suite's), saying nothing of a start."""
+    from runtime_helpers import LoopDir
+
+    with LoopDir(tmp_path) as ld:
+        ld.write("hooks/slow.py", SLOW_HOOK)
+        ld.write_config("hooks:\n  - {name: slow, path: hooks/slow.py}\n")
+        ref = ld.add("Slow start")
+        ld.start(ref)
+        proc = ld.popen("poll", "--once")
+        try:
+            until(lambda: (ld.root / "hooks" / "in-cycle").exists(), timeout=60,
+                  what="the cycle inside the slow hook")
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert proc.returncode == -signal.SIGTERM, (proc.returncode, err)
+        assert "while starting" not in err and "Traceback" not in err, err

@@ -289,6 +289,11 @@ def cmd_poll(args: argparse.Namespace) -> int:
     loop.start_heartbeat(on_clash=stop.set)  # refuses while another instance has our host id
     try:
         if args.once:
+            # Started: a one-shot cycle ends on SIGTERM as any command does, by the signal
+            # (a visit cut off is a crash the next cycle redoes), not as "while starting".
+            import signal
+
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             report = poll_once(loop)
             if args.json:
                 print_json(report.to_json())
