@@ -55,6 +55,17 @@ def _answering(reply: bytes) -> Iterator[int]:
         sock.close()
 
 
+def _once(config: Path, bound: str) -> tuple[int, str]:
+    """`poll --once` on `config`, waiting up to `bound` s for its database: (code, stderr)."""
+    proc = _poll(config, "--once", THE_LOOP_DB_RETRY_SECONDS=bound)
+    try:
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    return proc.returncode, err
+
+
 @pytest.mark.parametrize(("reply", "query", "named"), [
     (b"N", "?sslmode=require", "server does not support SSL, but SSL was required"),
     (b"HTTP/1.1 400 Bad Request\r\n\r\n", "", "received invalid response to SSL negotiation"),
@@ -65,14 +76,9 @@ def test_a_url_the_server_cannot_serve_is_refused_at_once(
         tmp_path: Path, reply: bytes, query: str, named: str) -> None:
     """TLS required of a server without it, a web server's port: waiting mends neither."""
     with _answering(reply) as port:
-        proc = _poll(_config(tmp_path, f"postgresql://root@127.0.0.1:{port}/loop{query}"),
-                     "--once", THE_LOOP_DB_RETRY_SECONDS="600")
-        try:
-            _, err = proc.communicate(timeout=30)
-        finally:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 1 and len(err.splitlines()) == 1, err
+        code, err = _once(_config(tmp_path, f"postgresql://root@127.0.0.1:{port}/loop{query}"),
+                          "600")
+    assert code == 1 and len(err.splitlines()) == 1, err
     assert named in err and "retrying" not in err and "check the URL" in err, err
 
 
@@ -80,13 +86,8 @@ def test_an_options_setting_the_server_does_not_know_is_refused_at_once(
         tmp_path: Path, pg_dsn: str) -> None:
     sep = "&" if "?" in pg_dsn else "?"
     database = f"{pg_dsn}{sep}options=-c%20no_such_setting%3D1"
-    proc = _poll(_config(tmp_path, database), "--once", THE_LOOP_DB_RETRY_SECONDS="600")
-    try:
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == 1 and len(err.splitlines()) == 1, err
+    code, err = _once(_config(tmp_path, database), "600")
+    assert code == 1 and len(err.splitlines()) == 1, err
     assert 'unrecognized configuration parameter "no_such_setting"' in err, err
 
 
@@ -97,15 +98,9 @@ def test_a_socket_folder_named_with_a_mistakes_words_is_waited_for(
     refused as unreachable, not at once as if the folder's name were libpq's reason."""
     sockets = tmp_path / folder
     sockets.mkdir()
-    proc = _poll(_config(tmp_path, f"postgresql:///loop?host={quote(str(sockets))}"),
-                 "--once", THE_LOOP_DB_RETRY_SECONDS="1")
-    try:
-        _, err = proc.communicate(timeout=30)
-    finally:
-        proc.kill()
-        proc.wait()
+    code, err = _once(_config(tmp_path, f"postgresql:///loop?host={quote(str(sockets))}"), "1")
     said = err.splitlines()
-    assert proc.returncode == 1 and len(said) == 2, err
+    assert code == 1 and len(said) == 2, err
     assert said[0].startswith("the-loop: poll: starting: the database is unreachable ("), err
     assert said[1].startswith("the-loop: poll: starting: the database is still unreachable "
                               "after 1 s ("), err

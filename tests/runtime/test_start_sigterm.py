@@ -20,11 +20,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_round4_eighth_attacks import _config, _env, _poll, _refusing
 
 from runtime_helpers import until
+
+
+def _terminated_waiting(proc: subprocess.Popen[str], watch: Any, what: str) -> str:
+    """SIGTERM to `proc` once another backend of the test's database waits for a lock
+    (`watch`: an autocommit connection to it); its stderr."""
+    try:
+        until(lambda: watch.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+            "datname = current_database() AND pid <> pg_backend_pid()").fetchall(),
+            timeout=30, what=what)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    return str(err)
 
 
 @pytest.mark.parametrize("command", [["poll", "--quiet"],
@@ -42,16 +59,7 @@ def test_a_sigterm_while_the_heartbeat_waits_for_the_host_row_stops_the_start(
         proc = subprocess.Popen(
             [sys.executable, "-m", "the_loop", "--config", str(config), *command], env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            until(lambda: watch.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
-                "datname = current_database() AND pid <> pg_backend_pid()").fetchall(),
-                timeout=30, what="the daemon's first beat waiting for the host row")
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
-        finally:
-            proc.kill()
-            proc.wait()
+        err = _terminated_waiting(proc, watch, "the daemon's first beat waiting for the host row")
     assert proc.returncode == 0, (proc.returncode, err)
     assert err.splitlines() == [f"the-loop: {command[0]}: stopped (SIGTERM) while starting"], err
 
@@ -66,16 +74,8 @@ def test_a_sigterm_while_the_migration_waits_for_the_schema_lock_stops_the_start
         holder.execute("SELECT pg_advisory_lock(%s)",
                        (zlib.crc32(b"the-loop schema") - 2**31,))
         proc = _poll(_config(tmp_path, pg_dsn))
-        try:
-            until(lambda: holder.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
-                "datname = current_database() AND pid <> pg_backend_pid()").fetchall(),
-                timeout=30, what="the daemon's migration waiting for the schema lock")
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=30)
-        finally:
-            proc.kill()
-            proc.wait()
+        err = _terminated_waiting(proc, holder,
+                                  "the daemon's migration waiting for the schema lock")
         # its statement does not go on waiting in the server after it (for the lock, then
         # to run its DDL into a closed connection)
         until(lambda: not holder.execute(
