@@ -25,7 +25,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
-from runtime_helpers import PYCACHE, alive, pg_query
+from runtime_helpers import alive, child_env, pg_query
 from the_loop.runtime.harness import lock_holders
 
 #: Records the launch, works for argv[2] seconds, then reports its node complete.
@@ -80,10 +80,7 @@ class Host:
         return self.dir / "state" / "sessions"
 
     def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("THE_LOOP_")}
-        env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
-        env["HOME"] = str(self.dir)
-        return env
+        return child_env(HOME=str(self.dir))
 
     def cli(self, *args: str) -> str:
         """A one-shot command of this host, in this process (it launches nothing); stdout."""

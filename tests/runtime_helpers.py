@@ -101,6 +101,14 @@ MARKER_RE = re.compile(r"\n\n<!-- the-loop:[^>]*-->$")
 
 PYCACHE = Path(tempfile.gettempdir()) / f"the-loop-test-pyc-{os.getuid()}"
 
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a the-loop child process: this one's without any THE_LOOP_
+    setting, its bytecode cached in `PYCACHE`, then `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("THE_LOOP_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return {**env, "PYTHONPYCACHEPREFIX": str(PYCACHE), **extra}
+
 #: Commands `LoopDir.cli` runs in this process: they launch nothing and only write steps.
 ONE_SHOT = frozenset({"items", "reply", "ask", "graph", "start", "events", "policy", "hooks"})
 FAILPOINT = "THE_LOOP_FAILPOINT"
@@ -153,12 +161,7 @@ class LoopDir:
 
     # ------------------------------------------------------------------ the CLI
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("THE_LOOP_")}
-        env["HOME"] = str(self.home)
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
-        env.update(extra or {})
-        return env
+        return child_env(HOME=str(self.home), **(extra or {}))
 
     def argv(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "the_loop", "--config", str(self.config), *args]

@@ -4,12 +4,11 @@ log left for `the-loop events` (issue 7, item 10)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from runtime_helpers import PYCACHE
+from runtime_helpers import child_env
 from the_loop.demo.scenario import fresh_dir
 from the_loop.hooks.engine.points import POINTS
 
@@ -19,9 +18,7 @@ TOKEN = "demo-token-that-must-not-leak"
 def the_loop(
     *args: str, home: Path, cwd: Path | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("THE_LOOP_")}
-    env.update(HOME=str(home), PYTHONPYCACHEPREFIX=str(PYCACHE), THE_LOOP_DEMO_TOKEN=TOKEN)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = child_env(HOME=str(home), THE_LOOP_DEMO_TOKEN=TOKEN)
     return subprocess.run([sys.executable, "-m", "the_loop", *args], cwd=cwd or home, env=env,
                           input=stdin, text=True, capture_output=True, timeout=120, check=False)
 

@@ -29,12 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime_helpers import PYCACHE, until
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("THE_LOOP_")}
-    return {**env, "PYTHONPYCACHEPREFIX": str(PYCACHE), **extra}
+from runtime_helpers import child_env, until
 
 
 def _config(tmp_path: Path, database: str) -> Path:
@@ -46,7 +41,7 @@ def _config(tmp_path: Path, database: str) -> Path:
 def _poll(config: Path, *args: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "the_loop", "--config", str(config), "poll", "--quiet", *args],
-        env=_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=child_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_round4_eighth_attacks import _config, _env, _poll, _refusing
+from test_round4_eighth_attacks import _config, _poll, _refusing
 
-from runtime_helpers import until
+from runtime_helpers import child_env, until
 
 
 def _terminated_waiting(proc: subprocess.Popen[str], watch: Any, what: str) -> str:
@@ -51,7 +51,7 @@ def test_a_sigterm_while_the_heartbeat_waits_for_the_host_row_stops_the_start(
     import psycopg
 
     config = _config(tmp_path, pg_dsn)
-    env = _env(OPT="operator-token-0123456789")
+    env = child_env(OPT="operator-token-0123456789")
     subprocess.run([sys.executable, "-m", "the_loop", "--config", str(config), "poll",
                     "--once", "--quiet"], env=env, check=True, capture_output=True, timeout=60)
     with psycopg.connect(pg_dsn) as holder, psycopg.connect(pg_dsn, autocommit=True) as watch:
