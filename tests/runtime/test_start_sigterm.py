@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -102,6 +103,29 @@ def test_sigterms_in_a_burst_while_the_start_waits_end_it_in_one_line(tmp_path: 
                 proc.wait()
             assert proc.returncode == 0, (proc.returncode, rest)
             assert rest.splitlines() == ["the-loop: poll: stopped (SIGTERM) while starting"], rest
+
+
+def test_a_storm_of_sigterms_while_the_start_waits_ends_it_in_one_line(tmp_path: Path) -> None:
+    """SIGTERMs as fast as they can be sent, for a second: one line, 0, no traceback. (With
+    SIGTERM ignored by the handler, one caught before the ignore took effect was said
+    "Signal 15 ignored due to race condition", with a traceback, in 3 of 15 storms run by
+    hand; with neither an ignore nor a block, a pending one killed the process at exit.)"""
+    with _refusing() as port:
+        proc = _poll(_config(tmp_path, f"postgresql://root@127.0.0.1:{port}/loop"),
+                     THE_LOOP_DB_RETRY_SECONDS="600")
+        try:
+            assert proc.stderr is not None
+            assert "the database is unreachable" in proc.stderr.readline()
+            began = time.monotonic()
+            with contextlib.suppress(ProcessLookupError):  # for 1 s, or until it has ended
+                while time.monotonic() - began < 1.0:
+                    os.kill(proc.pid, signal.SIGTERM)
+            _, rest = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (proc.returncode, rest)
+    assert rest.splitlines() == ["the-loop: poll: stopped (SIGTERM) while starting"], rest
 
 
 SLOW_HOOK = """\

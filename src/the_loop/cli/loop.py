@@ -158,9 +158,16 @@ def _stop_on_sigterm(source: str) -> None:
     import signal
 
     line = f"the-loop: {source}: stopped (SIGTERM) while starting\n".encode()
+    stopping: list[bool] = []
 
     def stop(signum: int, frame: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if stopping:  # one caught before the block below, run after it
+            return
+        stopping.append(True)
+        # Later SIGTERMs are blocked, not ignored: in a storm, a SIGTERM caught before an
+        # ignore took effect was said as "Signal 15 ignored due to race condition" with a
+        # traceback; and the handler itself goes at exit, where a pending one killed.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         os.write(2, line)  # not print: this may run inside a write to stderr
         raise SystemExit(0)
 
