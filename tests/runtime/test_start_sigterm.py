@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,22 +87,32 @@ def test_a_sigterm_while_the_migration_waits_for_the_schema_lock_stops_the_start
     assert err.splitlines() == ["the-loop: poll: stopped (SIGTERM) while starting"], err
 
 
+def _stopped_while_waiting(tmp_path: Path, port: int, send: Callable[[int], None]) -> str:
+    """`poll` waiting at start for a database whose `port` refuses, then `send(pid)`: its
+    stderr after the wait's first line, once it has ended (asserted: with 0)."""
+    proc = _poll(_config(tmp_path, f"postgresql://root@127.0.0.1:{port}/loop"),
+                 THE_LOOP_DB_RETRY_SECONDS="600")
+    try:
+        assert proc.stderr is not None
+        assert "the database is unreachable" in proc.stderr.readline()
+        send(proc.pid)
+        _, rest = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, (proc.returncode, rest)
+    return str(rest)
+
+
 def test_sigterms_in_a_burst_while_the_start_waits_end_it_in_one_line(tmp_path: Path) -> None:
+    def burst(pid: int) -> None:
+        for _ in range(3):
+            os.kill(pid, signal.SIGTERM)
+            time.sleep(0.0005)
+
     with _refusing() as port:
         for _ in range(3):
-            proc = _poll(_config(tmp_path, f"postgresql://root@127.0.0.1:{port}/loop"),
-                         THE_LOOP_DB_RETRY_SECONDS="600")
-            try:
-                assert proc.stderr is not None
-                assert "the database is unreachable" in proc.stderr.readline()
-                for _ in range(3):
-                    os.kill(proc.pid, signal.SIGTERM)
-                    time.sleep(0.0005)
-                _, rest = proc.communicate(timeout=30)
-            finally:
-                proc.kill()
-                proc.wait()
-            assert proc.returncode == 0, (proc.returncode, rest)
+            rest = _stopped_while_waiting(tmp_path, port, burst)
             assert rest.splitlines() == ["the-loop: poll: stopped (SIGTERM) while starting"], rest
 
 
@@ -110,21 +121,14 @@ def test_a_storm_of_sigterms_while_the_start_waits_ends_it_in_one_line(tmp_path:
     SIGTERM ignored by the handler, one caught before the ignore took effect was said
     "Signal 15 ignored due to race condition", with a traceback, in 3 of 15 storms run by
     hand; with neither an ignore nor a block, a pending one killed the process at exit.)"""
+    def storm(pid: int) -> None:
+        began = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):  # for 1 s, or until it has ended
+            while time.monotonic() - began < 1.0:
+                os.kill(pid, signal.SIGTERM)
+
     with _refusing() as port:
-        proc = _poll(_config(tmp_path, f"postgresql://root@127.0.0.1:{port}/loop"),
-                     THE_LOOP_DB_RETRY_SECONDS="600")
-        try:
-            assert proc.stderr is not None
-            assert "the database is unreachable" in proc.stderr.readline()
-            began = time.monotonic()
-            with contextlib.suppress(ProcessLookupError):  # for 1 s, or until it has ended
-                while time.monotonic() - began < 1.0:
-                    os.kill(proc.pid, signal.SIGTERM)
-            _, rest = proc.communicate(timeout=30)
-        finally:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, (proc.returncode, rest)
+        rest = _stopped_while_waiting(tmp_path, port, storm)
     assert rest.splitlines() == ["the-loop: poll: stopped (SIGTERM) while starting"], rest
 
 
