@@ -193,5 +193,5 @@ def test_issue31_item5_past_its_bound_a_one_shot_says_so(
                         f"port {proxy.dsn.rsplit(':', 1)[1].split('/')[0]} failed: server "
                         "closed the connection unexpectedly); run it again once the database "
                         "is back"), lines
-    assert 1.0 < took < 60, took
+    assert 1.5 <= took < 60, took  # it waited as long as it says (it gave up at 0.8 s)
     assert ld.work(ref)["state"] == "running"

@@ -16,9 +16,14 @@ on what it wrote (a session process started, a hook asked, a channel called) and
 visit's end. A block that raises rolls the whole batch back — what a crash at that moment
 would have left — and the next block opens a new one; what the batch was told to `keep`
 (a point's decisions on its step) is then written again at once, in a transaction of its
-own, so a hook is not asked twice because a later write of the visit failed. `memo()` is
-the batch's cache of what the visit read (its work row, its item), kept true by the writes
-that go through the store and the tracker, emptied by a rollback and at the end.
+own, so a hook is not asked twice because a later write of the visit failed. A write the
+batch is asked to `defer` (a point's decisions) is held until the batch commits, or goes
+in with the next write of its row (the step's finish: one statement where there were two),
+and is kept as `keep` keeps. A block that raises for an expected reason must not: its
+rollback takes the visit's earlier writes with it (steps.py `_resume` catches a full launch
+inside its block). `memo()` is the batch's cache of what the visit read (its work row, its
+item, its pending steps), kept true by the writes that go through the store and the
+tracker, emptied by a rollback and at the end.
 
 On PostgreSQL a read (`SELECT`) the visit runs on `conn` while its batch has no
 transaction open opens the batch's transaction, so the visit's reads share the transaction
@@ -222,7 +227,7 @@ class Database:
             raise
         finally:
             self._local.batch = self._local.open = self._local.memo = None
-            self._local.kept = _BATCHING.db = None
+            self._local.kept = self._local.deferred = _BATCHING.db = None
 
     def _joined(self, batch: ExitStack) -> Any:
         """The batch's open transaction, opened when none is, its fence checked once."""
@@ -259,25 +264,68 @@ class Database:
         """Whether this thread's batch has an open transaction (writes not yet committed)."""
         return getattr(self._local, "open", None) is not None
 
+    def defer(self, key: str, sql: str, parameters: tuple[Any, ...]) -> bool:
+        """In a batch: hold a write (a point's decisions on its step, `key`) until the batch
+        commits, unless a later write of the same row takes it in first (`take_deferred`);
+        kept like `keep` if the batch is rolled back. False outside a batch (not held)."""
+        if getattr(self._local, "batch", None) is None:
+            return False
+        deferred = getattr(self._local, "deferred", None)
+        if deferred is None:
+            deferred = self._local.deferred = {}
+        deferred[key] = (sql, parameters)
+        return True
+
+    def take_deferred(self, key: str) -> tuple[str, tuple[Any, ...]] | None:
+        """The write held for `key`, no longer held: the caller writes it with its own
+        statement in the batch, and `keep`s it."""
+        deferred = getattr(self._local, "deferred", None)
+        return deferred.pop(key, None) if deferred else None
+
+    def flush_deferred(self) -> None:
+        """Run the writes the batch holds now (before a read that must see them)."""
+        deferred = getattr(self._local, "deferred", None)
+        if deferred:
+            self._local.deferred = None
+            with self.transaction() as conn:
+                for sql, parameters in deferred.values():
+                    self.keep(sql, parameters)  # a failure below rewrites them all
+                for sql, parameters in deferred.values():
+                    conn.execute(sql, parameters)
+
     def settle(self) -> None:
         """Commit this thread's batch so far (a no-op outside `batched()` or with nothing
         written): before anything outside the database may depend on it."""
         batch = getattr(self._local, "batch", None)
-        if batch is not None and self.pending():
+        if batch is None:
+            return
+        self.flush_deferred()
+        if self.pending():
             self._local.open = self._local.kept = None
             batch.close()
+            self._local.commits = self.commits() + 1
+
+    def commits(self) -> int:
+        """How many times this thread's batches have committed (a cache of what a visit
+        read holds until the next: after it another owner may have taken the item over)."""
+        return int(getattr(self._local, "commits", 0))
 
     def _abort(self, batch: ExitStack) -> None:
         memo = self.memo()
         if memo is not None:
             memo.clear()  # what was read may have been written by what is rolled back
+        held = list((getattr(self._local, "deferred", None) or {}).values())
+        self._local.deferred = None
         if self.pending():
             self._local.open = None
             kept, self._local.kept = getattr(self._local, "kept", None) or [], None
+            kept += held
             exc = sys.exc_info()
             batch.__exit__(*exc)  # the transaction sees the error: ROLLBACK
             if kept:
                 self._rewrite(kept)
+        elif held:
+            self._rewrite(held)
 
     def _rewrite(self, kept: list[tuple[str, tuple[Any, ...]]]) -> None:
         """What a rolled-back batch was told to keep, in a transaction of its own. When it

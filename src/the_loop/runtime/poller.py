@@ -138,6 +138,7 @@ def _step_failed(loop: Loop, step: Step, exc: BaseException) -> None:
     if attempts < MAX_ATTEMPTS:
         with loop.db.transaction() as conn:
             conn.execute("UPDATE steps SET detail=? WHERE key=?", (str(attempts), step.key))
+        loop.store.forget_steps(step.ref)  # its attempts are read with it next time
         return
     loop.store.finish(step, "failed", error)
     loop.set_work(step.ref, state="blocked")

@@ -308,10 +308,10 @@ class Loop:
         if ctx.POINT in step.decisions:
             return Decided(step.decisions[ctx.POINT])
         comment = step.payload.get("comment") if ctx.POINT == "input_received" else None
-        # No lock of the visit is held while a hook runs, nor (SQLite, where the visit's
-        # write lock stops every other writer) through what the point decides: a launch
-        # may wait for the item's previous session to end, which may need that lock.
-        if self.chain.names(ctx.POINT) or self.db.one_writer:
+        # No lock of the visit is held while a hook runs. With no hook at the point the
+        # visit's writes stay open: the point's record goes in with them (_log_row), and
+        # whatever waits on another process after it settles first (a launch, launching.py).
+        if self.chain.names(ctx.POINT):
             self.db.settle()
         got = Decided.of(self.fire(ctx, input_id=comment if type(comment) is int else 0))
         # Committed with the step's effect (the visit's batch, db.batched: the next commit
@@ -335,12 +335,9 @@ class Loop:
 
     def post_once(self, ref: str, key: str, body: str) -> bool:
         """Post a marked loop comment unless one with this marker exists; True if posted."""
-        mark = marker(key)
-        if any(mark in c.body for c in self.tracker.get(ref).comments
-               if c.author == LOOP_AUTHOR):  # a marker someone else wrote suppresses nothing
-            return False
-        self.tracker.comment(ref, f"{self.redact(body)}\n\n{mark}", author=LOOP_AUTHOR)
-        return True
+        mark = marker(key)  # a marker someone else wrote suppresses nothing
+        return self.tracker.comment_once(ref, f"{self.redact(body)}\n\n{mark}", mark,
+                                         author=LOOP_AUTHOR)
 
     def say(self, ref: str, body: str) -> None:
         """An ordinary loop comment (not idempotent)."""

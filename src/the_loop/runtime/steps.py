@@ -309,15 +309,24 @@ def _resume(loop: Loop, step: Step, node: str, endpoint: str, prompt: str,
             joined: str) -> None:
     """Queue a launch resuming `node` with this input, or join the one already queued."""
     ref, actor = step.ref, str(step.payload["actor"])
+    full: InputTooLong | None = None
     with loop.db.transaction() as conn:
         # A launch queued and not started yet (an earlier input, the node's own) takes this
         # input too: one session gets both, none is ended before it reads its own.
-        if not loop.store.extend_queued_launch(conn, ref, node, endpoint, joined,
-                                               MAX_LAUNCH_CHARS):
-            loop.store.add_step(conn, StepAction.LAUNCH.key(step.key), ref, StepAction.LAUNCH,
-                                salted({"node": node, "prompt": prompt, "respawn": True,
-                                        "actor": actor, "endpoint": endpoint}))
-        loop.store.finish(step, "resumed", conn=conn)
+        try:
+            joined_to = loop.store.extend_queued_launch(conn, ref, node, endpoint, joined,
+                                                        MAX_LAUNCH_CHARS)
+        except InputTooLong as exc:  # said by the caller; not raised in the block, which
+            full = exc  # would roll the visit's batch back (the earlier inputs with it)
+        else:
+            if not joined_to:
+                loop.store.add_step(conn, StepAction.LAUNCH.key(step.key), ref,
+                                    StepAction.LAUNCH,
+                                    salted({"node": node, "prompt": prompt, "respawn": True,
+                                            "actor": actor, "endpoint": endpoint}))
+            loop.store.finish(step, "resumed", conn=conn)
+    if full is not None:
+        raise full
 
 
 def _ignored(loop: Loop, step: Step, why: str) -> str:

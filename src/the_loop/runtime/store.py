@@ -23,7 +23,7 @@ from the_loop.runtime.db import Database
 from the_loop.runtime.identity import AGENT_PREFIX, agent_login
 from the_loop.runtime.input_bound import LAUNCH_FULL
 from the_loop.runtime.lease import clashes, host_id, owner_dead_here, owner_id, process_owner
-from the_loop.runtime.stepactions import StepAction, step_action
+from the_loop.runtime.stepactions import StepAction, UnknownStepAction, step_action
 from the_loop.sqldb import Conn
 
 ACTIVE = ("armed", "running", "waiting", "gate")
@@ -59,18 +59,21 @@ class Step:
 _WORK = ("ref", "state", "arm_seq", "node", "session_id", "actor", "source", "respawns",
          "updated", "epoch", "claim", "claim_until", "fence", "host", "session_key")
 _STEP = ("seq", "key", "ref", "kind", "payload", "decisions", "state", "outcome", "detail")
-#: A visit's next step and its item's work row, in one statement (a row with NULL step
-#: columns: nothing pending; no row: no work row either).
+#: A visit's pending steps and its item's work row, in one statement (one row per step, in
+#: order; one row with NULL step columns: nothing pending; no work row: NULL work columns).
 _NEXT_WITH_WORK = (
     "SELECT " + ", ".join(f"w.{c} AS {c}" for c in _WORK) + ", "
     + ", ".join(f"s.{c} AS s_{c}" for c in _STEP)
     + " FROM (SELECT 1 AS one) AS o LEFT JOIN (SELECT * FROM work WHERE ref=?{lock}) AS w ON 1=1 "
-    "LEFT JOIN (SELECT * FROM steps WHERE state='pending' AND ref=? ORDER BY seq LIMIT 1) AS s "
-    "ON 1=1")
+    "LEFT JOIN (SELECT * FROM steps WHERE state='pending' AND ref=?) AS s ON 1=1 ORDER BY s.seq")
 #: The same, its work row locked (PostgreSQL): the read that opens a visit's transaction is
 #: then its fence check too (Database.fence_due), one statement where there were two.
 _NEXT_LOCKED = _NEXT_WITH_WORK.format(lock=" FOR UPDATE")
 _NEXT_WITH_WORK = _NEXT_WITH_WORK.format(lock="")
+
+
+#: A point's decisions on its step (Store.record).
+_DECISIONS = "UPDATE steps SET decisions=?, updated=? WHERE key=?"
 
 
 class Store:
@@ -257,24 +260,38 @@ class Store:
             raise TypeError(f"a step's action is a StepAction, not {action!r}")
         action.check(payload)
         now = time.time()
-        conn.execute(
+        stored = self.redact(json.dumps(payload))
+        row = conn.execute(
             "INSERT INTO steps(key, ref, kind, payload, created, updated) "
-            "VALUES (?,?,?,?,?,?) ON CONFLICT(key) DO NOTHING",
-            (key, ref, action.value, self.redact(json.dumps(payload)), now, now))
-        self._steps_changed(ref)
+            "VALUES (?,?,?,?,?,?) ON CONFLICT(key) DO NOTHING RETURNING seq",
+            (key, ref, action.value, stored, now, now)).fetchone()
+        queue = self._queue(ref)
+        if queue is not None and row is not None:  # the visit runs it after what it has
+            queue.append(Step(int(row["seq"]), key, ref, action, json.loads(stored), {},
+                              "pending", "", ""))
 
-    def _steps_changed(self, ref: str) -> None:
-        """A step of `ref` was queued or finished: whether one is pending is read again."""
+    def _queue(self, ref: str) -> list[Step] | None:
+        """In a visit: `ref`'s pending steps as `next_step` read them, with the steps the
+        visit queued since, until the visit's batch commits (None: read them again: after a
+        commit, the read is where a stale owner is stopped, `Database.fence_due`)."""
+        memo = self.db.memo()
+        held = memo.get(("queue", ref)) if memo is not None else None
+        if held is None or held[0] != self.db.commits():
+            return None
+        return held[1]  # type: ignore[no-any-return]
+
+    def forget_steps(self, ref: str) -> None:
+        """A step of `ref` was changed other than by `add_step` or `finish`: the visit
+        reads its pending steps again."""
         memo = self.db.memo()
         if memo is not None:
-            memo.pop(("pending", ref), None)
+            memo.pop(("queue", ref), None)
 
     def queue(self, key: str, ref: str, action: StepAction, payload: dict[str, Any]) -> None:
         with self.db.transaction() as conn:
             self.add_step(conn, key, ref, action, payload)
 
-    @staticmethod
-    def extend_queued_launch(conn: Conn, ref: str, node: str, endpoint: str,
+    def extend_queued_launch(self, conn: Conn, ref: str, node: str, endpoint: str,
                              text: str, most: int) -> str:
         """Append `text` to the prompt of `ref`'s launch at `node` that is queued and not yet
         decided (inside the caller's transaction); its key, or '' when there is none. A
@@ -292,6 +309,7 @@ class Store:
             payload["prompt"] += text
             conn.execute("UPDATE steps SET payload=? WHERE key=?",
                          (json.dumps(payload), row["key"]))
+            self.forget_steps(ref)
             return str(row["key"])
         return ""
 
@@ -314,29 +332,47 @@ class Store:
         return actions
 
     def next_step(self, ref: str) -> Step | None:
-        """`ref`'s first pending step. In a visit (db.memo), the same statement reads the
-        item's work row fresh for the step to decide from (one snapshot of both), and, when
-        it opens the visit's transaction on PostgreSQL, locks that row and is the
-        transaction's fence check."""
+        """`ref`'s first pending step. In a visit (db.memo) its pending steps are read once,
+        by the statement that reads the item's work row (one snapshot of both; on
+        PostgreSQL, when it opens the visit's transaction, it locks that row and is the
+        transaction's fence check); the visit's own `add_step`s join that queue and its
+        `finish`es leave it, until the batch commits (then they are read again). The claim
+        the visit holds keeps every other loop process from running or queuing a step of
+        the item meanwhile, but for a tracker's closure queued by the control plane, which
+        the next visit takes (cycle.py reads it)."""
         memo = self.db.memo()
+        self.db.flush_deferred()  # a step decided and not finished is read with its decisions
         if memo is None:
             row = self.db.conn.execute(
                 "SELECT * FROM steps WHERE state='pending' AND ref=? ORDER BY seq LIMIT 1",
                 (ref,)).fetchone()
             return Step.of(row) if row else None
-        fence = self.db.fence_due(ref)
-        rows = self.db.conn.execute(_NEXT_LOCKED if fence else _NEXT_WITH_WORK,
-                                    (ref, ref)).fetchall()
-        w = {c: rows[0][c] for c in _WORK} if rows and rows[0]["ref"] is not None else None
-        if fence:
-            self.db.fenced_by(w)
-        memo["work", ref] = w
-        memo["pending", ref] = bool(rows) and rows[0]["s_seq"] is not None  # for has_pending
-        if not memo["pending", ref]:
-            return None
-        return Step.of({c: rows[0][f"s_{c}"] for c in _STEP})
+        queue = self._queue(ref)
+        if queue is None:
+            fence = self.db.fence_due(ref)
+            rows = self.db.conn.execute(_NEXT_LOCKED if fence else _NEXT_WITH_WORK,
+                                        (ref, ref)).fetchall()
+            w = {c: rows[0][c] for c in _WORK} if rows and rows[0]["ref"] is not None else None
+            if fence:
+                self.db.fenced_by(w)
+            memo["work", ref] = w
+            queue = []
+            for r in rows:
+                if r["s_seq"] is None:
+                    break
+                try:
+                    queue.append(Step.of({c: r[f"s_{c}"] for c in _STEP}))
+                except UnknownStepAction:
+                    if not queue:
+                        raise
+                    return queue[0]  # not kept: read again at each step (as it waits)
+            memo["queue", ref] = (self.db.commits(), queue)
+        while queue and queue[0].state != "pending":
+            queue.pop(0)  # finished in this visit
+        return queue[0] if queue else None
 
     def step(self, key: str) -> Step | None:
+        self.db.flush_deferred()
         row = self.db.conn.execute("SELECT * FROM steps WHERE key=?", (key,)).fetchone()
         return Step.of(row) if row else None
 
@@ -348,32 +384,44 @@ class Store:
     def has_pending(self, ref: str) -> bool:
         """Whether `ref` has a pending step (in a visit, as its last `next_step` found,
         unless a step was queued or finished since)."""
-        memo = self.db.memo()
-        if memo is not None and ("pending", ref) in memo:
-            return bool(memo["pending", ref])
+        queue = self._queue(ref)
+        if queue is not None:
+            return any(step.state == "pending" for step in queue)
         return self.db.conn.execute("SELECT 1 FROM steps WHERE state='pending' AND ref=? "
                                     "LIMIT 1", (ref,)).fetchone() is not None
 
     def record(self, step: Step, point: str, decisions: dict[str, Any]) -> None:
-        """Record what a point decided for a step, before its effect."""
+        """Record what a point decided for a step, before its effect. In a visit's batch
+        the row is written when the batch commits, or with the step's finish when that
+        comes first (one statement, not two), and even if the batch is rolled back
+        (db.defer): a redo asks no hook again."""
         step.decisions[point] = decisions
-        sql = "UPDATE steps SET decisions=?, updated=? WHERE key=?"
         args = (self.redact(json.dumps(step.decisions)), time.time(), step.key)
+        if self.db.defer(step.key, _DECISIONS, args):
+            return
         with self.db.transaction() as conn:
-            conn.execute(sql, args)
-        self.db.keep(sql, args)  # in a visit's batch: written even if the batch is not
+            conn.execute(_DECISIONS, args)
 
     def finish(self, step: Step, outcome: str, detail: str = "",
                conn: Conn | None = None) -> None:
-        """Mark a step done (inside the caller's transaction when one is given)."""
-        sql = "UPDATE steps SET state='done', outcome=?, detail=?, updated=? WHERE key=?"
-        args = (outcome, self.redact(detail), time.time(), step.key)
+        """Mark a step done (inside the caller's transaction when one is given), with the
+        decisions its batch still holds for it (`record`)."""
+        held = self.db.take_deferred(step.key)
+        now = time.time()
+        if held is None:
+            sql = "UPDATE steps SET state='done', outcome=?, detail=?, updated=? WHERE key=?"
+            args: tuple[Any, ...] = (outcome, self.redact(detail), now, step.key)
+        else:
+            sql = ("UPDATE steps SET state='done', outcome=?, detail=?, decisions=?, updated=? "
+                   "WHERE key=?")
+            args = (outcome, self.redact(detail), held[1][0], now, step.key)
         if conn is not None:
             conn.execute(sql, args)
         else:
             with self.db.transaction() as c:
                 c.execute(sql, args)
-        self._steps_changed(step.ref)
+        if held is not None:
+            self.db.keep(*held)  # the decisions outlive a rollback of the batch
         step.state, step.outcome, step.detail = "done", outcome, detail
 
     # ------------------------------------------------------------------ input

@@ -118,13 +118,26 @@ class LocalTracker:
         if not rows:
             raise TrackerError(f"no work item {canon}; list them with `the-loop items list`")
         if memo is not None:
-            memo["item", canon] = list(rows)
+            memo["item", canon] = [dict(r) for r in rows]
         return rows
 
-    def _changed(self, ref: str) -> None:
+    def _changed(self, ref: str, label: str = "", *, remove: bool = False,
+                 **fields: Any) -> None:
+        """The visit's copy of the item's rows after a write through this tracker: a label
+        added or removed, or item columns set (`fields`)."""
         memo = self.db.memo()
-        if memo is not None:
-            memo.pop(("item", self.resolve(ref)), None)
+        rows = memo.get(("item", self.resolve(ref))) if memo is not None else None
+        if rows is None:
+            return
+        if fields:
+            for row in rows:
+                row.update(fields)
+        if not label:
+            return
+        kept = [r for r in rows if r["label"] is not None and r["label"] != label]
+        if not remove:
+            kept.append(dict(rows[0], label=label))
+        rows[:] = sorted(kept, key=lambda r: r["label"]) or [dict(rows[0], label=None)]
 
     def _item(self, rows: list[Any], *, comments: bool) -> Item:
         """An item from its rows of `_WITH_LABELS` (sqlite3.Row, or dicts on PostgreSQL)."""
@@ -203,6 +216,19 @@ class LocalTracker:
             ).fetchone()
         return int(row["id"])
 
+    def comment_once(self, ref: str, body: str, mark: str, *, author: str) -> bool:
+        """Write a comment unless `author` wrote one holding `mark`; True when written. One
+        statement: the check and the write cannot be split by another writer's comment."""
+        item_id, _, _ = self._row(ref)
+        with self.db.transaction() as conn:
+            row = conn.execute(
+                "INSERT INTO comments(item, author, body, created, source) "
+                "SELECT ?, ?, ?, ?, 'comment' WHERE NOT EXISTS (SELECT 1 FROM comments "
+                f"WHERE item=? AND author=? AND {self.db.dialect.contains('body', '?')}) "
+                "RETURNING id", (item_id, author, body, time.time(), item_id, author, mark),
+            ).fetchone()
+        return row is not None
+
     def comments_after(self, ref: str, after_id: int) -> list[Comment]:
         item_id, _, _ = self._row(ref)
         return [
@@ -216,23 +242,27 @@ class LocalTracker:
         item_id, _, _ = self._row(ref)
         if not label.strip():
             raise TrackerError("a label must be a non-empty string")
-        self._changed(ref)
         with self.db.transaction() as conn:
             if remove:
                 conn.execute("DELETE FROM labels WHERE item=? AND label=?", (item_id, label))
             else:
                 conn.execute("INSERT INTO labels(item, label) VALUES (?, ?) ON CONFLICT DO "
                              "NOTHING", (item_id, label))
+        self._changed(ref, label, remove=remove)
 
     def close(self, ref: str, *, actor: str) -> bool:
         """Close the item; False when it was already closed."""
         item_id, _, _ = self._row(ref)
-        self._changed(ref)
+        now = time.time()
         with self.db.transaction() as conn:
             cur = conn.execute(
                 "UPDATE items SET state='closed', closed_by=?, closed_at=? "
-                "WHERE id=? AND state='open'", (actor, time.time(), item_id),
+                "WHERE id=? AND state='open'", (actor, now, item_id),
             )
+        if cur.rowcount == 1:
+            self._changed(ref, state="closed", closed_by=actor, closed_at=now)
+        elif (memo := self.db.memo()) is not None:  # closed by someone else: read it again
+            memo.pop(("item", self.resolve(ref)), None)
         return bool(cur.rowcount == 1)
 
     def comment_body(self, comment_id: int) -> str:
