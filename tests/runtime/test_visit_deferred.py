@@ -1,0 +1,134 @@
+"""Fewer statements per visit (issue 34.1), on SQLite and on PostgreSQL, without losing what
+the crash-safety promise needs: a point's decisions, held by the visit's batch, reach the
+step with its finish, or at the batch's commit, or after its rollback; the pending steps a
+visit reads once include what it queues itself, and are read again after each commit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_visit_batch import REF, elsewhere
+
+from the_loop.runtime.db import Database, open_database
+from the_loop.runtime.stepactions import StepAction
+from the_loop.runtime.store import Store
+from the_loop.sqldb import SQLITE
+
+DECIDED = {"decisions": {"proceed": True, "reason": ""}, "refused": False}
+
+
+def stored(target: str | Path, key: str) -> dict[str, Any]:
+    """The step `key` as another process reads it."""
+    step = elsewhere(target, lambda s: s.step(key))
+    assert step is not None
+    return {"state": step.state, "outcome": step.outcome, "decisions": step.decisions}
+
+
+def armed(db: Database) -> Store:
+    store = Store(db)
+    store.arm(REF, actor="alice", source="command", cursors={})
+    return store
+
+
+def test_a_decided_step_is_finished_with_its_decisions(db: Database,
+                                                      target: str | Path) -> None:
+    store = armed(db)
+    with db.batched():
+        assert store.claim(REF)
+        step = store.next_step(REF)
+        assert step is not None and step.action is StepAction.START
+        store.record(step, "work_item_start", DECIDED)
+        store.finish(step, "started")
+        store.release(REF)
+    assert stored(target, step.key) == {"state": "done", "outcome": "started",
+                                        "decisions": {"work_item_start": DECIDED}}
+
+
+def test_decisions_of_a_step_left_pending_are_written_when_the_visit_commits(
+        db: Database, target: str | Path) -> None:
+    store = armed(db)
+    with db.batched():
+        assert store.claim(REF)
+        step = store.next_step(REF)
+        assert step is not None
+        store.record(step, "work_item_start", DECIDED)
+        db.settle()  # before a session starts, a hook is asked, a channel is called
+        assert stored(target, step.key)["decisions"] == {"work_item_start": DECIDED}
+        store.release(REF)
+
+
+def test_decisions_outlive_a_rollback_of_the_visit(db: Database, target: str | Path) -> None:
+    """A later write of the visit fails: its writes are rolled back as a crash would leave
+    them, but the point's decisions are written, so the redo asks no hook again."""
+    store = armed(db)
+    with db.batched():
+        assert store.claim(REF)
+        step = store.next_step(REF)
+        assert step is not None
+        store.set_work(REF, state="running")
+        store.record(step, "work_item_start", DECIDED)
+        with pytest.raises(RuntimeError), db.transaction():
+            raise RuntimeError("a write of the visit failed")
+        store.release(REF)
+    assert stored(target, step.key) == {"state": "pending", "outcome": "",
+                                        "decisions": {"work_item_start": DECIDED}}
+    assert elsewhere(target, lambda s: s.work(REF))["state"] == "armed"  # rolled back
+
+
+def test_a_step_the_visit_queues_is_run_in_the_same_visit(db: Database,
+                                                         target: str | Path) -> None:
+    store = armed(db)
+    with db.batched():
+        assert store.claim(REF)
+        start = store.next_step(REF)
+        assert start is not None
+        enter = StepAction.ENTER.key(REF, 1, 1)
+        with db.transaction() as conn:
+            store.add_step(conn, enter, REF, StepAction.ENTER,
+                           {"node": "write", "actor": "alice", "note": "", "epoch": 1})
+            store.finish(start, "started", conn=conn)
+        got = store.next_step(REF)
+        assert got is not None and got.key == enter and got.payload["node"] == "write"
+        store.finish(got, "agent")
+        assert store.next_step(REF) is None and not store.has_pending(REF)
+        store.release(REF)
+    assert stored(target, enter)["state"] == "done"
+
+
+def test_after_a_commit_the_visit_reads_its_steps_again(db: Database,
+                                                       target: str | Path) -> None:
+    """A step queued elsewhere while the visit runs (the control plane's closure of an item
+    queues without a claim) is seen by the visit's next read after a commit."""
+    store = armed(db)
+    complete = StepAction.COMPLETE.key(REF, 1)
+    with db.batched():
+        assert store.claim(REF)
+        start = store.next_step(REF)
+        assert start is not None
+        elsewhere(target, lambda s: s.queue(complete, REF, StepAction.COMPLETE,
+                                            {"source": "tracker", "actor": "bob"}))
+        store.finish(start, "started")
+        db.settle()
+        got = store.next_step(REF)
+        assert got is not None and got.key == complete
+        store.release(REF)
+
+
+def test_the_loops_sqlite_file_commits_without_waiting_for_the_disk(tmp_path: Path) -> None:
+    """WAL with synchronous=NORMAL (docs/runtime.md): a commit does not hold the write lock
+    through an fsync; a killed process still loses nothing committed."""
+    db = open_database(tmp_path / "loop.db")
+    try:
+        assert db.dialect is SQLITE
+        assert db.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db.conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    finally:
+        db.close()
+    Store(open_database(tmp_path / "loop.db")).arm(REF, actor="a", source="command",
+                                                    cursors={})
+    with sqlite3.connect(tmp_path / "loop.db") as other:  # committed: another reader sees it
+        assert other.execute("SELECT state FROM work").fetchone() == ("armed",)
