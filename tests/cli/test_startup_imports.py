@@ -312,3 +312,16 @@ def test_a_command_builds_only_its_own_parser() -> None:
     assert sub.choices is not None
     full = {n for n, p in sub.choices.items() if len(p._actions) > 2}  # beyond -h, --config
     assert full == {"start", "reply", "poll", "ask", "graph"}
+
+
+def test_a_loop_that_runs_no_policy_records_its_points_without_the_policy_compiler() -> None:
+    """The loop's decision log is built at the first point a poller fires; before issue 34
+    it imported the policy executor (and with it the rule compiler and the JMESPath
+    language, about 75 ms of a poller's first cycle) only to ask whether a refusing hook
+    was one."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, the_loop.decisions.looplog\n"
+         "print(sorted(m for m in sys.modules if m == 'the_loop.hooks.executors.policy' "
+         "or m.startswith(('the_loop.hooks.policy', 'the_loop.jmes', 'jmespath'))))"],
+        capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "[]", done.stdout

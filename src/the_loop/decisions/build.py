@@ -13,6 +13,7 @@ a chain's final decisions, the record's and replay's alike.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +22,6 @@ from the_loop.decisions.layout import DECISIONS, VERSION, step_of
 from the_loop.hooks.engine.chain import Outcome, Step
 from the_loop.hooks.engine.points import Context
 from the_loop.hooks.executors import registry
-from the_loop.hooks.executors.policy import PolicyExecutor
 
 #: The kind a step records for a hook whose executor is of no registered kind.
 UNKNOWN = registry.UNKNOWN
@@ -102,7 +102,10 @@ def loop_record(ctx: Context, outcome: Outcome, kinds: Mapping[str, str], *,
 
 def refusing_rule(executor: Any, rules: list[str]) -> str:
     """The rule that refused among `rules` (a policy's first rule setting proceed: false)."""
-    if isinstance(executor, PolicyExecutor):
+    # A policy executor exists only once its module is imported: the loop that runs no
+    # policy does not import the policy compiler to write its records (issue 34.3).
+    policy = sys.modules.get("the_loop.hooks.executors.policy")
+    if policy is not None and isinstance(executor, policy.PolicyExecutor):
         refusers = {r.name for r in executor.policy.rules if r.set_raw.get("proceed") is False}
         for rule in rules:
             if rule in refusers:
