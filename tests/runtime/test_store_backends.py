@@ -53,6 +53,47 @@ def test_tracker_items_comments_labels_and_closing_behave_the_same(db: Database)
     assert [i.ref for i in tracker.items(state="open")] == [pr]
     assert tracker.get(pr).parent == first
     assert tracker.work_item(pr).kind == "pull-request"
+    other = tracker.add("Another ticket")
+    tracker.add("Its fix", kind="pull-request", parent=other)
+    assert [i.ref for i in tracker.items(state="open", parent=first)] == [pr]
+    assert [i.ref for i in tracker.items(parent=other)] == ["local:acme/app#4"]
+
+
+def test_a_visits_copy_of_an_item_follows_its_own_label_and_closure_writes(
+        db: Database) -> None:
+    """In a visit (db.batched) an item is read once; the tracker's own writes keep that copy
+    true instead of reading it again (issue 34), and what it shows is what is stored."""
+    tracker = LocalTracker(db, "acme/app")
+    ref = tracker.add("Login page", labels=["b"])
+    with db.batched():
+        assert tracker.get(ref, comments=False).labels == ["b"]
+        tracker.label(ref, "a")
+        tracker.label(ref, "c")
+        tracker.label(ref, "b", remove=True)
+        assert tracker.get(ref, comments=False).labels == ["a", "c"]
+        tracker.label(ref, "a", remove=True)
+        tracker.label(ref, "c", remove=True)
+        assert tracker.get(ref, comments=False).labels == []
+        tracker.label(ref, "z")
+        assert tracker.close(ref, actor="dave") is True
+        seen = tracker.get(ref, comments=False)
+        assert (seen.labels, seen.state, seen.closed_by) == (["z"], "closed", "dave")
+    stored = tracker.get(ref, comments=False)
+    assert (stored.labels, stored.state, stored.closed_by) == (["z"], "closed", "dave")
+
+
+def test_a_marked_comment_is_posted_once_and_only_the_authors_own_marker_counts(
+        db: Database) -> None:
+    tracker = LocalTracker(db, "acme/app")
+    ref = tracker.add("Login page")
+    mark = "<!-- the-loop:enter:50%_Done -->"
+    tracker.comment(ref, f"quoting {mark}", author="mallory")  # another author's copy
+    assert tracker.comment_once(ref, f"Waiting.\n\n{mark}", mark, author="the-loop") is True
+    assert tracker.comment_once(ref, f"Again.\n\n{mark}", mark, author="the-loop") is False
+    similar = "<!-- the-loop:enter:50%_done -->"  # another key (case, % and _ are literal)
+    assert tracker.comment_once(ref, f"Other.\n\n{similar}", similar, author="the-loop")
+    assert [c.author for c in tracker.get(ref).comments] == ["mallory", "the-loop",
+                                                            "the-loop"]
 
 
 def test_steps_cursors_and_sessions_behave_the_same(db: Database) -> None:

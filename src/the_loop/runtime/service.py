@@ -352,10 +352,9 @@ class Loop:
             raise LoopError(f"{ref} is closed; only an open ticket or pull request can start")
         # Input is what people write after the arming: on the ticket and on its pull requests.
         cursors = {ref: item.comments[-1].id if item.comments else 0}
-        for pr in self.tracker.items(state="open"):
-            if pr.parent == ref:
-                comments = self.tracker.get(pr.ref).comments
-                cursors[pr.ref] = comments[-1].id if comments else 0
+        for pr in self.tracker.items(state="open", parent=ref):
+            comments = self.tracker.get(pr.ref).comments
+            cursors[pr.ref] = comments[-1].id if comments else 0
         if not self.store.arm(ref, actor=actor, source=source, cursors=cursors):
             return False
         failpoint("arm")

@@ -339,7 +339,7 @@ def ingest(loop: Loop, ref: str, pulls: list[str] | None = None) -> int:
     """Queue new comments on an active item (and its pull requests) as input steps.
     `pulls`: the open pull requests naming `ref` (read here when not given)."""
     if pulls is None:
-        pulls = [i.ref for i in loop.tracker.items(state="open") if i.parent == ref]
+        pulls = [i.ref for i in loop.tracker.items(state="open", parent=ref)]
     endpoints = [ref] + [pr for pr in pulls if loop.work(pr) is None]
     n = 0
     for endpoint in endpoints:

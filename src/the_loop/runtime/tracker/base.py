@@ -113,7 +113,9 @@ class Tracker(Protocol):
 
     def get(self, ref: str, *, comments: bool = True) -> Item: ...
 
-    def items(self, *, state: str | None = None) -> list[Item]: ...
+    def items(self, *, state: str | None = None, parent: str | None = None) -> list[Item]:
+        """Every item (in `state`; of `parent`: the pull requests naming that ticket)."""
+        ...
 
     def add(self, title: str, *, body: str = "", kind: str = "issue", parent: str = "",
             labels: list[str] | None = None, author: str = "",

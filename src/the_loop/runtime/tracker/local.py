@@ -157,12 +157,15 @@ class LocalTracker:
             pull=pull_of(r, str(r["repository"])),
         )
 
-    def items(self, *, state: str | None = None) -> list[Item]:
-        """Every item (in `state`), with its labels, in one query."""
-        sql = (self._WITH_LABELS + (" WHERE i.state=?" if state else "")
+    def items(self, *, state: str | None = None, parent: str | None = None) -> list[Item]:
+        """Every item (in `state`; of `parent`: the pull requests naming that ticket), with
+        its labels, in one query."""
+        where = {"i.state=?": state, "i.parent=?": parent}
+        given = {k: v for k, v in where.items() if v is not None}
+        sql = (self._WITH_LABELS + (" WHERE " + " AND ".join(given) if given else "")
                + " ORDER BY i.id, l.label")
         by_id: dict[int, list[Any]] = {}
-        for row in self.db.conn.execute(sql, (state,) if state else ()).fetchall():
+        for row in self.db.conn.execute(sql, tuple(given.values())).fetchall():
             by_id.setdefault(int(row["id"]), []).append(row)
         return [self._item(rows, comments=False) for rows in by_id.values()]
 
