@@ -30,7 +30,8 @@ class Wakeup:
     can be caught: `wait` only sleeps. On exit the previous handlers come back, except
     that a signal in `ignore_after` whose previous handler was the default is ignored from
     then on (a SIGHUP storm that outlives a clean stop must not kill the process on its way
-    to exit 0)."""
+    to exit 0), and so is one whose previous handler was a daemon's start handler (a
+    function marked `until_started`)."""
 
     def __init__(self, signals: Iterable[int], *, ignore_after: Iterable[int] = ()) -> None:
         self.signals = tuple(signals)
@@ -72,6 +73,11 @@ class Wakeup:
             return
         for signum, previous in self._previous.items():
             if signum in self.ignore_after and previous in (signal.SIG_DFL, None):
+                previous = signal.SIG_IGN
+            elif getattr(previous, "until_started", False):
+                # A daemon's start handler (cli/loop.py) is not put back: the daemon is
+                # stopping, and a repeat of its stop signal must not cut its clean-up short
+                # as "stopped while starting".
                 previous = signal.SIG_IGN
             signal.signal(signum, previous)
         signal.set_wakeup_fd(self._previous_fd)

@@ -171,6 +171,7 @@ def _stop_on_sigterm(source: str) -> None:
         os.write(2, line)  # not print: this may run inside a write to stderr
         raise SystemExit(0)
 
+    stop.until_started = True  # type: ignore[attr-defined]  # (wakeup.Wakeup.close)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, stop)
 

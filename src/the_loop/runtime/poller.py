@@ -27,6 +27,7 @@ from the_loop.runtime.service import (
     LOOP_AUTHOR,
     Loop,
     failpoint,
+    pausepoint,
     render,
 )
 from the_loop.runtime.stepactions import StepAction, UnknownStepAction, salted
@@ -407,6 +408,7 @@ def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None
             break
     wakeup.close()
     loop.log.emit("poll.stopped", why=why)
+    pausepoint("poll-stopped")
     return why
 
 
