@@ -73,7 +73,7 @@ def test_a_refused_finish_keeps_the_decisions_it_carried(db: Database,
         step = store.next_step(REF)
         assert step is not None
         store.record(step, "work_item_start", {"decisions": {"proceed": True}})
-        with pytest.raises(Exception, match="full|No space"):
+        with pytest.raises(Exception, match=r"full|No space"):
             store.finish(step, "started")
         store.release(REF)
     other = _other(target)
