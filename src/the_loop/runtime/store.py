@@ -416,13 +416,19 @@ class Store:
                    "WHERE key=?")
             args = (outcome, self.redact(detail), held[1][0], now, step.key)
         if conn is not None:
-            conn.execute(sql, args)
+            self._finished(conn, sql, args, held)
         else:
             with self.db.transaction() as c:
-                c.execute(sql, args)
-        if held is not None:
-            self.db.keep(*held)  # the decisions outlive a rollback of the batch
+                self._finished(c, sql, args, held)
         step.state, step.outcome, step.detail = "done", outcome, detail
+
+    def _finished(self, conn: Conn, sql: str, args: tuple[Any, ...],
+                  held: tuple[str, tuple[Any, ...]] | None) -> None:
+        """A step's finish statement; the decisions it carries are kept first, so they
+        outlive a rollback of the batch even when this very statement is refused."""
+        if held is not None:
+            self.db.keep(*held)
+        conn.execute(sql, args)
 
     # ------------------------------------------------------------------ input
     def cursor(self, ref: str) -> int:
