@@ -7,6 +7,8 @@ visit reads once include what it queues itself, and are read again after each co
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from test_visit_batch import REF, elsewhere
 
 from the_loop.runtime.db import Database, open_database
 from the_loop.runtime.stepactions import StepAction
-from the_loop.runtime.store import Store
+from the_loop.runtime.store import Step, Store
 from the_loop.sqldb import SQLITE
 
 DECIDED = {"decisions": {"proceed": True, "reason": ""}, "refused": False}
@@ -28,52 +30,45 @@ def stored(target: str | Path, key: str) -> dict[str, Any]:
     return {"state": step.state, "outcome": step.outcome, "decisions": step.decisions}
 
 
-def armed(db: Database) -> Store:
+@contextmanager
+def visiting(db: Database) -> Iterator[tuple[Store, Step]]:
+    """A visit (db.batched) to a just-armed item, claimed, at its first step (the start);
+    released at its end."""
     store = Store(db)
     store.arm(REF, actor="alice", source="command", cursors={})
-    return store
-
-
-def test_a_decided_step_is_finished_with_its_decisions(db: Database,
-                                                      target: str | Path) -> None:
-    store = armed(db)
     with db.batched():
         assert store.claim(REF)
         step = store.next_step(REF)
         assert step is not None and step.action is StepAction.START
+        yield store, step
+        store.release(REF)
+
+
+def test_a_decided_step_is_finished_with_its_decisions(db: Database,
+                                                      target: str | Path) -> None:
+    with visiting(db) as (store, step):
         store.record(step, "work_item_start", DECIDED)
         store.finish(step, "started")
-        store.release(REF)
     assert stored(target, step.key) == {"state": "done", "outcome": "started",
                                         "decisions": {"work_item_start": DECIDED}}
 
 
 def test_decisions_of_a_step_left_pending_are_written_when_the_visit_commits(
         db: Database, target: str | Path) -> None:
-    store = armed(db)
-    with db.batched():
-        assert store.claim(REF)
-        step = store.next_step(REF)
-        assert step is not None
+    with visiting(db) as (store, step):
         store.record(step, "work_item_start", DECIDED)
         db.settle()  # before a session starts, a hook is asked, a channel is called
         assert stored(target, step.key)["decisions"] == {"work_item_start": DECIDED}
-        store.release(REF)
 
 
 def test_decisions_outlive_a_rollback_of_the_visit(db: Database, target: str | Path) -> None:
     """A later write of the visit fails: its writes are rolled back as a crash would leave
     them, but the point's decisions are written, so the redo asks no hook again."""
-    store = armed(db)
-    with db.batched():
-        assert store.claim(REF)
-        step = store.next_step(REF)
-        assert step is not None
+    with visiting(db) as (store, step):
         store.set_work(REF, state="running")
         store.record(step, "work_item_start", DECIDED)
         with pytest.raises(RuntimeError), db.transaction():
             raise RuntimeError("a write of the visit failed")
-        store.release(REF)
     assert stored(target, step.key) == {"state": "pending", "outcome": "",
                                         "decisions": {"work_item_start": DECIDED}}
     assert elsewhere(target, lambda s: s.work(REF))["state"] == "armed"  # rolled back
@@ -81,11 +76,7 @@ def test_decisions_outlive_a_rollback_of_the_visit(db: Database, target: str | P
 
 def test_a_step_the_visit_queues_is_run_in_the_same_visit(db: Database,
                                                          target: str | Path) -> None:
-    store = armed(db)
-    with db.batched():
-        assert store.claim(REF)
-        start = store.next_step(REF)
-        assert start is not None
+    with visiting(db) as (store, start):
         enter = StepAction.ENTER.key(REF, 1, 1)
         with db.transaction() as conn:
             store.add_step(conn, enter, REF, StepAction.ENTER,
@@ -95,7 +86,6 @@ def test_a_step_the_visit_queues_is_run_in_the_same_visit(db: Database,
         assert got is not None and got.key == enter and got.payload["node"] == "write"
         store.finish(got, "agent")
         assert store.next_step(REF) is None and not store.has_pending(REF)
-        store.release(REF)
     assert stored(target, enter)["state"] == "done"
 
 
@@ -103,19 +93,14 @@ def test_after_a_commit_the_visit_reads_its_steps_again(db: Database,
                                                        target: str | Path) -> None:
     """A step queued elsewhere while the visit runs (the control plane's closure of an item
     queues without a claim) is seen by the visit's next read after a commit."""
-    store = armed(db)
     complete = StepAction.COMPLETE.key(REF, 1)
-    with db.batched():
-        assert store.claim(REF)
-        start = store.next_step(REF)
-        assert start is not None
+    with visiting(db) as (store, start):
         elsewhere(target, lambda s: s.queue(complete, REF, StepAction.COMPLETE,
                                             {"source": "tracker", "actor": "bob"}))
         store.finish(start, "started")
         db.settle()
         got = store.next_step(REF)
         assert got is not None and got.key == complete
-        store.release(REF)
 
 
 def test_the_loops_sqlite_file_commits_without_waiting_for_the_disk(tmp_path: Path) -> None:
