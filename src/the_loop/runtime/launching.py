@@ -65,11 +65,13 @@ def launch(loop: Loop, step: Step) -> None:
         # transaction idle, which a server's idle_in_transaction_session_timeout ends.
         loop.db.settle()
         with host_launches(loop):  # room checked and taken by one process of a host at once
-            pid = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
+            pid, found = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
             if pid < 0:
                 return  # it could not start (said), or waits for room (step kept)
-            # A session found after a crash may have asked already: its item waits.
-            asked = StepAction.QUESTION in loop.store.queued_by(ref, sid, node.name, 0)
+            # A session found after a crash may have asked already: its item waits. One
+            # started now has not: its `ask` needs the item's claim, which this visit holds.
+            asked = found and StepAction.QUESTION in loop.store.queued_by(ref, sid, node.name,
+                                                                          0)
             loop.store.register_session(sid, step.key, ref=ref, endpoint=target.ref,
                                         harness=h.name, pid=pid, node=node.name,
                                         log=str(loop.sessions_dir / f"{sid}.log"),
@@ -150,11 +152,12 @@ def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
     loop.store.finish(step, "refused", f"{d.refused_by}: {d.reason}")
 
 
-def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
+def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> tuple[int, bool]:
     """Launch the harness for a step (or find the one a crashed process launched);
     returns its pid (0: it ran, its pid is unknown), or -1 when it could not start (said)
     or this host has no room for it now (the step waits; the caller holds
-    `host_launches`, so the room it finds is still there when it registers the session)."""
+    `host_launches`, so the room it finds is still there when it registers the session),
+    and whether it was found rather than started now."""
     sessions = loop.sessions_dir
     pid = harness_mod.lock_pid(sessions, sid)
     w = loop.work(step.ref) or {}
@@ -163,11 +166,11 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
         # A process that died after launching this session: it ran (or runs) with its
         # whole prompt and is registered, not launched twice.
         (sessions / f"{sid}.prompt").unlink(missing_ok=True)
-        return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0)
+        return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0), True
     if not has_room(loop, step.ref):  # another process of this host took the last place
         loop.log.emit("launch.waiting", work_item=step.ref, step=step.key,
                       max_sessions=loop.settings.max_sessions)
-        return -1
+        return -1, False
     pausepoint("launch-room")
     previous = str(w.get("session_id") or "")
     if previous and previous != sid:
@@ -199,11 +202,11 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> int:
             work_item=step.ref, session_id=sid, log_dir=sessions, env=env)
     except LoopError as exc:
         launch_failed(loop, step, str(exc))
-        return -1
+        return -1, False
     loop.procs[sid] = proc
     loop.proc_refs[sid] = step.ref
     failpoint("spawn")
-    return launched.pid
+    return launched.pid, False
 
 
 def _ran(loop: Loop, step: Step, sid: str, epoch: int) -> bool:
