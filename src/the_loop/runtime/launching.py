@@ -54,7 +54,7 @@ def launch(loop: Loop, step: Step) -> None:
         _launch_refused(loop, step, d, target.ref)
         return
     sid = loop.session_id(step.key, str(step.payload.get("salt", "")))
-    prior = loop.store.session_of_step(step.key)
+    prior = loop.store.session_of_step(step.key, sid)
     if prior is not None and not prior["lost"]:
         sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
     if loop.store.session(sid) is None:

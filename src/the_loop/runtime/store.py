@@ -484,11 +484,21 @@ class Store:
             for key in [k for k in memo if k[0] == "session"]:
                 del memo[key]
 
-    def session_of_step(self, key: str) -> dict[str, Any] | None:
-        """The session a launch step started (one its host did not lose, when there is)."""
-        row = self.db.conn.execute("SELECT * FROM sessions WHERE step=? ORDER BY lost, started "
-                                   "DESC LIMIT 1", (key,)).fetchone()
-        return dict(row) if row else None
+    def session_of_step(self, key: str, sid: str = "") -> dict[str, Any] | None:
+        """The session a launch step started (one its host did not lose, when there is).
+        `sid`: the session id the step would give a new one, read in the same statement for
+        the visit's `session` (db.memo)."""
+        sql, args = (("SELECT * FROM sessions WHERE step=? OR id=?", (key, sid)) if sid
+                     else ("SELECT * FROM sessions WHERE step=?", (key,)))
+        rows = [dict(r) for r in self.db.conn.execute(sql, args).fetchall()]
+        memo = self.db.memo()
+        if memo is not None and sid:
+            for row in rows:
+                memo["session", row["id"]] = dict(row)
+            memo.setdefault(("session", sid), None)
+        started = sorted((r for r in rows if r["step"] == key),
+                         key=lambda r: (int(r["lost"]), -float(r["started"])))
+        return started[0] if started else None
 
     def register_session(self, sid: str, step_key: str, *, ref: str, endpoint: str,
                          harness: str, pid: int, node: str, log: str,
