@@ -198,10 +198,14 @@ def print_served(rows: list[Row]) -> bool:
 # --------------------------------------------------------------------------------------------
 # The decision log's cost (issues 23 and 32.5): the same served policy with its log off, in
 # SQLite and in PostgreSQL, measured in one run:
-# `python benchmarks/served_policy.py [--pg DSN] [--baseline REF]` (REF: another commit's
-# logs in the same rounds, each judged against its own log-off server). Each log is served
-# by LOG_PROCESSES servers, their CPU and calls summed.
-# The × CPU columns are log on ÷ log off server CPU per call, 1 and 4 callers, per store.
+# `python benchmarks/served_policy.py [--pg DSN] [--baseline REF]` (DSN: else
+# $THE_LOOP_BENCH_PG_DSN, else $THE_LOOP_TEST_PG_DSN; REF: another commit's logs in the same
+# rounds, each judged against its own log-off server). Each log is served by LOG_PROCESSES
+# servers; the k-th server of every log runs with the same hash seed, so that each log-on
+# server has a log-off twin laid out alike.
+# The × CPU columns are log on ÷ log off server CPU per call, 1 and 4 callers, per store:
+# the median over every round and twin of the ratio of the two servers' CPU per call in
+# that round (judged), and the ratio of the sums over all of them (printed beside it).
 
 LOG_THREADS = (1, 4)  # closed-loop callers for server CPU per call
 PACED_THREADS = 4
@@ -212,12 +216,19 @@ PACED_RATE = 2000.0  # calls/s in all for the latency rows: a loaded server, not
 #: made that window's CPU per call look up to ~13 µs dearer). A server with its log off is
 #: idle meanwhile.
 FLUSHED = 0.3
-#: Servers per log, their figures summed: one process's CPU per call differs from another's
-#: running the same code by up to ±10 % here (its hash seed, its memory's layout), more than
-#: the target's margin, so a log judged by one process was judged by its luck.
+#: Servers per log: one process's CPU per call differs from another's running the same code
+#: by up to ±10 % here (its hash seed, its memory's layout), more than the target's margin,
+#: so a log judged by one process was judged by its luck. The k-th server of each log gets
+#: hash seed k + 1 (`_twin_env`), and each round's ratio is taken between twins.
 LOG_PROCESSES = 3
-LOG_ROUNDS = 4  # rounds of each server: 3 logs × 3 servers × 4 rounds ≈ 90 s
-LogRow = tuple[str, dict[int, float], dict[int, float], list[float]]
+#: Rounds of each server (3 logs × 3 servers × 6 rounds ≈ 2 min). The order of the servers
+#: is reversed every other round: a server measured first (or last) in every round would
+#: meet the machine's load the same way every time.
+LOG_ROUNDS = 6
+#: (log, best calls/s, summed CPU µs per call, median of twin ratios (None for off), summed
+#: ratio (None for off), paced latencies ms) — calls/s and CPU by caller count.
+LogRow = tuple[str, dict[int, float], dict[int, float], dict[int, float] | None,
+               dict[int, float] | None, list[float]]
 
 
 def _paced(make: Callable[[], Callable[[], None]], threads: int, rate: float, seconds: float
@@ -251,50 +262,78 @@ def _paced(make: Callable[[], Callable[[], None]], threads: int, rate: float, se
     return [x for series in lat for x in series]
 
 
+def _twin_env(env: dict[str, str] | None, k: int) -> dict[str, str]:
+    """The environment of each log's k-th server: the same hash seed for every log."""
+    return {**(os.environ if env is None else env), "PYTHONHASHSEED": str(k + 1)}
+
+
+def _log_of(name: str) -> str:
+    """The log-off server `name` is judged against (its own commit's)."""
+    return f"{name.split(': ', 1)[0]}: off" if ": " in name else "off"
+
+
 def decision_log_rows(folder: Path, body: bytes, throughput: Throughput, pg_dsn: str,
                       baseline: tuple[str, dict[str, str]] | None = None) -> list[LogRow]:
     """Per log (off, SQLite, PostgreSQL): best calls/s and server CPU µs per call with 1 and
-    4 closed-loop callers, and the latencies of paced callers; alternating rounds, each log
-    served by `LOG_PROCESSES` servers of the 100-rule folder, whose CPU and calls are summed.
-    With `baseline` (a name and the environment that runs another commit's code), that
-    commit's logs too, in the same rounds."""
+    4 closed-loop callers, the ratios to its log-off twins (see the section's comment), and
+    the latencies of paced callers; alternating rounds, each log served by `LOG_PROCESSES`
+    servers of the 100-rule folder. With `baseline` (a name and the environment that runs
+    another commit's code), that commit's logs too, in the same rounds."""
     policy_dir = policy_folder(folder)
     logs: list[tuple[str, str, dict[str, str] | None]] = []
     for prefix, env in [("", None), *([(f"{baseline[0]}: ", baseline[1])] if baseline else [])]:
         logs += [(f"{prefix}off", "off", env), (f"{prefix}SQLite", "sqlite", env)]
         if pg_dsn:
             logs.append((f"{prefix}PostgreSQL", pg_dsn, env))
-    servers: list[tuple[str, str, subprocess.Popen[str]]] = []
+    servers: list[tuple[str, int, str, subprocess.Popen[str]]] = []
     try:
-        for _ in range(LOG_PROCESSES):  # interleaved: no log gets the first pids alone
+        for k in range(LOG_PROCESSES):  # interleaved: no log gets the first pids alone
             for name, target, env in logs:
                 where = str(folder / f"served-{len(servers)}.db") if target == "sqlite" else target
                 url, proc = _hooks_serve(folder, "--policy", str(policy_dir),
-                                         "--decision-log", where, env=env)
-                servers.append((name, url, proc))
-        names = list(dict.fromkeys(name for name, _, _ in servers))
+                                         "--decision-log", where, env=_twin_env(env, k))
+                servers.append((name, k, url, proc))
+        names = list(dict.fromkeys(name for name, _, _, _ in servers))
         rate = {name: dict.fromkeys(LOG_THREADS, 0.0) for name in names}
-        cpu = {name: dict.fromkeys(LOG_THREADS, 0.0) for name in names}
-        calls = {name: dict.fromkeys(LOG_THREADS, 0) for name in names}
+        #: (log, twin, callers) -> each round's (CPU seconds, calls)
+        rounds: dict[tuple[str, int, int], list[tuple[float, int]]] = {}
         paced: dict[str, list[float]] = {name: [] for name in names}
-        for _ in range(LOG_ROUNDS):
-            for name, url, proc in servers:
+        for i in range(LOG_ROUNDS):
+            for name, k, url, proc in servers if i % 2 == 0 else servers[::-1]:
                 for n in LOG_THREADS:
                     before = _task_cpu(proc.pid)
                     r, values = throughput(_client(url, body), n, ROUND_SECONDS)
                     time.sleep(FLUSHED)  # the writer's last batch of this round is in it
-                    cpu[name][n] += _task_cpu(proc.pid) - before
-                    calls[name][n] += len(values)
+                    rounds.setdefault((name, k, n), []).append(
+                        (_task_cpu(proc.pid) - before, len(values)))
                     rate[name][n] = max(rate[name][n], r)
                 paced[name] += _paced(_client(url, body), PACED_THREADS, PACED_RATE,
                                       ROUND_SECONDS)
                 time.sleep(FLUSHED)  # ... and of the paced one, not in the next round's
     finally:
-        for _, _, proc in servers:
+        for _, _, _, proc in servers:
             proc.terminate()  # a clean stop writes what the log still holds
             proc.wait(30)
-    return [(name, rate[name], {n: cpu[name][n] / calls[name][n] * 1e6 for n in LOG_THREADS},
-             paced[name]) for name in names]
+    rows: list[LogRow] = []
+    for name in names:
+        cpu: dict[int, float] = {}
+        median: dict[int, float] = {}
+        summed: dict[int, float] = {}
+        base = _log_of(name)
+        for n in LOG_THREADS:
+            mine = [m for k in range(LOG_PROCESSES) for m in rounds[name, k, n]]
+            cpu[n] = sum(c for c, _ in mine) / sum(calls for _, calls in mine) * 1e6
+            theirs = [m for k in range(LOG_PROCESSES) for m in rounds[base, k, n]]
+            summed[n] = cpu[n] / (sum(c for c, _ in theirs) / sum(c for _, c in theirs) * 1e6)
+            median[n] = statistics.median(
+                (c / calls) / (bc / b_calls)
+                for k in range(LOG_PROCESSES)
+                for (c, calls), (bc, b_calls) in zip(rounds[name, k, n], rounds[base, k, n],
+                                                     strict=True))
+        off = name == base
+        rows.append((name, rate[name], cpu, None if off else median, None if off else summed,
+                     paced[name]))
+    return rows
 
 
 #: Log on ÷ log off server CPU per call at most (issue 32.5), 1 and 4 callers, each store.
@@ -302,30 +341,32 @@ CPU_TARGET = 1.10
 
 
 def print_decision_log(rows: list[LogRow]) -> bool:
-    """Print the table; True when each log costs ≤ `CPU_TARGET`× the unlogged server's CPU
-    per call (with 1 and 4 callers). PostgreSQL's paced p99 (≤ 1.5× the unlogged server's,
-    issue 23) is printed beside it."""
+    """Print the table; True when each log costs ≤ `CPU_TARGET`× its log-off twins' CPU per
+    call (the median of the rounds' ratios, with 1 and 4 callers). PostgreSQL's paced p99
+    (≤ 1.5× the unlogged server's, issue 23) is printed beside it."""
     print("\n### The decision log's cost: one served 100-rule policy, log off / SQLite / "
           "PostgreSQL\n")
     print(f"{LOG_ROUNDS} alternating rounds of {ROUND_SECONDS} s for each of {LOG_PROCESSES} "
-          "servers per log, their figures summed: server CPU per call (every thread's, its "
-          "log's writer included, from schedstat) with 1 and 4 keep-alive callers sending as fast "
-          f"as answered; latency of {PACED_THREADS} callers sending {PACED_RATE:,.0f} calls/s "
-          "in all (a loaded server, not a saturated one).\n")
-    print("| decision log | 1 caller: calls/s | CPU µs/call | × CPU | 4 callers: calls/s | "
-          "CPU µs/call | × CPU | paced p50 ms | paced p99 ms | × p99 |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "servers per log (the k-th of each log with the same hash seed): server CPU per call "
+          "(every thread's, its log's writer included, from schedstat) with 1 and 4 keep-alive "
+          "callers sending as fast as answered; × CPU is the median over rounds and twins of "
+          "log on ÷ log off CPU per call (judged), Σ the ratio of the sums; latency of "
+          f"{PACED_THREADS} callers sending {PACED_RATE:,.0f} calls/s in all (a loaded "
+          "server, not a saturated one).\n")
+    print("| decision log | 1 caller: calls/s | CPU µs/call | × CPU | Σ | 4 callers: calls/s | "
+          "CPU µs/call | × CPU | Σ | paced p50 ms | paced p99 ms | × p99 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     met = True
-    bases = {name: row for row in rows if (name := row[0]).endswith("off")}
-    for name, rate, cpu, lat in rows:
-        base = bases[name.rsplit(" ", 1)[0] + " off" if ": " in name else "off"]
-        ratios = {n: cpu[n] / base[2][n] for n in LOG_THREADS}  # against its own code's off
-        p99_ratio = _p99(lat) / _p99(base[3])
-        if ": " not in name and name != "off":  # this checkout's logs are judged
-            met = met and all(r <= CPU_TARGET for r in ratios.values())
-        print(f"| {name} | {rate[1]:,.0f} | {cpu[1]:.0f} | {ratios[1]:.2f} | {rate[4]:,.0f} | "
-              f"{cpu[4]:.0f} | {ratios[4]:.2f} | {sorted(lat)[len(lat) // 2]:.3f} | "
-              f"{_p99(lat):.3f} | {p99_ratio:.2f} |")
+    lats = {row[0]: row[5] for row in rows}
+    for name, rate, cpu, median, summed, lat in rows:
+        p99_ratio = _p99(lat) / _p99(lats[_log_of(name)])
+        if median is not None and ": " not in name:  # this checkout's logs are judged
+            met = met and all(median[n] <= CPU_TARGET for n in LOG_THREADS)
+        ratio = {n: (f"{median[n]:.2f}", f"{summed[n]:.2f}") if median and summed else
+                 ("1.00", "1.00") for n in LOG_THREADS}
+        print(f"| {name} | {rate[1]:,.0f} | {cpu[1]:.0f} | {ratio[1][0]} | {ratio[1][1]} | "
+              f"{rate[4]:,.0f} | {cpu[4]:.0f} | {ratio[4][0]} | {ratio[4][1]} | "
+              f"{sorted(lat)[len(lat) // 2]:.3f} | {_p99(lat):.3f} | {p99_ratio:.2f} |")
     return met
 
 
@@ -446,7 +487,7 @@ def main() -> int:
               f"CPUs: {os.cpu_count()}; run {time.perf_counter() - began:.1f} s.")
         return 0 if met else 1
     pg = args[args.index("--pg") + 1] if "--pg" in args else os.environ.get(
-        "THE_LOOP_TEST_PG_DSN", "")
+        "THE_LOOP_BENCH_PG_DSN", os.environ.get("THE_LOOP_TEST_PG_DSN", ""))
     ref = args[args.index("--baseline") + 1] if "--baseline" in args else ""
     began = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
@@ -458,7 +499,7 @@ def main() -> int:
         met = print_decision_log(decision_log_rows(Path(tmp), BODY, _throughput, pg, given))
     print(f"\nTarget: log on ≤ {CPU_TARGET:.2f}× log off in server CPU per call, 1 and 4 "
           f"callers, each log: {'met' if met else 'MISSED'}"
-          f"{'' if pg else ' (PostgreSQL not measured: --pg DSN)'}"
+          f"{'' if pg else ' (PostgreSQL not measured: --pg DSN or THE_LOOP_BENCH_PG_DSN)'}"
           f". CPUs: {os.cpu_count()}; Python {sys.version.split()[0]}; run "
           f"{time.perf_counter() - began:.1f} s.")
     return 0 if met else 1
