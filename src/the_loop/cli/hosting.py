@@ -204,7 +204,9 @@ def _run(server: HookServer, reload_: Reloader | None, watch: float | None,
     `announce` prints the URL once the signals are handled. The handlers only set flags
     (`wakeup.Wakeup`); this loop, in the main thread, stops and reloads."""
     signals = (signal.SIGTERM, signal.SIGHUP) if reload_ is not None else (signal.SIGTERM,)
-    with Wakeup(signals, ignore_after=(signal.SIGHUP,)) as wakeup:
+    # A SIGTERM after the one that stopped it (a storm) is ignored while it closes its
+    # decision log and exits, not its death by the signal (exit -15, the log not closed).
+    with Wakeup(signals, ignore_after=(signal.SIGHUP, signal.SIGTERM)) as wakeup:
         try:
             # Inside the try: a Ctrl-C the moment the first call is answered still stops.
             announce()

@@ -93,6 +93,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         server.serve_forever()
     finally:
+        # Stopping: more SIGTERMs (a storm) are ignored, not its death by the signal in the
+        # clean-up or at exit, where Python puts the default back in place of `on_signal`.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         server.server_close()
         clash = loop.heartbeat is not None and bool(loop.heartbeat.clash)
         loop.stop_heartbeat()
