@@ -170,30 +170,48 @@ def test_a_sigterm_in_a_one_shot_poll_cycle_ends_it_by_the_signal_not_as_a_start
         assert "while starting" not in err and "Traceback" not in err, err
 
 
-def test_sigterms_while_a_stopping_poller_cleans_up_are_the_same_stop(tmp_path: Path) -> None:
-    """The first SIGTERM stops the running poller; more of them while it cleans up (its
-    agent door, its heartbeat, its database) used to find the start's handler put back and
-    end it mid-clean-up as "stopped (SIGTERM) while starting". They are ignored now: it
-    says `poller stopped (SIGTERM)` and exits 0."""
+def _stopped_poller(tmp_path: Path, pause: str, repeats: int) -> tuple[int, str]:
+    """A running `poll` (held `pause` by a pausepoint) sent SIGTERM on saying it polls,
+    then `repeats` more 0.5 s later; its exit code and stderr."""
     config = tmp_path / "cli-config.yaml"
     config.write_text("loop: sigterms\nstateDir: .the-loop\n"
                       "tracker: {kind: local, repository: acme/app}\n", encoding="utf-8")
     proc = subprocess.Popen(
         [sys.executable, "-m", "the_loop", "--config", str(config), "poll", "--quiet"],
-        env=child_env(THE_LOOP_PAUSEPOINT="poll-stopped=1.5"), cwd=tmp_path,
+        env=child_env(THE_LOOP_PAUSEPOINT=pause), cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("polling every")
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)  # inside the clean-up's pause (poller.run_forever: poll-stopped)
-        for _ in range(5):
+        time.sleep(0.5)
+        for _ in range(repeats):
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.05)
         _, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == 0, (proc.returncode, err)
+    return proc.returncode, err
+
+
+def test_sigterms_while_a_stopping_poller_cleans_up_are_the_same_stop(tmp_path: Path) -> None:
+    """The first SIGTERM stops the running poller; more of them while it cleans up (its
+    agent door, its heartbeat, its database; held open here by the pausepoint after its
+    loop) used to find the start's handler put back and end it mid-clean-up as "stopped
+    (SIGTERM) while starting". They are ignored now: it says `poller stopped (SIGTERM)`."""
+    code, err = _stopped_poller(tmp_path, "poll-stopped=1.5", repeats=5)
+    assert code == 0, (code, err)
+    assert err.splitlines() == ["poller stopped (SIGTERM)"], err
+
+
+def test_a_sigterm_sent_when_the_poller_says_it_polls_stops_the_running_poller(
+        tmp_path: Path) -> None:
+    """`polling every …` is printed once the running daemon's handlers are in place: it was
+    printed before them, so a SIGTERM sent on reading it (a supervisor's readiness check)
+    could still meet the start's handler, "stopped (SIGTERM) while starting" (held open
+    here by a pausepoint where the daemon's loop begins)."""
+    code, err = _stopped_poller(tmp_path, "poll-starting=1", repeats=0)
+    assert code == 0, (code, err)
     assert err.splitlines() == ["poller stopped (SIGTERM)"], err

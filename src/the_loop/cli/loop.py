@@ -317,9 +317,9 @@ def cmd_poll(args: argparse.Namespace) -> int:
 
         # Its sessions' graph complete and ask are answered here (agentdoor.py).
         door = opened(loop, {"ask": ask_line, "graph": complete_line}, agent_args)
-        print(f"polling every {args.interval:g} s (Ctrl-C to stop)", flush=True)
         try:
-            why = run_forever(loop, args.interval, stop)
+            why = run_forever(loop, args.interval, stop, started=lambda: print(
+                f"polling every {args.interval:g} s (Ctrl-C to stop)", flush=True))
         finally:
             if door is not None:
                 door.close()

@@ -374,14 +374,19 @@ class Away:
 
 
 def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None,
-                say: Any = None) -> str:
+                say: Any = None, started: Any = None) -> str:
     """The poller daemon's loop; returns why it stopped. Nothing one cycle or one work
     item does ends it: only SIGTERM or SIGINT to this process, or `stop` set by another
     thread. The signal handlers only set a flag (`wakeup.Wakeup`: a handler that set a
-    `threading.Event` could deadlock on its lock, issue 31 item 2); the wait wakes at once."""
+    `threading.Event` could deadlock on its lock, issue 31 item 2); the wait wakes at once.
+    `started()` is called once they are in place (where the daemon says it is running: a
+    SIGTERM sent on reading that is the running daemon's stop)."""
     stop = stop or threading.Event()
     why = "stopped"
+    pausepoint("poll-starting")
     wakeup = Wakeup((signal.SIGTERM, signal.SIGINT)).start()
+    if started is not None:
+        started()
     away = Away()
     while not stop.is_set():
         pause = interval
