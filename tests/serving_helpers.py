@@ -245,3 +245,26 @@ class Callers:
         self.stop.set()
         for t in self.threads:
             t.join(30)
+
+
+#: The first rule of the served tests' policies: it refuses a frozen item's session.
+FROZEN = """\
+rules:
+  - name: frozen
+    on: session_spawn
+    when: "contains(labels, 'frozen')"
+    set:
+      proceed: false
+      reason: the repository is frozen
+"""
+#: An audit rule: it would refuse a draft's session.
+WATCH_DRAFTS = """\
+  - name: watch-drafts
+    on: session_spawn
+    mode: audit
+    when: "contains(labels, 'draft')"
+    set:
+      proceed: false
+"""
+#: The two together.
+SPAWN_RULES = FROZEN + WATCH_DRAFTS

@@ -13,27 +13,12 @@ from typing import Any
 
 import pytest
 
+from serving_helpers import SPAWN_RULES
 from the_loop.decisions.layout import ITEM_KEY_MAX, item_key, recorded
 from the_loop.decisions.masking import Masker
 from the_loop.decisions.served import ServedRecords
 from the_loop.hooks.serving.hosted import policy_executor
 from the_loop.hooks.serving.jsonrpc import CallRecord, handle_request
-
-RULES = """\
-rules:
-  - name: frozen
-    on: session_spawn
-    when: "contains(labels, 'frozen')"
-    set:
-      proceed: false
-      reason: the repository is frozen
-  - name: watch-drafts
-    on: session_spawn
-    mode: audit
-    when: "contains(labels, 'draft')"
-    set:
-      proceed: false
-"""
 
 
 def _body(ref: str, labels: list[str]) -> bytes:
@@ -46,7 +31,7 @@ def _body(ref: str, labels: list[str]) -> bytes:
 def _call(tmp_path: Path, body: bytes) -> CallRecord:
     folder = tmp_path / "rules"
     folder.mkdir(exist_ok=True)
-    (folder / "rules.yaml").write_text(RULES, encoding="utf-8")
+    (folder / "rules.yaml").write_text(SPAWN_RULES, encoding="utf-8")
     heard: list[CallRecord] = []
     handle_request(policy_executor(folder), body, on_call=heard.append)
     assert len(heard) == 1 and heard[0].context is not None

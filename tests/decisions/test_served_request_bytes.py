@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from serving_helpers import Served
+from serving_helpers import FROZEN, WATCH_DRAFTS, Served
 from the_loop.decisions import reads
 from the_loop.decisions.encoding import context_json
 from the_loop.decisions.layout import recorded
@@ -30,25 +30,13 @@ from the_loop.hooks.serving.jsonrpc import CallRecord, handle_request
 TOKEN = "tok-5d1e93b7a2c6f048"
 AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 OLD_LOGS = Path(__file__).parent.parent / "data" / "decision-logs"
-RULES = """\
-rules:
-  - name: frozen
-    on: session_spawn
-    when: "contains(labels, 'frozen')"
-    set:
-      proceed: false
-      reason: the repository is frozen
+RULES = FROZEN + """\
   - name: prefix
     on: session_spawn
     when: "contains(labels, 'frontend')"
     set:
       prompt_prefix: "[frontend] "
-  - name: watch-drafts
-    on: session_spawn
-    mode: audit
-    when: "contains(labels, 'draft')"
-    set:
-      proceed: false
+""" + WATCH_DRAFTS + """\
   - name: strip-keys
     on: input_received
     when: "contains(text, 'sk-live-')"

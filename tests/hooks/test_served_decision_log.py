@@ -17,26 +17,13 @@ from typing import Any
 
 import pytest
 
-from serving_helpers import Served, get, gunicorn, post
+from serving_helpers import SPAWN_RULES, Served, get, gunicorn, post
 from the_loop.decisions.reads import read_points
 from the_loop.hooks.policy.files import revision
 
 TOKEN = "tok-3f9a61c2e8b04d7f"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-RULES = """\
-rules:
-  - name: frozen
-    on: session_spawn
-    when: "contains(labels, 'frozen')"
-    set:
-      proceed: false
-      reason: the repository is frozen
-  - name: watch-drafts
-    on: session_spawn
-    mode: audit
-    when: "contains(labels, 'draft')"
-    set:
-      proceed: false
+RULES = SPAWN_RULES + """\
   - name: strip-keys
     on: input_received
     when: "contains(text, 'sk-live-')"

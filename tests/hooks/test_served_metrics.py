@@ -17,19 +17,12 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 from werkzeug.test import Client
 
-from serving_helpers import Served, get, post
+from serving_helpers import FROZEN, Served, get, post
 from the_loop.hooks.serving.wsgi import app_from_env
 
 TOKEN = "metrics-token-8c1d"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-RULES = """\
-rules:
-  - name: frozen
-    on: session_spawn
-    when: "contains(labels, 'frozen')"
-    set:
-      proceed: false
-      reason: frozen
+RULES = FROZEN + """\
   - name: tag
     on: session_spawn
     set:
