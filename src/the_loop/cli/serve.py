@@ -82,10 +82,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     loop.log.emit("serve.started", url=server.url)
     print(f"the-loop control plane on {server.url}\nthe-loop console on {server.url}/console/ "
           "(sign in with a token from serve.tokens, or the operator's)", flush=True)
-    stop = threading.Event()
+    stopping: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        stop.set()
+        # The first signal starts the shutdown; the rest (a storm, a nested one landing
+        # in here) return at once: each used to start a thread of its own and set an
+        # Event (a lock a handler landing inside it deadlocks on), and a storm of them
+        # ended the server with RecursionError.
+        if stopping:
+            return
+        stopping.append(signum)
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, on_signal)
