@@ -160,9 +160,6 @@ class Database:
     """One connection to the loop's database for this process (or this request)."""
 
     dialect: Dialect = SQLITE
-    #: Whether an open transaction keeps every other connection from writing (SQLite's
-    #: write lock; PostgreSQL locks rows).
-    one_writer = True
     conn: Conn
     where: str
 
@@ -487,7 +484,6 @@ class PgDatabase(Database):
     """The loop's database on PostgreSQL: a connection from this process's pool."""
 
     dialect = POSTGRESQL
-    one_writer = False
 
     def __init__(self, dsn: str, *, migrate: bool = True, idle: float = 0) -> None:
         self.path = Path(":postgresql:")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -374,7 +375,7 @@ class Away:
 
 
 def run_forever(loop: Loop, interval: float, stop: threading.Event | None = None,
-                say: Any = None, started: Any = None) -> str:
+                say: Any = None, started: Callable[[], object] | None = None) -> str:
     """The poller daemon's loop; returns why it stopped. Nothing one cycle or one work
     item does ends it: only SIGTERM or SIGINT to this process, or `stop` set by another
     thread. The signal handlers only set a flag (`wakeup.Wakeup`: a handler that set a
