@@ -119,11 +119,12 @@ def lock_pid(log_dir: Path, session_id: str) -> int:
 
 def lock_holders(log_dir: Path, session_id: str) -> list[int]:
     """Every process that holds a session's lock open (a harness's children included)."""
-    target = str(log_dir / f"{session_id}.lock")
+    target = os.path.join(os.path.realpath(log_dir), f"{session_id}.lock")
     holders: list[int] = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if any(os.readlink(fd) == target for fd in (proc / "fd").iterdir()):
+            if any(os.readlink(fd).removesuffix(" (deleted)") == target and _holds(fd)
+                   for fd in (proc / "fd").iterdir()):
                 holders.append(int(proc.name))
         except OSError:
             continue
@@ -152,11 +153,21 @@ def held_session(pid: int | str, log_dir: Path) -> str:
         name = target[len(prefix):-len(".lock")] if target.startswith(prefix) and \
             target.endswith(".lock") else ""
         try:
-            if name and os.sep not in name and _locked(fd):
+            if name and os.sep not in name and _holds(fd):
                 return name
         except OSError:  # the descriptor closed meanwhile, or cannot be opened again
             continue
     return ""
+
+
+def _holds(fd: Path) -> bool:
+    """Whether the descriptor `fd` (/proc/<pid>/fd/<n>) is one the lock is held through: the
+    harness's own, or a child's copy of it. Its fdinfo lists the lock (Linux 4.1 and later);
+    a descriptor merely open on the lock file — a reader's, another poller's asking whether
+    the session is alive — lists none, so it names no session and is never signalled.
+    Raises `OSError` when the descriptor is gone."""
+    info = (fd.parent.parent / "fdinfo" / fd.name).read_text(encoding="ascii", errors="replace")
+    return any(line.startswith("lock:") and " FLOCK " in line for line in info.splitlines())
 
 
 def _locked(path: Path) -> bool:
