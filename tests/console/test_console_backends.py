@@ -31,7 +31,7 @@ def test_the_timeline_reads_items_comments_and_sessions_from_the_configured_data
         loop.fire(WorkItemStart(**loop.base(ref), actor="alice", source="command"))
         loop.store.register_session("s-console-1", "launch:test", ref=ref, endpoint=ref,
                                     harness="record", pid=1, node="draft", log="s.log")
-        loop.store.session_ended("s-console-1", 0)
+        loop.store.sessions_ended({"s-console-1": 0})
     finally:
         loop.close()
     with serving(ld.config) as url:

@@ -126,7 +126,15 @@ def test_steps_cursors_and_sessions_behave_the_same(db: Database) -> None:
     assert [s["id"] for s in store.live_sessions()] == ["s-1"]
     assert store.running_here() == 1 and store.running_here(besides="s-1") == 0
     assert store.session_of_step("launch:x")["pid"] == 42  # type: ignore[index]
-    assert store.session_ended("s-1", 0) is True and store.session_ended("s-1", 0) is False
+    for sid in ("s-2", "s-3"):
+        store.register_session(sid, f"launch:{sid}", ref=ref, endpoint=ref, harness="h",
+                               pid=43, node="write", log=f"{sid}.log")
+    assert store.sessions_ended({"s-1": 0}) == ["s-1"]
+    # One call, two exit codes, one session already recorded: only the others are returned.
+    assert store.sessions_ended({"s-3": None, "s-1": 0, "s-2": 3}) == ["s-3", "s-2"]
+    assert {s["id"]: s["code"] for s in db.conn.execute(
+        "SELECT id, code FROM sessions ORDER BY id")} == {"s-1": 0, "s-2": 3, "s-3": None}
+    assert store.sessions_ended({}) == []
     assert store.live_sessions() == []
 
 

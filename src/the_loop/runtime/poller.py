@@ -188,14 +188,11 @@ def reap(loop: Loop, snap: Snapshot | None = None) -> list[str]:
         if proc.poll() is not None:
             codes[sid] = proc.returncode
             del loop.procs[sid]
-    for row in snap.live:
-        sid = str(row["id"])
-        if loop.session_alive(sid, row):
-            continue
-        code = codes.get(sid)
-        if loop.store.session_ended(sid, code):
-            loop.log.emit("session.exited", session_id=sid, code=code)
-            ended.append(sid)
+    dead = {str(row["id"]): codes.get(str(row["id"])) for row in snap.live
+            if not loop.session_alive(str(row["id"]), row)}
+    for sid in loop.store.sessions_ended(dead):
+        loop.log.emit("session.exited", session_id=sid, code=dead[sid])
+        ended.append(sid)
     swept = set()
     for host in loop.store.sweep_lost(snap.lapsed):
         loop.log.emit("host.lost", host=host)

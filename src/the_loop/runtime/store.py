@@ -568,10 +568,21 @@ class Store:
         return [dict(r) for r in self.db.conn.execute(
             "SELECT * FROM sessions WHERE lost=1 AND host=?", (self.host,))]
 
-    def session_ended(self, sid: str, code: int | None) -> bool:
-        """Record a session's end; False when another process already did."""
+    def sessions_ended(self, codes: dict[str, int | None]) -> list[str]:
+        """Record the ends of sessions (id → exit code, None when unknown) in one
+        transaction, a statement per distinct code; returns those this call recorded, in
+        the order given (another process may have recorded the rest)."""
+        if not codes:
+            return []
         self._sessions_changed()
+        by_code: dict[int | None, list[str]] = {}
+        for sid, code in codes.items():
+            by_code.setdefault(code, []).append(sid)
+        done: set[str] = set()
         with self.db.transaction() as conn:
-            cur = conn.execute("UPDATE sessions SET exited=1, code=? WHERE id=? AND exited=0",
-                               (code, sid))
-        return bool(cur.rowcount == 1)
+            for code, sids in by_code.items():
+                marks = ",".join("?" * len(sids))
+                done |= {str(r["id"]) for r in conn.execute(
+                    f"UPDATE sessions SET exited=1, code=? WHERE id IN ({marks}) AND exited=0 "
+                    "RETURNING id", (code, *sids))}
+        return [sid for sid in codes if sid in done]

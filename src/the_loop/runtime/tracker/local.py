@@ -59,6 +59,9 @@ class LocalTracker:
         assert m is not None
         repository = f"{m['owner']}/{m['repo']}"
         known = self._ids.get((repository, int(m["n"])))
+        memo = self.db.memo()
+        if known is None and memo is not None and ("item", canon) in memo:
+            known = int(memo["item", canon][0]["id"])  # the visit has read the item
         if known is not None:
             return known, repository, int(m["n"])
         row = self.db.conn.execute(
