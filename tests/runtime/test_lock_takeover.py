@@ -1,0 +1,61 @@
+"""A hostile agent against the session locks, with ordinary file operations: the sessions
+folder is its own user's, so it can open any lock file in it and flock one no one holds.
+
+A session's lock is free the moment its harness ends, before the poller records the end:
+an agent of another session that waits on it (`flock(1)`, a blocking flock) takes it then,
+and the loop still sees that session live. Holding it does not make the agent that
+session's: a lock names a recorded session only while the session's own harness holds it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_agent_door_attacks import CLIENT, attacked
+
+from runtime_helpers import until
+
+#: Run inside `mine`'s session: wait for `theirs`'s lock, then complete `other`'s node with
+#: only that lock (its own session's descriptor closed), as a one-shot and through the door.
+TAKE_OVER = '''\
+import fcntl, subprocess, sys
+fd = os.open(@LOCK@, os.O_RDWR)
+open(@READY@, "w").close()
+fcntl.flock(fd, fcntl.LOCK_EX)  # free once their harness has ended
+argv = ["graph", "complete", "--work-item", @OTHER@]
+alone = {k: v for k, v in os.environ.items()
+         if k not in ("THE_LOOP_AGENT_DOOR", "THE_LOOP_SESSION")}
+one_shot = subprocess.run([sys.executable, "-m", "the_loop", *argv], env=alone,
+                          pass_fds=(fd,), capture_output=True, text=True, timeout=60)
+door = subprocess.run([sys.executable, "-c", @CLIENT@, *argv], pass_fds=(fd,),
+                      capture_output=True, text=True, timeout=60)
+result = [f"{one_shot.returncode}\\0{one_shot.stdout}\\0{one_shot.stderr}", door.stdout]
+'''
+
+
+def test_an_agent_that_takes_an_ended_sessions_lock_cannot_act_on_that_sessions_item(
+        tmp_path: Path) -> None:
+    with attacked(tmp_path) as a:
+        mine, other = a.running("First", "Second")
+        theirs = str(a.ld.work(other)["session_id"])
+        ready = tmp_path / "waiting"
+        lock = a.ld.state / "sessions" / f"{theirs}.lock"
+        code = (TAKE_OVER.replace("@LOCK@", repr(str(lock))).replace("@READY@", repr(str(ready)))
+                .replace("@OTHER@", repr(other))
+                .replace("@CLIENT@", repr(CLIENT + "print(send(connect(), line(sys.argv[1:])))")))
+        slug = mine.rsplit("#", 1)[1]
+        (a.ld.root / f"attack-1-{slug}.py").write_text(
+            "import os\n" + code, encoding="utf-8")
+        a.sent[slug] = 1
+        until(ready.exists, timeout=60, what="the agent waiting on the other session's lock")
+        # Their agent ends (its item is still at its agent node, its session current).
+        (a.ld.root / f"attack-1-{other.rsplit('#', 1)[1]}.py").write_text(
+            "import os\nos._exit(0)\n", encoding="utf-8")
+        out = a.ld.root / f"result-1-{slug}.json"
+        until(out.exists, timeout=90, what="the completions tried with their lock")
+        said = json.loads(out.read_text(encoding="utf-8"))
+        assert a.done_steps() == [], said
+        for answer in said:
+            assert answer.startswith("1\0\0") and f"is not {other}'s current session" in answer, \
+                said
