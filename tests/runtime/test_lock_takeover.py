@@ -59,3 +59,49 @@ def test_an_agent_that_takes_an_ended_sessions_lock_cannot_act_on_that_sessions_
         for answer in said:
             assert answer.startswith("1\0\0") and f"is not {other}'s current session" in answer, \
                 said
+
+
+#: Run inside the first session's harness: close the session's lock (its harness's own
+#: descriptor: the loop then records the session ended), wait for the test, then reply
+#: with THE_LOOP_SESSION unset — still the harness, still leading its process session.
+LET_GO = '''\
+import subprocess, sys, time
+if os.environ["THE_LOOP_SESSION"] != @FIRST@:
+    time.sleep(120)  # a later session of the item: not this test's
+for fd in os.listdir("/proc/self/fd"):
+    with contextlib.suppress(OSError):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(@FIRST@ + ".lock"):
+            os.close(int(fd))
+open(@CLOSED@, "w").close()
+while not os.path.exists(@GO@):
+    time.sleep(0.05)
+alone = {k: v for k, v in os.environ.items() if k != "THE_LOOP_SESSION"}
+done = subprocess.run([sys.executable, "-m", "the_loop", "reply", @REF@, "/approve",
+                       "--actor", "alice"], env=alone, capture_output=True, text=True,
+                      timeout=60)
+result = [done.returncode, done.stdout, done.stderr]
+'''
+
+
+def test_a_harness_that_lets_go_of_its_lock_and_its_variable_is_still_its_sessions_agent(
+        tmp_path: Path) -> None:
+    """Its lock is what the loop asks whether the session runs, not what makes a process
+    the session's: the harness still leads its process session, and that names it."""
+    with attacked(tmp_path) as a:
+        mine, = a.running("First")
+        first = str(a.ld.work(mine)["session_id"])
+        closed, go = tmp_path / "closed", tmp_path / "go"
+        code = (LET_GO.replace("@FIRST@", repr(first)).replace("@CLOSED@", repr(str(closed)))
+                .replace("@GO@", repr(str(go))).replace("@REF@", repr(mine)))
+        (a.ld.root / f"attack-1-{mine.rsplit('#', 1)[1]}.py").write_text(
+            "import contextlib, os\n" + code, encoding="utf-8")
+        until(closed.exists, timeout=60, what="the harness letting go of its lock")
+        until(lambda: a.ld.query("SELECT exited FROM sessions WHERE id=?", first)
+              == [{"exited": 1}], timeout=60, what="the loop recording the session ended")
+        go.touch()
+        out = a.ld.root / f"result-1-{mine.rsplit('#', 1)[1]}.json"
+        code_, said, err = until(lambda: out.exists() and json.loads(out.read_text("utf-8")),
+                                 timeout=90, what="the harness's reply")
+        assert code_ == 2, (said, err)
+        assert f"this command runs inside agent session {first}" in err, err
+        assert "--actor cannot name another person" in err, err

@@ -99,11 +99,41 @@ def _led_by_session(db: Database, sessions_dir: Path, caller: Caller) -> str:
         leader = os.getsid(caller.pid)
     except OSError:
         return ""
-    row = db.conn.execute("SELECT id FROM sessions WHERE pid=? AND exited=0 AND host IN "
-                          "('', ?)", (leader, host_id())).fetchone()
-    if row is not None and session_alive(sessions_dir, str(row["id"]), leader):
+    row = db.conn.execute("SELECT id, started, exited FROM sessions WHERE pid=? AND host IN "
+                          "('', ?) ORDER BY started DESC LIMIT 1", (leader, host_id())).fetchone()
+    if row is not None and _leads(sessions_dir, leader, str(row["id"]), float(row["started"]),
+                                  bool(row["exited"])):
         return str(row["id"])
     return _held(db, sessions_dir, leader) if leader != (caller.pid or os.getpid()) else ""
+
+
+def _leads(sessions_dir: Path, leader: int, sid: str, recorded: float, exited: bool) -> bool:
+    """Whether session `sid` (the newest recorded with the pid `leader`, at `recorded`) is the one
+    its process session belongs to. While that process runs, it is the harness if it started
+    before the loop recorded the session (a pid used again starts later), whatever became of
+    the lock: a harness that closes its lock descriptor is still its session's, though the
+    loop records the session ended then. Once it has ended, its children (still in its
+    process session: its pid is not used again while they live) are the session's while
+    the lock is held."""
+    began = _began(leader)
+    if began is not None:
+        return recorded >= began - 2.0  # (the slack: a clock stepped meanwhile)
+    return not exited and session_alive(sessions_dir, sid, leader)
+
+
+def _began(pid: int) -> float | None:
+    """When process `pid` started, in seconds since the epoch (None: it has ended, or there
+    is no procfs to tell)."""
+    ticks = process_start_time(pid)
+    if not ticks.isdigit():
+        return None
+    try:
+        stat = Path("/proc/stat").read_text(encoding="ascii", errors="replace")
+        boot = next(int(line.split()[1]) for line in stat.splitlines()
+                    if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def _held(db: Database, sessions_dir: Path, pid: int | str) -> str:
