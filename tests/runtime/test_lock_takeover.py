@@ -9,12 +9,15 @@ session's: a lock names a recorded session only while the session's own harness 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 from pathlib import Path
 
 from test_agent_door_attacks import CLIENT, attacked
 
-from runtime_helpers import until
+from runtime_helpers import alive, until
 
 #: Run inside `mine`'s session: wait for `theirs`'s lock, then complete `other`'s node with
 #: only that lock (its own session's descriptor closed), as a one-shot and through the door.
@@ -105,3 +108,25 @@ def test_a_harness_that_lets_go_of_its_lock_and_its_variable_is_still_its_sessio
         assert code_ == 2, (said, err)
         assert f"this command runs inside agent session {first}" in err, err
         assert "--actor cannot name another person" in err, err
+
+
+def test_stopping_an_item_ends_a_child_its_harness_put_in_a_process_group_of_its_own(
+        tmp_path: Path) -> None:
+    """A shell with job control, or a tool started with a process group of its own, leaves
+    the harness's group but not its process session; Python closes the lock descriptor in
+    a child by default. Stopping the item ends that child with its harness."""
+    with attacked(tmp_path) as a:
+        mine, = a.running("First")
+        child = a.attack(mine, '''\
+        import subprocess, sys
+        result = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                  process_group=0).pid
+        ''')
+        try:
+            assert alive(child) and os.getpgid(child) == child
+            a.ld.ok("reply", mine, "/stop", "--actor", "bob")
+            until(lambda: a.ld.work(mine)["state"] == "stopped", timeout=60, what="the stop")
+            until(lambda: not alive(child), timeout=30, what="the harness's child to end")
+        finally:
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)

@@ -131,6 +131,20 @@ def lock_holders(log_dir: Path, session_id: str) -> list[int]:
     return [pid for pid in holders if pid != os.getpid()]
 
 
+def session_members(leader: int) -> list[int]:
+    """Every process in the process session `leader` began (a harness's: its children in
+    process groups of their own too), this process aside."""
+    members: list[int] = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text(encoding="ascii", errors="replace").rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 3 and fields[3] == str(leader):
+            members.append(int(stat.parent.name))
+    return [pid for pid in members if pid != os.getpid()]
+
+
 def held_session(pid: int | str, log_dir: Path) -> str:
     """The session whose lock `pid` ("self" for this process) holds, or '' (the first of
     `held_locks`)."""
