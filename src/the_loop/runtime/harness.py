@@ -131,20 +131,43 @@ def lock_holders(log_dir: Path, session_id: str) -> list[int]:
     return [pid for pid in holders if pid != os.getpid()]
 
 
+def session_members(leader: int) -> list[int]:
+    """Every process in the process session `leader` began (a harness's: its children in
+    process groups of their own too), this process aside."""
+    members: list[int] = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text(encoding="ascii", errors="replace").rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 3 and fields[3] == str(leader):
+            members.append(int(stat.parent.name))
+    return [pid for pid in members if pid != os.getpid()]
+
+
 def held_session(pid: int | str, log_dir: Path) -> str:
-    """The session whose lock `pid` ("self" for this process) holds, or ''.
+    """The session whose lock `pid` ("self" for this process) holds, or '' (the first of
+    `held_locks`)."""
+    return next((sid for sid, _ in held_locks(pid, log_dir)), "")
+
+
+def held_locks(pid: int | str, log_dir: Path) -> list[tuple[str, tuple[int, int]]]:
+    """The session locks `pid` ("self" for this process) holds, in descriptor order: each
+    session's id and the file it is held on (device, inode).
 
     A harness keeps its session's lock descriptor, locked, for its whole life, and its
     children inherit it unless they close it: so a process holding one is inside that
     session, whether or not the loop has recorded the session yet (`identity`). The lock
     must really be held (a descriptor merely open on a lock file names nobody), and a lock
-    file removed from the folder still counts (its descriptor is what holds the lock).
+    file removed from the folder still counts (its descriptor is what holds the lock). The
+    file tells one lock from another of the same name (a lock file replaced meanwhile).
     """
     prefix = os.path.realpath(log_dir) + os.sep
     try:
         fds = list(Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
-        return ""
+        return []
+    held: list[tuple[str, tuple[int, int]]] = []
     for fd in fds:
         try:
             target = os.readlink(fd).removesuffix(" (deleted)")
@@ -154,10 +177,11 @@ def held_session(pid: int | str, log_dir: Path) -> str:
             target.endswith(".lock") else ""
         try:
             if name and os.sep not in name and _holds(fd):
-                return name
+                st = os.stat(fd)
+                held.append((name, (st.st_dev, st.st_ino)))
         except OSError:  # the descriptor closed meanwhile, or cannot be opened again
             continue
-    return ""
+    return held
 
 
 def _holds(fd: Path) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from the_loop.errors import UsageError
 from the_loop.runtime.db import Database
-from the_loop.runtime.harness import held_session, process_start_time, session_alive
+from the_loop.runtime.harness import held_locks, process_start_time, session_alive
 from the_loop.runtime.lease import host_id
 
 AGENT_PREFIX = "agent:"
@@ -80,9 +80,9 @@ def agent_session(db: Database, sessions_dir: Path, caller: Caller = SELF) -> st
 
     What its process shows comes first: a session's id is no credential (the sessions
     folder's lock files name them all), so one claimed by a process of another session
-    names that process's own.
+    names that process's own. Nor is a lock anyone can take (`_own_lock`).
     """
-    sid = held_session(caller.pid or "self", sessions_dir) or \
+    sid = _held(db, sessions_dir, caller.pid or "self") or \
         _led_by_session(db, sessions_dir, caller) or caller.env.get("THE_LOOP_SESSION", "")
     if sid or not caller.pid or process_start_time(caller.pid):
         return sid
@@ -99,11 +99,67 @@ def _led_by_session(db: Database, sessions_dir: Path, caller: Caller) -> str:
         leader = os.getsid(caller.pid)
     except OSError:
         return ""
-    row = db.conn.execute("SELECT id FROM sessions WHERE pid=? AND exited=0 AND host IN "
-                          "('', ?)", (leader, host_id())).fetchone()
-    if row is not None and session_alive(sessions_dir, str(row["id"]), leader):
+    row = db.conn.execute("SELECT id, started, exited FROM sessions WHERE pid=? AND host IN "
+                          "('', ?) ORDER BY started DESC LIMIT 1", (leader, host_id())).fetchone()
+    if row is not None and _leads(sessions_dir, leader, str(row["id"]), float(row["started"]),
+                                  bool(row["exited"])):
         return str(row["id"])
-    return held_session(leader, sessions_dir) if leader != (caller.pid or os.getpid()) else ""
+    return _held(db, sessions_dir, leader) if leader != (caller.pid or os.getpid()) else ""
+
+
+def _leads(sessions_dir: Path, leader: int, sid: str, recorded: float, exited: bool) -> bool:
+    """Whether session `sid` (the newest recorded with the pid `leader`, at `recorded`) is the one
+    its process session belongs to. While that process runs, it is the harness if it started
+    before the loop recorded the session (a pid used again starts later), whatever became of
+    the lock: a harness that closes its lock descriptor is still its session's, though the
+    loop records the session ended then. Once it has ended, its children (still in its
+    process session: its pid is not used again while they live) are the session's while
+    the lock is held."""
+    began = _began(leader)
+    if began is not None:
+        return recorded >= began - 2.0  # (the slack: a clock stepped meanwhile)
+    return not exited and session_alive(sessions_dir, sid, leader)
+
+
+def _began(pid: int) -> float | None:
+    """When process `pid` started, in seconds since the epoch (None: it has ended, or there
+    is no procfs to tell)."""
+    ticks = process_start_time(pid)
+    if not ticks.isdigit():
+        return None
+    try:
+        stat = Path("/proc/stat").read_text(encoding="ascii", errors="replace")
+        boot = next(int(line.split()[1]) for line in stat.splitlines()
+                    if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
+
+
+def _held(db: Database, sessions_dir: Path, pid: int | str) -> str:
+    """The first session whose own lock `pid` holds (1 and 3 above), or ''."""
+    for sid, file in held_locks(pid, sessions_dir):
+        if _own_lock(db, sessions_dir, sid, file):
+            return sid
+    return ""
+
+
+def _own_lock(db: Database, sessions_dir: Path, sid: str, file: tuple[int, int]) -> bool:
+    """Whether a lock held on `file`, named as session `sid`'s, is that session's own.
+
+    A session's lock is free once its processes end, before the loop has seen them end,
+    and anyone can take it then (the lock files are its own user's), or lock a file of
+    its own put in its place. So a recorded session's lock names it only while the
+    session's harness (the pid recorded) holds it on the same file: it has been held since
+    the launch, so every descriptor holding it is a copy of the harness's. A session not
+    recorded yet has only its lock to show.
+    """
+    row = db.conn.execute("SELECT pid, host FROM sessions WHERE id=?", (sid,)).fetchone()
+    if row is None:
+        return True
+    pid = int(row["pid"])
+    return row["host"] in ("", host_id()) and pid > 0 and \
+        (sid, file) in held_locks(pid, sessions_dir)
 
 
 def acting_as(db: Database, state_dir: Path, named: str | None, default: str,

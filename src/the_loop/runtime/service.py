@@ -489,7 +489,7 @@ class Loop:
         return self.settings.state_dir / "sessions"
 
     def end_session(self, sid: str, *, grace: float = 0.0, pid: int | None = None) -> None:
-        """Stop a session of this host — its process group and every process still holding
+        """Stop a session of this host — its process session and every process still holding
         its lock — waiting up to `grace` s for it to end on its own first. Writes nothing.
         (`pid`: a session this process launched and never recorded.)"""
         if pid is None:
@@ -516,7 +516,10 @@ class Loop:
             if pid > 0:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, sig)
-            for holder in harness_mod.lock_holders(self.sessions_dir, sid):
+            # Its process session's members in groups of their own (a shell's jobs), and
+            # those that left it keeping the lock descriptor.
+            members = harness_mod.session_members(pid) if pid > 0 else []
+            for holder in {*members, *harness_mod.lock_holders(self.sessions_dir, sid)}:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(holder, sig)
             until = time.monotonic() + wait
