@@ -85,14 +85,20 @@ def test_only_the_descriptors_a_lock_is_held_through_name_its_session(tmp_path: 
                 _end(proc)
 
 
+def _running_item(ld: LoopDir) -> str:
+    """An item whose session (the holding harness) runs now."""
+    hold(ld, policy=False)
+    ref = ld.add()
+    ld.start(ref)
+    ld.cli("poll", "--once")
+    assert live_sessions(ld)[ref] == 1
+    return ref
+
+
 def test_stopping_an_item_ends_its_session_and_not_a_process_reading_its_lock_file(
         tmp_path: Path) -> None:
     with LoopDir(tmp_path) as ld:
-        hold(ld, policy=False)
-        ref = ld.add()
-        ld.start(ref)
-        ld.cli("poll", "--once")
-        assert live_sessions(ld)[ref] == 1
+        ref = _running_item(ld)
         locks = sorted(str(p) for p in (ld.state / "sessions").glob("*.lock"))
         reader = _spawn(READER, *locks)
         try:
@@ -114,11 +120,7 @@ def test_a_command_run_with_a_live_sessions_lock_file_open_is_still_the_operator
     """A session's id is no credential, and neither is its lock file: opening it (the
     folder's files name every session) does not make a process that session's agent."""
     with LoopDir(tmp_path) as ld:
-        hold(ld, policy=False)
-        ref = ld.add()
-        ld.start(ref)
-        ld.cli("poll", "--once")
-        assert live_sessions(ld)[ref] == 1
+        ref = _running_item(ld)
         (lock,) = (ld.state / "sessions").glob("*.lock")
         done = subprocess.run(
             ["bash", "-c", 'exec 9<"$0"; exec "$@"', str(lock),
