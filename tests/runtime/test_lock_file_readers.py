@@ -19,7 +19,7 @@ from pathlib import Path
 
 from fault_helpers import hold, live_sessions
 from runtime_helpers import LoopDir, alive, until
-from the_loop.runtime.harness import held_session, lock_holders
+from the_loop.runtime.harness import held_locks, lock_holders
 
 #: Holds a lock (as a harness does), starts a child that inherits it, prints both pids.
 HOLDER = """\
@@ -65,10 +65,10 @@ def test_only_the_descriptors_a_lock_is_held_through_name_its_session(tmp_path: 
         assert reader.stdout is not None and reader.stdout.readline() == "open\n"
         with open(lock, "rb"):  # this process reads it too
             assert sorted(lock_holders(sessions, lock.stem)) == sorted([lead, child])
-            assert held_session(lead, sessions) == lock.stem
-            assert held_session(child, sessions) == lock.stem
-            assert held_session(reader.pid, sessions) == ""
-            assert held_session("self", sessions) == ""
+            assert [sid for sid, _ in held_locks(lead, sessions)] == [lock.stem]
+            assert [sid for sid, _ in held_locks(child, sessions)] == [lock.stem]
+            assert held_locks(reader.pid, sessions) == []
+            assert held_locks("self", sessions) == []
         # The lock is still held: a fresh open is refused it.
         fd = os.open(lock, os.O_RDONLY)
         try:

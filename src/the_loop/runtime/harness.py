@@ -118,17 +118,11 @@ def lock_pid(log_dir: Path, session_id: str) -> int:
 
 
 def lock_holders(log_dir: Path, session_id: str) -> list[int]:
-    """Every process that holds a session's lock open (a harness's children included)."""
-    target = os.path.join(os.path.realpath(log_dir), f"{session_id}.lock")
-    holders: list[int] = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            if any(os.readlink(fd).removesuffix(" (deleted)") == target and _holds(fd)
-                   for fd in (proc / "fd").iterdir()):
-                holders.append(int(proc.name))
-        except OSError:
-            continue
-    return [pid for pid in holders if pid != os.getpid()]
+    """Every process that holds a session's lock (a harness's children included), this
+    process aside."""
+    return [int(proc.name) for proc in Path("/proc").glob("[0-9]*")
+            if int(proc.name) != os.getpid()
+            and any(sid == session_id for sid, _ in held_locks(proc.name, log_dir))]
 
 
 def session_members(leader: int) -> list[int]:
@@ -143,12 +137,6 @@ def session_members(leader: int) -> list[int]:
         if len(fields) > 3 and fields[3] == str(leader):
             members.append(int(stat.parent.name))
     return [pid for pid in members if pid != os.getpid()]
-
-
-def held_session(pid: int | str, log_dir: Path) -> str:
-    """The session whose lock `pid` ("self" for this process) holds, or '' (the first of
-    `held_locks`)."""
-    return next((sid for sid, _ in held_locks(pid, log_dir)), "")
 
 
 def held_locks(pid: int | str, log_dir: Path) -> list[tuple[str, tuple[int, int]]]:
