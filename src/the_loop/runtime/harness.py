@@ -53,45 +53,98 @@ def launch(
     child that kept the descriptor) runs: `session_alive` asks the lock, never a bare pid.
     Raises `LoopError` when the command cannot be started (not found, not executable).
     """
-    import subprocess
-
     log_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
     log_path = log_dir / f"{session_id}.log"
+    lock_fd = _fresh_lock(log_dir / f"{session_id}.lock")
     # The prompt is a file the harness reads as stdin: a loop killed right after the
     # launch cannot leave a harness running on half a prompt.
     prompt_path = log_dir / f"{session_id}.prompt"
-    fd = os.open(prompt_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, prompt.encode("utf-8"))
-    finally:
-        os.close(fd)
-    lock_fd = os.open(log_dir / f"{session_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     env = dict(env)
     env[ENV_VAR] = str(config_path or "")
     env["THE_LOOP_WORK_ITEM"] = work_item
     env["THE_LOOP_SESSION"] = session_id
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    stdin_fd = os.open(prompt_path, os.O_RDONLY)
     try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        # Written and read through one descriptor of a file made now: no other process's
+        # file (a link put at its name) is written, and none replaces it before it is read.
+        stdin_fd = _fresh(prompt_path, os.O_RDWR)
         try:
-            proc = subprocess.Popen(
-                list(argv), stdin=stdin_fd, stdout=log_fd, stderr=subprocess.STDOUT,
-                cwd=str(cwd), env=env, start_new_session=True, pass_fds=(lock_fd,),
-            )
-        except OSError as exc:
-            raise LoopError(
-                f"cannot launch {argv[0]!r}: {exc.strerror or exc} (check `harnesses:` "
-                "→ command in cli-config.yaml)"
-            ) from None
+            os.write(stdin_fd, prompt.encode("utf-8"))
+            os.lseek(stdin_fd, 0, os.SEEK_SET)
+            proc = _spawn(argv, stdin_fd, log_path, cwd, env, lock_fd)
+        finally:
+            os.close(stdin_fd)
         if os.environ.get("THE_LOOP_FAILPOINT") == "launch":  # crash-safety tests only
             os._exit(86)
         os.write(lock_fd, str(proc.pid).encode())
     finally:
-        for f in (stdin_fd, log_fd, lock_fd):  # the session's copy keeps the lock
-            os.close(f)
+        os.close(lock_fd)  # the session's copy keeps the lock
         prompt_path.unlink(missing_ok=True)
     return Launched(session_id, proc.pid, log_path), proc
+
+
+def _spawn(argv: tuple[str, ...] | list[str], stdin_fd: int, log_path: Path, cwd: Path,
+           env: dict[str, str], lock_fd: int) -> subprocess.Popen[bytes]:
+    """The harness's process, in a process session of its own, holding the lock's copy."""
+    import subprocess
+
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        return subprocess.Popen(
+            list(argv), stdin=stdin_fd, stdout=log_fd, stderr=subprocess.STDOUT,
+            cwd=str(cwd), env=env, start_new_session=True, pass_fds=(lock_fd,),
+        )
+    except OSError as exc:
+        raise LoopError(
+            f"cannot launch {argv[0]!r}: {exc.strerror or exc} (check `harnesses:` "
+            "→ command in cli-config.yaml)"
+        ) from None
+    finally:
+        os.close(log_fd)
+
+
+#: Times a launch makes its session's lock file afresh when another process keeps
+#: putting one of its own in its place (`_fresh_lock`).
+_LOCK_TRIES = 5
+
+
+def _fresh_lock(path: Path) -> int:
+    """A new lock file at `path`, made and locked by this process (its descriptor).
+
+    Whatever is at `path` is removed first. A launch's session has no lock file yet: one
+    already there was left by an earlier session (after a crash the launch is redone only
+    when that session is not found running: launching._start), or was put there by another
+    process of the same user, such as an agent of another session that worked out this
+    session's id and locked the file first, to block the launch or to pass for this
+    session (identity._own_lock). Its lock stays on the removed file and names no one.
+    Raises `LoopError` when another process keeps putting a file in its place."""
+    for _ in range(_LOCK_TRIES):
+        fd = _fresh(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # locked by another between the two calls
+            os.close(fd)
+            continue
+        return fd
+    raise _crowded(path)
+
+
+def _fresh(path: Path, mode: int) -> int:
+    """A file made now at `path` (what was there removed first), open with `mode`. Raises
+    `LoopError` when another process keeps putting a file in its place."""
+    for _ in range(_LOCK_TRIES):
+        path.unlink(missing_ok=True)
+        try:
+            return os.open(path, mode | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+    raise _crowded(path)
+
+
+def _crowded(path: Path) -> LoopError:
+    return LoopError(
+        f"cannot make the session's file {path}: another process keeps putting a file of its "
+        "own in its place. Find it (`fuser` on the sessions folder), stop it, then re-arm "
+        "the item with `the-loop start`")
 
 
 def session_alive(log_dir: Path, session_id: str, pid: int) -> bool:
@@ -184,8 +237,26 @@ def _holds(fd: Path) -> bool:
 
 def _locked(path: Path) -> bool:
     """Whether the file at `path` (a lock file, or a /proc/<pid>/fd/<n> link to one, which
-    reaches it even when removed) is flock-ed by someone: a fresh open of it is refused the
-    lock. Raises `OSError` (`FileNotFoundError` when there is no file)."""
+    reaches it even when removed) is flock-ed by someone. Raises `OSError`
+    (`FileNotFoundError` when there is no file).
+
+    The kernel's table of locks (/proc/locks) is read, by the file's device and inode:
+    asking never takes the lock. A probe that took it for an instant would, in that
+    instant, be a holder of the session's lock to anyone scanning for them (`lock_holders`:
+    `end_session` signals the holders). Without procfs, the probe is all there is."""
+    st = os.stat(path)
+    try:
+        table = Path("/proc/locks").read_bytes()
+    except OSError:
+        return _probed(path)
+    key = f" {os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} ".encode()
+    # ("->" marks a process waiting for a lock, not holding it.)
+    return any(b" FLOCK " in line and key in line and b"->" not in line
+               for line in table.splitlines())
+
+
+def _probed(path: Path) -> bool:
+    """Whether a fresh open of `path` is refused the lock (`_locked` without procfs)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -213,6 +284,21 @@ def process_start_time(pid: int) -> str:
     if not fields or fields[0] == "Z":
         return ""
     return fields[19] if len(fields) > 19 else "?"
+
+
+def started_at(pid: int) -> float | None:
+    """When process `pid` started, in seconds since the epoch (None: it has ended, or there
+    is no procfs to tell)."""
+    ticks = process_start_time(pid)
+    if not ticks.isdigit():
+        return None
+    try:
+        stat = Path("/proc/stat").read_text(encoding="ascii", errors="replace")
+        boot = next(int(line.split()[1]) for line in stat.splitlines()
+                    if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def alive(pid: int) -> bool:

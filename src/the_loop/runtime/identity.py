@@ -21,7 +21,12 @@ from pathlib import Path
 
 from the_loop.errors import UsageError
 from the_loop.runtime.db import Database
-from the_loop.runtime.harness import held_locks, process_start_time, session_alive
+from the_loop.runtime.harness import (
+    held_locks,
+    process_start_time,
+    session_alive,
+    started_at,
+)
 from the_loop.runtime.lease import host_id
 
 AGENT_PREFIX = "agent:"
@@ -115,25 +120,10 @@ def _leads(sessions_dir: Path, leader: int, sid: str, recorded: float, exited: b
     loop records the session ended then. Once it has ended, its children (still in its
     process session: its pid is not used again while they live) are the session's while
     the lock is held."""
-    began = _began(leader)
+    began = started_at(leader)
     if began is not None:
         return recorded >= began - 2.0  # (the slack: a clock stepped meanwhile)
     return not exited and session_alive(sessions_dir, sid, leader)
-
-
-def _began(pid: int) -> float | None:
-    """When process `pid` started, in seconds since the epoch (None: it has ended, or there
-    is no procfs to tell)."""
-    ticks = process_start_time(pid)
-    if not ticks.isdigit():
-        return None
-    try:
-        stat = Path("/proc/stat").read_text(encoding="ascii", errors="replace")
-        boot = next(int(line.split()[1]) for line in stat.splitlines()
-                    if line.startswith("btime "))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return None
-    return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def _held(db: Database, sessions_dir: Path, pid: int | str) -> str:
@@ -152,11 +142,20 @@ def _own_lock(db: Database, sessions_dir: Path, sid: str, file: tuple[int, int])
     its own put in its place. So a recorded session's lock names it only while the
     session's harness (the pid recorded) holds it on the same file: it has been held since
     the launch, so every descriptor holding it is a copy of the harness's. A session not
-    recorded yet has only its lock to show.
+    recorded yet has only its lock to show, on the file its launch made: a launch removes a
+    file another process put at its name first and makes its own (harness._fresh_lock), so
+    a lock on a file other than the one at that name is not the session's. (One with no
+    file at its name still is: a harness that removed its own lock file is still an agent.)
     """
     row = db.conn.execute("SELECT pid, host FROM sessions WHERE id=?", (sid,)).fetchone()
     if row is None:
-        return True
+        try:
+            st = os.stat(sessions_dir / f"{sid}.lock")
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == file
     pid = int(row["pid"])
     return row["host"] in ("", host_id()) and pid > 0 and \
         (sid, file) in held_locks(pid, sessions_dir)

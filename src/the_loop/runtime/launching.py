@@ -159,10 +159,13 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> tuple
     `host_launches`, so the room it finds is still there when it registers the session),
     and whether it was found rather than started now."""
     sessions = loop.sessions_dir
-    pid = harness_mod.lock_pid(sessions, sid)
     w = loop.work(step.ref) or {}
-    if pid or harness_mod.session_alive(sessions, sid, 0) or (
-            w.get("session_id") == sid and _ran(loop, step, sid, int(w.get("epoch") or 0))):
+    # Its launch began once the item names it (durable before its process exists): until
+    # then, a lock file of its name is another process's (harness._fresh_lock).
+    began = w.get("session_id") == sid
+    pid = harness_mod.lock_pid(sessions, sid) if began else 0
+    if began and (pid or harness_mod.session_alive(sessions, sid, 0)
+                  or _ran(loop, step, sid, int(w.get("epoch") or 0))):
         # A process that died after launching this session: it ran (or runs) with its
         # whole prompt and is registered, not launched twice.
         (sessions / f"{sid}.prompt").unlink(missing_ok=True)

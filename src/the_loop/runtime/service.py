@@ -492,12 +492,17 @@ class Loop:
         """Stop a session of this host — its process session and every process still holding
         its lock — waiting up to `grace` s for it to end on its own first. Writes nothing.
         (`pid`: a session this process launched and never recorded.)"""
+        here = pid or 0
         if pid is None:
             row = self.store.session(sid)
             if row is None or row.get("host") not in ("", self.store.host):
                 return
-            pid = int(row["pid"])
-        here = pid
+            here = int(row["pid"])
+            # Its process group and session are the recorded harness's while that pid is
+            # not another's: a pid is used again only once no group or session has it, by
+            # a process that starts after the session was recorded.
+            began = harness_mod.started_at(here)
+            pid = here if began is None or began <= float(row["started"]) + 2.0 else 0
 
         def alive() -> bool:
             return harness_mod.session_alive(self.sessions_dir, sid, here)
