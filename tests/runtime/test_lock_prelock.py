@@ -1,0 +1,206 @@
+"""A hostile process of the loop's own user against a session that has not started yet, and
+against the loop's checks of a live one.
+
+A launch's session id comes from its step (its key and a random salt, kept in `loop.db`),
+so a process that reads the state folder can work it out before the launch and put a lock
+file of its own at that name. Before, the launch then took that process for the session's
+harness (found by its lock, as after a crash) and started nothing, or blocked in `flock`.
+Now a launch makes its session's files afresh, and a lock found at a session's name is
+trusted as a crashed launch's only once the item names the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fault_helpers import hold, live_sessions
+from runtime_helpers import LoopDir, alive, until
+from the_loop.runtime import harness
+from the_loop.runtime.service import session_id_for
+
+#: Locks the file it is given (as an agent of another session would), writes its own pid
+#: into it, says so, and holds it.
+SQUATTER = """\
+import fcntl, os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, str(os.getpid()).encode())
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def _squat(path: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", SQUATTER, str(path)],
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "locked\n"
+    return proc
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+
+
+def _future_session(ld: LoopDir, ref: str) -> str:
+    """The id the pending launch of `ref` will give its session (what a process reading
+    loop.db can work out)."""
+    (step,) = ld.query("SELECT key, payload FROM steps WHERE ref=? AND kind='launch' "
+                       "AND state='pending'", ref)
+    return session_id_for(str(step["key"]), str(json.loads(step["payload"])["salt"]))
+
+
+def test_a_lock_file_put_at_a_future_sessions_name_does_not_take_the_sessions_place(
+        tmp_path: Path) -> None:
+    with LoopDir(tmp_path) as ld:
+        hold(ld, policy=False)
+        ref = ld.add()
+        ld.start(ref)
+        # A poll that dies before the launch leaves the launch step, salt and all, pending.
+        crashed = ld.cli("poll", "--once", env={"THE_LOOP_FAILPOINT": "workspace"}, ok=False)
+        assert crashed.returncode == 86, crashed.stderr
+        sid = _future_session(ld, ref)
+        lock = ld.state / "sessions" / f"{sid}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        squatter = _squat(lock)
+        try:
+            done = ld.cli("poll", "--once")
+            assert "Traceback" not in done.stderr
+            (row,) = ld.query("SELECT id, pid FROM sessions WHERE ref=?", ref)
+            assert row["id"] == sid
+            assert row["pid"] != squatter.pid, "the squatter was taken for the harness"
+            # The session's own harness runs, with its prompt, and holds the lock at its name.
+            until(lambda: [r["session"] for r in ld.launches()] == [sid], timeout=30,
+                  what="the session's harness recording its launch")
+            assert live_sessions(ld)[ref] == 1
+            assert harness.lock_pid(ld.state / "sessions", sid) == row["pid"]
+            assert [s for s, _ in harness.held_locks(row["pid"], ld.state / "sessions")] == [sid]
+            # Stopping the item ends its harness, as ever.
+            ld.ok("reply", ref, "/stop", "--actor", "bob")
+            ld.cli("poll", "--once")
+            until(lambda: live_sessions(ld)[ref] == 0, timeout=30, what="the session to end")
+        finally:
+            _end(squatter)
+
+
+def test_a_launch_does_not_wait_on_a_lock_another_process_holds_at_its_name(
+        tmp_path: Path) -> None:
+    """Before, the launch blocked in `flock` for as long as the squatter held its lock (and
+    with it the host's launch lock: no other item of the host could start)."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    sid = "s-0123456789ab"
+    squatter = _squat(sessions / f"{sid}.lock")
+    try:
+        launched, proc = harness.launch(
+            [sys.executable, "-c", "import sys, time; sys.stdin.read(); time.sleep(30)"],
+            prompt="Write it.", cwd=tmp_path, config_path=None, work_item="local#1",
+            session_id=sid, log_dir=sessions, env=dict(os.environ))
+        try:
+            assert harness.lock_pid(sessions, sid) == launched.pid
+            assert harness.lock_holders(sessions, sid) == sorted(
+                [launched.pid, squatter.pid]), "the squatter's lock is on the removed file"
+            st = os.stat(sessions / f"{sid}.lock")
+            assert (sid, (st.st_dev, st.st_ino)) in harness.held_locks(launched.pid, sessions)
+            assert (sid, (st.st_dev, st.st_ino)) not in harness.held_locks(squatter.pid,
+                                                                           sessions)
+        finally:
+            proc.kill()
+            proc.wait(timeout=30)
+    finally:
+        _end(squatter)
+
+
+def test_a_link_put_at_a_sessions_prompt_name_is_neither_written_nor_read(
+        tmp_path: Path) -> None:
+    """The prompt goes to the harness through a file the launch made: a symlink put at its
+    name (to a file of the operator's) is removed, not followed."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    sid = "s-0123456789ab"
+    victim = tmp_path / "notes.txt"
+    victim.write_text("the operator's notes\n", encoding="utf-8")
+    (sessions / f"{sid}.prompt").symlink_to(victim)
+    out = tmp_path / "got.txt"
+    launched, proc = harness.launch(
+        [sys.executable, "-c", f"import sys; open({str(out)!r}, 'w').write(sys.stdin.read())"],
+        prompt="Write it.", cwd=tmp_path, config_path=None, work_item="local#1",
+        session_id=sid, log_dir=sessions, env=dict(os.environ))
+    assert proc.wait(timeout=30) == 0
+    assert out.read_text(encoding="utf-8") == "Write it."
+    assert victim.read_text(encoding="utf-8") == "the operator's notes\n"
+    assert not (sessions / f"{sid}.prompt").exists()
+    assert launched.pid == proc.pid
+
+
+def test_asking_whether_a_session_is_alive_never_takes_its_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check that took the lock for an instant was, in that instant, a holder of the
+    session's lock to a poller ending the session, which signals every holder."""
+    lock = tmp_path / "s-0123456789ab.lock"
+    taken: list[object] = []
+    real = fcntl.flock
+    monkeypatch.setattr(fcntl, "flock", lambda fd, op: (taken.append(op), real(fd, op)))
+    lock.touch()
+    assert not harness.session_alive(tmp_path, lock.stem, 0)
+    squatter = _squat(lock)
+    try:
+        assert harness.session_alive(tmp_path, lock.stem, 0)
+        # Reached through the holder's descriptor once its file is removed, as end_session
+        # and identity reach a lock whose file an agent removed.
+        fd = next(p for p in Path(f"/proc/{squatter.pid}/fd").iterdir()
+                  if os.readlink(p) == str(lock))
+        lock.unlink()
+        assert harness._locked(fd)
+    finally:
+        _end(squatter)
+    assert taken == []
+
+
+def test_a_recorded_harness_pid_used_again_is_not_signalled_as_the_sessions_group(
+        tmp_path: Path) -> None:
+    """Stopping a session signals its harness's process group and session. A pid used again
+    — by a process that started after the session was recorded — is another's."""
+    with LoopDir(tmp_path) as ld:
+        hold(ld, policy=False)
+        ref = ld.add()
+        ld.start(ref)
+        ld.cli("poll", "--once")
+        (row,) = ld.query("SELECT id, pid FROM sessions WHERE ref=?", ref)
+        sid = str(row["id"])
+        stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                    start_new_session=True)
+        try:
+            # The harness is gone; its lock is still held by a child it left (a squatter
+            # stands in), and its recorded pid now names the stranger.
+            os.killpg(int(row["pid"]), signal.SIGKILL)
+            until(lambda: not alive(int(row["pid"])), timeout=30, what="the harness to end")
+            with ld.db() as conn:
+                # recorded a minute ago: the stranger started well after it
+                conn.execute("UPDATE sessions SET pid=?, started=started-60 WHERE id=?",
+                             (stranger.pid, sid))
+            lock = ld.state / "sessions" / f"{sid}.lock"
+            holder = _squat(lock)
+            try:
+                ld.ok("reply", ref, "/stop", "--actor", "bob")
+                ld.cli("poll", "--once")
+                until(lambda: holder.poll() is not None, timeout=30,
+                      what="the session's lock holder to be ended")
+                assert stranger.poll() is None and alive(stranger.pid), \
+                    "the stranger was signalled as the harness's group"
+            finally:
+                _end(holder)
+        finally:
+            stranger.kill()
+            stranger.wait(timeout=30)
