@@ -147,7 +147,9 @@ def write_snapshot(config: Config, target: Path) -> str:
         if json.loads(text)["data"] != config.data:
             return ""
         target.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # Made afresh: a link put at its name is not followed, a FIFO does not block.
+        target.unlink(missing_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with open(fd, "w", encoding="utf-8") as f:
             f.write(text)
     except (TypeError, ValueError, OSError):

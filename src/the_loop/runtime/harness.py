@@ -53,7 +53,12 @@ def launch(
     child that kept the descriptor) runs: `session_alive` asks the lock, never a bare pid.
     Raises `LoopError` when the command cannot be started (not found, not executable).
     """
-    log_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
+    try:
+        log_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise LoopError(f"cannot make the sessions folder {log_dir}: {exc.strerror or exc}. "
+                        "Remove what is at that name, then re-arm the item with "
+                        "`the-loop start`") from None
     log_path = log_dir / f"{session_id}.log"
     lock_fd = _fresh_lock(log_dir / f"{session_id}.lock")
     # The prompt is a file the harness reads as stdin: a loop killed right after the
@@ -78,7 +83,8 @@ def launch(
         os.write(lock_fd, str(proc.pid).encode())
     finally:
         os.close(lock_fd)  # the session's copy keeps the lock
-        prompt_path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (a folder put there: the prompt was read)
+            prompt_path.unlink(missing_ok=True)
     return Launched(session_id, proc.pid, log_path), proc
 
 
@@ -87,7 +93,9 @@ def _spawn(argv: tuple[str, ...] | list[str], stdin_fd: int, log_path: Path, cwd
     """The harness's process, in a process session of its own, holding the lock's copy."""
     import subprocess
 
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    # Made now too: a FIFO at its name would block the open, a link would send the
+    # harness's output to another file. (A session's launch starts no harness once one ran.)
+    log_fd = _fresh(log_path, os.O_WRONLY | os.O_APPEND)
     try:
         return subprocess.Popen(
             list(argv), stdin=stdin_fd, stdout=log_fd, stderr=subprocess.STDOUT,
@@ -129,14 +137,21 @@ def _fresh_lock(path: Path) -> int:
 
 
 def _fresh(path: Path, mode: int) -> int:
-    """A file made now at `path` (what was there removed first), open with `mode`. Raises
-    `LoopError` when another process keeps putting a file in its place."""
+    """A file made now at `path` (what was there removed first: a FIFO, a link), open with
+    `mode`. Raises `LoopError` when it cannot be made (a folder at its name), or another
+    process keeps putting a file in its place."""
     for _ in range(_LOCK_TRIES):
-        path.unlink(missing_ok=True)
         try:
+            path.unlink(missing_ok=True)
             return os.open(path, mode | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             continue
+        except OSError as exc:  # a folder at its name, a folder not writable: said, and
+            # the launch fails at once (its item no longer names the session: a lock put
+            # at its name later is not taken for its harness, launching._start)
+            raise LoopError(
+                f"cannot make the session's file {path}: {exc.strerror or exc}. Remove "
+                "what is at that name, then re-arm the item with `the-loop start`") from None
     raise _crowded(path)
 
 
@@ -163,10 +178,17 @@ def session_alive(log_dir: Path, session_id: str, pid: int) -> bool:
 
 def lock_pid(log_dir: Path, session_id: str) -> int:
     """The pid the launcher wrote into a session's lock file (0 when it did not)."""
-    try:
-        text = (log_dir / f"{session_id}.lock").read_text(errors="replace").strip()
+    try:  # without blocking on a FIFO put at its name, nor following a link
+        fd = os.open(log_dir / f"{session_id}.lock",
+                     os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return 0
+    try:
+        text = os.read(fd, 32).decode(errors="replace").strip()
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
     return int(text) if text.isdigit() and len(text) < 10 else 0
 
 
@@ -244,15 +266,46 @@ def _locked(path: Path) -> bool:
     asking never takes the lock. A probe that took it for an instant would, in that
     instant, be a holder of the session's lock to anyone scanning for them (`lock_holders`:
     `end_session` signals the holders). Without procfs, the probe is all there is."""
-    st = os.stat(path)
     try:
         table = Path("/proc/locks").read_bytes()
     except OSError:
         return _probed(path)
-    key = f" {os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino} ".encode()
+    keys = _lock_keys(path)
     # ("->" marks a process waiting for a lock, not holding it.)
-    return any(b" FLOCK " in line and key in line and b"->" not in line
+    return any(b" FLOCK " in line and b"->" not in line and any(k in line for k in keys)
                for line in table.splitlines())
+
+
+def _lock_keys(path: Path) -> set[bytes]:
+    """How /proc/locks may name the file at `path`: " MAJ:MIN:INODE ", by the device its
+    stat gives and by its filesystem's own (the mount's, in mountinfo), which /proc/locks
+    shows where the two differ — a btrfs volume's files, whose stat gives each subvolume a
+    device of its own. Raises `OSError` (`FileNotFoundError` when there is no file)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (an open takes no lock)
+    try:
+        st = os.fstat(fd)
+        devs = {(os.major(st.st_dev), os.minor(st.st_dev)), _mount_device(fd)}
+    finally:
+        os.close(fd)
+    return {f" {major:02x}:{minor:02x}:{st.st_ino} ".encode()
+            for major, minor in devs if major >= 0}
+
+
+def _mount_device(fd: int) -> tuple[int, int]:
+    """The device (major, minor) of the mount descriptor `fd` of this process is on, as
+    /proc/self/mountinfo gives it ((-1, -1) when it cannot be told)."""
+    try:
+        info = Path(f"/proc/self/fdinfo/{fd}").read_text(encoding="ascii", errors="replace")
+        mount = next(line.split()[1] for line in info.splitlines()
+                     if line.startswith("mnt_id:"))
+        for line in Path("/proc/self/mountinfo").read_text(errors="replace").splitlines():
+            fields = line.split()
+            if fields[0] == mount:
+                major, minor = fields[2].split(":")
+                return int(major), int(minor)
+    except (OSError, StopIteration, ValueError, IndexError):
+        pass
+    return -1, -1
 
 
 def _probed(path: Path) -> bool:

@@ -168,7 +168,8 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> tuple
                   or _ran(loop, step, sid, int(w.get("epoch") or 0))):
         # A process that died after launching this session: it ran (or runs) with its
         # whole prompt and is registered, not launched twice.
-        (sessions / f"{sid}.prompt").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (a folder put there: it was read)
+            (sessions / f"{sid}.prompt").unlink(missing_ok=True)
         return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0), True
     if not has_room(loop, step.ref):  # another process of this host took the last place
         loop.log.emit("launch.waiting", work_item=step.ref, step=step.key,
