@@ -257,55 +257,78 @@ def _holds(fd: Path) -> bool:
     return any(line.startswith("lock:") and " FLOCK " in line for line in info.splitlines())
 
 
-def _locked(path: Path) -> bool:
-    """Whether the file at `path` (a lock file, or a /proc/<pid>/fd/<n> link to one, which
-    reaches it even when removed) is flock-ed by someone. Raises `OSError`
-    (`FileNotFoundError` when there is no file).
+def _locked(path: Path, folder: Path | None = None) -> bool:
+    """Whether the file at `path` (a lock file in `folder`, by default its parent, or a
+    /proc/<pid>/fd/<n> link to one, which reaches it even when removed) is flock-ed by
+    someone. Raises `OSError` (`FileNotFoundError` when there is no file).
 
     The kernel's table of locks (/proc/locks) is read, by the file's device and inode:
     asking never takes the lock. A probe that took it for an instant would, in that
     instant, be a holder of the session's lock to anyone scanning for them (`lock_holders`:
-    `end_session` signals the holders). Without procfs, the probe is all there is."""
-    try:
-        table = Path("/proc/locks").read_bytes()
-    except OSError:
+    `end_session` signals the holders). Where the table names files otherwise than their
+    stat does (btrfs names a lock by the volume's device, stat by the subvolume's), or
+    there is no procfs, the probe is what there is: never a held lock taken for a free one.
+    """
+    st = os.stat(path)
+    table = _lock_table()
+    if table is None or not _table_agrees(folder or path.parent, st.st_dev):
         return _probed(path)
-    keys = _lock_keys(path)
-    # ("->" marks a process waiting for a lock, not holding it.)
-    return any(b" FLOCK " in line and b"->" not in line and any(k in line for k in keys)
-               for line in table.splitlines())
+    return _lock_key(st) in _held_keys(table)
 
 
-def _lock_keys(path: Path) -> set[bytes]:
-    """How /proc/locks may name the file at `path`: " MAJ:MIN:INODE ", by the device its
-    stat gives and by its filesystem's own (the mount's, in mountinfo), which /proc/locks
-    shows where the two differ — a btrfs volume's files, whose stat gives each subvolume a
-    device of its own. Raises `OSError` (`FileNotFoundError` when there is no file)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (an open takes no lock)
+def _lock_table() -> bytes | None:
     try:
-        st = os.fstat(fd)
-        devs = {(os.major(st.st_dev), os.minor(st.st_dev)), _mount_device(fd)}
+        return Path("/proc/locks").read_bytes()
+    except OSError:
+        return None
+
+
+def _lock_key(st: os.stat_result) -> bytes:
+    """How /proc/locks names the file `st` is of: its device and inode, MAJ:MIN:INODE."""
+    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}".encode()
+
+
+def _held_keys(table: bytes) -> set[bytes]:
+    """The files the table's flock locks are held on ("->" marks a process waiting for
+    one, not holding it). A line: `1: FLOCK  ADVISORY  WRITE 4950 fe:00:2146691 0 EOF`."""
+    keys: set[bytes] = set()
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == b"FLOCK":
+            keys.add(fields[5])
+    return keys
+
+
+#: Per device: whether /proc/locks names the files on it as their stat does (`_locked`).
+_AGREES: dict[int, bool] = {}
+
+
+def _table_agrees(folder: Path, dev: int) -> bool:
+    """Asked once per device and process: a file of this process's own in `folder`, locked,
+    is looked for in the table."""
+    known = _AGREES.get(dev)
+    if known is None:
+        known = _AGREES[dev] = _finds_own_lock(folder)
+    return known
+
+
+def _finds_own_lock(folder: Path) -> bool:
+    import threading
+
+    # (not a .lock: it names no session)
+    name = folder / f".alive-{os.getpid()}-{threading.get_ident()}.probe"
+    try:
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        table = _lock_table()
+        return table is not None and _lock_key(os.fstat(fd)) in _held_keys(table)
     finally:
         os.close(fd)
-    return {f" {major:02x}:{minor:02x}:{st.st_ino} ".encode()
-            for major, minor in devs if major >= 0}
-
-
-def _mount_device(fd: int) -> tuple[int, int]:
-    """The device (major, minor) of the mount descriptor `fd` of this process is on, as
-    /proc/self/mountinfo gives it ((-1, -1) when it cannot be told)."""
-    try:
-        info = Path(f"/proc/self/fdinfo/{fd}").read_text(encoding="ascii", errors="replace")
-        mount = next(line.split()[1] for line in info.splitlines()
-                     if line.startswith("mnt_id:"))
-        for line in Path("/proc/self/mountinfo").read_text(errors="replace").splitlines():
-            fields = line.split()
-            if fields[0] == mount:
-                major, minor = fields[2].split(":")
-                return int(major), int(minor)
-    except (OSError, StopIteration, ValueError, IndexError):
-        pass
-    return -1, -1
+        with contextlib.suppress(OSError):
+            name.unlink()
 
 
 def _probed(path: Path) -> bool:
