@@ -21,6 +21,11 @@ from pathlib import Path
 #: Seconds a CLI run may take, in a process or in this one.
 CLI_TIMEOUT = 60
 
+#: Compiled bytecode for this run's interpreters, the test processes and the children they
+#: start (the environment may forbid writing it next to the sources): shared by every
+#: process of every run, so each module (and each rewritten test module) compiles once.
+PYCACHE = Path(tempfile.gettempdir()) / f"the-loop-test-pyc-{os.getuid()}"
+
 
 class CliTimedOut(BaseException):
     """An in-process CLI run took longer than CLI_TIMEOUT (a hang fails the test)."""

@@ -16,7 +16,13 @@ import pytest
 # any_loop_data) live here, beside this file; the tests live in folders that mirror the package.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cli_helpers import CLI_TIMEOUT, in_process
+from cli_helpers import CLI_TIMEOUT, PYCACHE, in_process
+
+# This process caches its bytecode where its children do (runtime_helpers.child_env), even
+# under PYTHONDONTWRITEBYTECODE: else each xdist worker compiles src/ and pytest rewrites
+# every test module again, in every run (some 4 s of CPU a worker).
+sys.dont_write_bytecode = False
+sys.pycache_prefix = str(PYCACHE)
 
 if TYPE_CHECKING:
     from runtime_helpers import LoopDir

@@ -16,7 +16,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +23,7 @@ from contextlib import closing, suppress
 from pathlib import Path
 from typing import Any
 
-from cli_helpers import in_process
+from cli_helpers import PYCACHE, in_process
 from the_loop.events import read_events
 
 #: A harness that records what it was launched with: one JSON line per launch in argv[1]
@@ -95,11 +94,7 @@ HARNESSES = {
     "sleep": "[python3, -c, 'import time; time.sleep(120)']",
 }
 
-#: Compiled bytecode for the child interpreters (the environment may forbid writing it
-#: next to the sources); shared by every test of the run, so each import compiles once.
 MARKER_RE = re.compile(r"\n\n<!-- the-loop:[^>]*-->$")
-
-PYCACHE = Path(tempfile.gettempdir()) / f"the-loop-test-pyc-{os.getuid()}"
 
 
 def child_env(**extra: str) -> dict[str, str]:
