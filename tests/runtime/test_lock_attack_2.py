@@ -8,56 +8,25 @@ folder, a FIFO, a symlink, a locked file of its own.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from fault_helpers import hold
+from lock_helpers import crashed_at, end, seen_held_only_while_held, squat
 from runtime_helpers import LoopDir, until
 from the_loop.runtime import harness
 from the_loop.runtime.service import session_id_for
-
-#: Locks the file it is given (as an agent of another session would), writes its own pid
-#: into it, says so, and holds it.
-SQUATTER = """\
-import fcntl, os, signal, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_DFL)
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
-fcntl.flock(fd, fcntl.LOCK_EX)
-os.write(fd, str(os.getpid()).encode())
-print("locked", flush=True)
-time.sleep(120)
-"""
-
-
-def _squat(path: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", SQUATTER, str(path)],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
-    assert proc.stdout is not None and proc.stdout.readline() == "locked\n"
-    return proc
-
-
-def _end(proc: subprocess.Popen[str]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
 
 
 def _pending_launch(ld: LoopDir) -> tuple[str, str, Path]:
     """An item whose launch step is pending (a poll died before it), the id its session
     will have (what a process reading loop.db can work out) and the sessions folder."""
-    hold(ld, policy=False)
-    ref = ld.add()
-    ld.start(ref)
-    crashed = ld.cli("poll", "--once", env={"THE_LOOP_FAILPOINT": "workspace"}, ok=False)
-    assert crashed.returncode == 86, crashed.stderr
+    ref = crashed_at(ld, "workspace")
     (step,) = ld.query("SELECT key, payload FROM steps WHERE ref=? AND kind='launch' "
                        "AND state='pending'", ref)
     sid = session_id_for(str(step["key"]), str(json.loads(step["payload"])["salt"]))
@@ -98,13 +67,13 @@ def test_a_lock_put_at_a_sessions_name_after_a_failed_launch_is_not_taken_for_it
         ld.cli("poll", "--once")
         assert (ld.work(ref)["state"], ld.work(ref)["session_id"]) == ("blocked", "")
         shutil.rmtree(sessions / f"{sid}.prompt")
-        squatter = _squat(sessions / f"{sid}.lock")
+        squatter = squat(sessions / f"{sid}.lock")
         try:
             ld.cli("poll", "--once")
             assert [r["pid"] for r in ld.query("SELECT pid FROM sessions WHERE id=?", sid)
                     if r["pid"] == squatter.pid] == [], "the squatter was taken for the harness"
         finally:
-            _end(squatter)
+            end(squatter)
 
 
 @pytest.mark.parametrize("name", ["{sid}.log", "{sid}.config.json"])
@@ -187,11 +156,7 @@ def test_a_locked_file_renamed_over_an_unrecorded_sessions_lock_does_not_pass_fo
     its own over the session's lock file then passes for that session: its command is the
     session's agent's, and the redo records it as the session's harness."""
     with LoopDir(tmp_path) as ld:
-        hold(ld, policy=False)
-        ref = ld.add()
-        ld.start(ref)
-        crashed = ld.cli("poll", "--once", env={"THE_LOOP_FAILPOINT": "spawn"}, ok=False)
-        assert crashed.returncode == 86, crashed.stderr
+        ref = crashed_at(ld, "spawn")
         sid = str(ld.work(ref)["session_id"])
         sessions = ld.state / "sessions"
         real = harness.lock_pid(sessions, sid)
@@ -207,7 +172,7 @@ def test_a_locked_file_renamed_over_an_unrecorded_sessions_lock_does_not_pass_fo
             (row,) = ld.query("SELECT pid FROM sessions WHERE id=?", sid)
             assert (row["pid"], "agent session" in said) == (real, False), said
         finally:
-            _end(renamer)
+            end(renamer)
             _stop(ld, ref)
 
 
@@ -221,14 +186,6 @@ def test_a_held_lock_on_btrfs_is_seen_held(tmp_path: Path) -> None:
     folder = Path(os.environ["THE_LOOP_TEST_BTRFS"]) / tmp_path.name
     folder.mkdir()
     try:
-        lock = folder / "s-0123456789ab.lock"
-        lock.touch()
-        assert not harness.session_alive(folder, lock.stem, 0)
-        squatter = _squat(lock)
-        try:
-            assert harness.session_alive(folder, lock.stem, 0)
-        finally:
-            _end(squatter)
-        assert not harness.session_alive(folder, lock.stem, 0)
+        seen_held_only_while_held(folder)
     finally:
         shutil.rmtree(folder)

@@ -11,7 +11,6 @@ trusted as a crashed launch's only once the item names the session.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -24,34 +23,10 @@ from pathlib import Path
 import pytest
 
 from fault_helpers import hold, live_sessions
+from lock_helpers import crashed_at, end, seen_held_only_while_held, squat
 from runtime_helpers import LoopDir, alive, until
 from the_loop.runtime import harness
 from the_loop.runtime.service import session_id_for
-
-#: Locks the file it is given (as an agent of another session would), writes its own pid
-#: into it, says so, and holds it.
-SQUATTER = """\
-import fcntl, os, signal, sys, time
-signal.signal(signal.SIGTERM, signal.SIG_DFL)
-fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
-fcntl.flock(fd, fcntl.LOCK_EX)
-os.write(fd, str(os.getpid()).encode())
-print("locked", flush=True)
-time.sleep(120)
-"""
-
-
-def _squat(path: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", SQUATTER, str(path)],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
-    assert proc.stdout is not None and proc.stdout.readline() == "locked\n"
-    return proc
-
-
-def _end(proc: subprocess.Popen[str]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate(timeout=30)
 
 
 def _future_session(ld: LoopDir, ref: str) -> str:
@@ -65,16 +40,12 @@ def _future_session(ld: LoopDir, ref: str) -> str:
 def test_a_lock_file_put_at_a_future_sessions_name_does_not_take_the_sessions_place(
         tmp_path: Path) -> None:
     with LoopDir(tmp_path) as ld:
-        hold(ld, policy=False)
-        ref = ld.add()
-        ld.start(ref)
         # A poll that dies before the launch leaves the launch step, salt and all, pending.
-        crashed = ld.cli("poll", "--once", env={"THE_LOOP_FAILPOINT": "workspace"}, ok=False)
-        assert crashed.returncode == 86, crashed.stderr
+        ref = crashed_at(ld, "workspace")
         sid = _future_session(ld, ref)
         lock = ld.state / "sessions" / f"{sid}.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)
-        squatter = _squat(lock)
+        squatter = squat(lock)
         try:
             done = ld.cli("poll", "--once")
             assert "Traceback" not in done.stderr
@@ -92,7 +63,7 @@ def test_a_lock_file_put_at_a_future_sessions_name_does_not_take_the_sessions_pl
             ld.cli("poll", "--once")
             until(lambda: live_sessions(ld)[ref] == 0, timeout=30, what="the session to end")
         finally:
-            _end(squatter)
+            end(squatter)
 
 
 def test_a_launch_does_not_wait_on_a_lock_another_process_holds_at_its_name(
@@ -102,7 +73,7 @@ def test_a_launch_does_not_wait_on_a_lock_another_process_holds_at_its_name(
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     sid = "s-0123456789ab"
-    squatter = _squat(sessions / f"{sid}.lock")
+    squatter = squat(sessions / f"{sid}.lock")
     try:
         launched, proc = harness.launch(
             [sys.executable, "-c", "import sys, time; sys.stdin.read(); time.sleep(30)"],
@@ -120,7 +91,7 @@ def test_a_launch_does_not_wait_on_a_lock_another_process_holds_at_its_name(
             proc.kill()
             proc.wait(timeout=30)
     finally:
-        _end(squatter)
+        end(squatter)
 
 
 def test_a_link_put_at_a_sessions_prompt_name_is_neither_written_nor_read(
@@ -161,7 +132,7 @@ def test_asking_whether_a_session_is_alive_never_takes_its_lock(
 
     monkeypatch.setattr(fcntl, "flock", flock)
     assert not harness.session_alive(tmp_path, lock.stem, 0)
-    squatter = _squat(lock)
+    squatter = squat(lock)
     try:
         assert harness.session_alive(tmp_path, lock.stem, 0)
         # Reached through the holder's descriptor once its file is removed, as end_session
@@ -171,7 +142,7 @@ def test_asking_whether_a_session_is_alive_never_takes_its_lock(
         lock.unlink()
         assert harness._locked(fd, tmp_path)
     finally:
-        _end(squatter)
+        end(squatter)
     assert taken == []
     assert not list(tmp_path.glob("*.probe"))  # the check's own file is gone
 
@@ -190,15 +161,7 @@ def test_where_the_lock_table_names_files_otherwise_a_held_lock_is_still_seen_he
 
     monkeypatch.setattr(harness, "_lock_table", elsewhere)
     monkeypatch.setattr(harness, "_AGREES", {})
-    lock = tmp_path / "s-0123456789ab.lock"
-    lock.touch()
-    assert not harness.session_alive(tmp_path, lock.stem, 0)
-    squatter = _squat(lock)
-    try:
-        assert harness.session_alive(tmp_path, lock.stem, 0)
-    finally:
-        _end(squatter)
-    assert not harness.session_alive(tmp_path, lock.stem, 0)
+    lock = seen_held_only_while_held(tmp_path)
     assert harness._AGREES.get(lock.stat().st_dev) is False
 
 
@@ -225,7 +188,7 @@ def test_a_recorded_harness_pid_used_again_is_not_signalled_as_the_sessions_grou
                 conn.execute("UPDATE sessions SET pid=?, started=started-60 WHERE id=?",
                              (stranger.pid, sid))
             lock = ld.state / "sessions" / f"{sid}.lock"
-            holder = _squat(lock)
+            holder = squat(lock)
             try:
                 ld.ok("reply", ref, "/stop", "--actor", "bob")
                 ld.cli("poll", "--once")
@@ -234,7 +197,7 @@ def test_a_recorded_harness_pid_used_again_is_not_signalled_as_the_sessions_grou
                 assert stranger.poll() is None and alive(stranger.pid), \
                     "the stranger was signalled as the harness's group"
             finally:
-                _end(holder)
+                end(holder)
         finally:
             stranger.kill()
             stranger.wait(timeout=30)
