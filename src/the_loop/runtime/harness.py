@@ -377,6 +377,14 @@ def started_at(pid: int) -> float | None:
     return boot + int(ticks) / os.sysconf("SC_CLK_TCK")
 
 
+def started_before(pid: int, recorded: float) -> bool | None:
+    """Whether process `pid` started no later than `recorded` (seconds since the epoch, with
+    2 s of slack for a clock stepped meanwhile): a pid used again belongs to a process that
+    started later. None when the process has ended, or there is no procfs to tell."""
+    began = started_at(pid)
+    return None if began is None else began <= recorded + 2.0
+
+
 def alive(pid: int) -> bool:
     """Whether a process we launched is still running (reaps it if it is our child)."""
     try:

@@ -25,7 +25,7 @@ from the_loop.runtime.harness import (
     held_locks,
     process_start_time,
     session_alive,
-    started_at,
+    started_before,
 )
 from the_loop.runtime.lease import host_id
 
@@ -120,9 +120,9 @@ def _leads(sessions_dir: Path, leader: int, sid: str, recorded: float, exited: b
     loop records the session ended then. Once it has ended, its children (still in its
     process session: its pid is not used again while they live) are the session's while
     the lock is held."""
-    began = started_at(leader)
-    if began is not None:
-        return recorded >= began - 2.0  # (the slack: a clock stepped meanwhile)
+    before = started_before(leader, recorded)
+    if before is not None:
+        return before
     return not exited and session_alive(sessions_dir, sid, leader)
 
 

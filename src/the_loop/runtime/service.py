@@ -501,8 +501,7 @@ class Loop:
             # Its process group and session are the recorded harness's while that pid is
             # not another's: a pid is used again only once no group or session has it, by
             # a process that starts after the session was recorded.
-            began = harness_mod.started_at(here)
-            pid = here if began is None or began <= float(row["started"]) + 2.0 else 0
+            pid = 0 if harness_mod.started_before(here, float(row["started"])) is False else here
 
         def alive() -> bool:
             return harness_mod.session_alive(self.sessions_dir, sid, here)
