@@ -67,3 +67,15 @@ def crashed_at(ld: LoopDir, failpoint: str) -> str:
     crashed = ld.cli("poll", "--once", env={"THE_LOOP_FAILPOINT": failpoint}, ok=False)
     assert crashed.returncode == 86, crashed.stderr
     return ref
+
+
+def future_session(ld: LoopDir, ref: str) -> str:
+    """The id the pending launch of `ref` will give its session (what a process reading
+    loop.db can work out)."""
+    import json
+
+    from the_loop.runtime.service import session_id_for
+
+    (step,) = ld.query("SELECT key, payload FROM steps WHERE ref=? AND kind='launch' "
+                       "AND state='pending'", ref)
+    return session_id_for(str(step["key"]), str(json.loads(step["payload"])["salt"]))

@@ -17,19 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from lock_helpers import crashed_at, end, seen_held_only_while_held, squat
+from lock_helpers import crashed_at, end, future_session, seen_held_only_while_held, squat
 from runtime_helpers import LoopDir, until
 from the_loop.runtime import harness
-from the_loop.runtime.service import session_id_for
 
 
 def _pending_launch(ld: LoopDir) -> tuple[str, str, Path]:
     """An item whose launch step is pending (a poll died before it), the id its session
     will have (what a process reading loop.db can work out) and the sessions folder."""
     ref = crashed_at(ld, "workspace")
-    (step,) = ld.query("SELECT key, payload FROM steps WHERE ref=? AND kind='launch' "
-                       "AND state='pending'", ref)
-    sid = session_id_for(str(step["key"]), str(json.loads(step["payload"])["salt"]))
+    sid = future_session(ld, ref)
     sessions = ld.state / "sessions"
     sessions.mkdir(parents=True, exist_ok=True)
     return ref, sid, sessions

@@ -12,7 +12,6 @@ trusted as a crashed launch's only once the item names the session.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import signal
@@ -23,18 +22,9 @@ from pathlib import Path
 import pytest
 
 from fault_helpers import hold, live_sessions
-from lock_helpers import crashed_at, end, seen_held_only_while_held, squat
+from lock_helpers import crashed_at, end, future_session, seen_held_only_while_held, squat
 from runtime_helpers import LoopDir, alive, until
 from the_loop.runtime import harness
-from the_loop.runtime.service import session_id_for
-
-
-def _future_session(ld: LoopDir, ref: str) -> str:
-    """The id the pending launch of `ref` will give its session (what a process reading
-    loop.db can work out)."""
-    (step,) = ld.query("SELECT key, payload FROM steps WHERE ref=? AND kind='launch' "
-                       "AND state='pending'", ref)
-    return session_id_for(str(step["key"]), str(json.loads(step["payload"])["salt"]))
 
 
 def test_a_lock_file_put_at_a_future_sessions_name_does_not_take_the_sessions_place(
@@ -42,7 +32,7 @@ def test_a_lock_file_put_at_a_future_sessions_name_does_not_take_the_sessions_pl
     with LoopDir(tmp_path) as ld:
         # A poll that dies before the launch leaves the launch step, salt and all, pending.
         ref = crashed_at(ld, "workspace")
-        sid = _future_session(ld, ref)
+        sid = future_session(ld, ref)
         lock = ld.state / "sessions" / f"{sid}.lock"
         lock.parent.mkdir(parents=True, exist_ok=True)
         squatter = squat(lock)
