@@ -80,18 +80,21 @@ def test_a_block_that_raises_rolls_the_batch_back_but_keeps_a_decision(
 
 
 def test_a_stale_owners_batch_writes_nothing(db: Database, target: str | Path) -> None:
+    """A visit paused past its lease while another process took its item over: what it
+    writes after that (its item's state, a step it queues) lands nowhere. The statement
+    that commits its batch is the fence check (db._seal), so it is refused there, as one
+    transaction, and the new owner's claim and queue are what the database holds."""
     store = Store(db, expiry=0.5)
     store.arm(REF, actor="alice", source="command", cursors={})
-    with db.batched():
+    with pytest.raises(Fenced, match="writes nothing more"), db.batched():
         assert store.claim(REF)
         time.sleep(0.6)  # paused past its lease: another process takes the item over
         assert elsewhere(target, lambda s: s.claim(REF)) is True
-        with pytest.raises(Fenced, match="writes nothing more"):
-            store.set_work(REF, state="stopped")
-        with pytest.raises(Fenced):
-            store.queue(StepAction.ENTER.key(REF, 1, 1), REF, StepAction.ENTER,
-                        {"node": "write", "actor": "alice", "note": "", "epoch": 1})
+        store.set_work(REF, state="stopped")
+        store.queue(StepAction.ENTER.key(REF, 1, 1), REF, StepAction.ENTER,
+                    {"node": "write", "actor": "alice", "note": "", "epoch": 1})
         store.release(REF)
+    assert not db.pending()
     w = elsewhere(target, lambda s: s.work(REF))
     assert w["state"] == "armed" and w["claim"] != "" and w["fence"] == 2
     assert [s.action for s in [elsewhere(target, lambda s: s.next_step(REF))]] == [

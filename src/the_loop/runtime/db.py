@@ -225,26 +225,71 @@ class Database:
         finally:
             self._local.batch = self._local.open = self._local.memo = None
             self._local.kept = self._local.deferred = _BATCHING.db = None
+            self._local.work = None
 
     def _joined(self, batch: ExitStack) -> Any:
-        """The batch's open transaction, opened when none is, its fence checked once."""
+        """The batch's open transaction, opened when none is (its fence is checked when it
+        commits: `_seal`)."""
         conn = getattr(self._local, "open", None)
-        if conn is None:
-            conn = self._opened(batch)
-        if not self._local.fenced:
-            try:
-                self._check_fence(conn)
-            except BaseException:
-                self._abort(batch)  # a stale owner: the transaction it opened is rolled back
-                raise
-            self._local.fenced = True
-        return conn
+        return conn if conn is not None else self._opened(batch)
 
     def _opened(self, batch: ExitStack) -> Any:
         """Open the batch's transaction (its fence not checked yet)."""
         conn = self._local.open = batch.enter_context(self._begin())
         self._local.fenced = False
+        self._local.work = None
         return conn
+
+    def defer_work(self, ref: str, fields: dict[str, Any]) -> bool:
+        """In a batch, for the item this thread holds: keep `fields` of its work row to be
+        written by the statement that commits the batch's transaction and checks its fence
+        (`_seal`: one statement where a visit wrote the row two or three times and read
+        its fence once). False (not held) elsewhere: the caller writes them itself."""
+        batch = self._holding(ref)
+        if batch is None:
+            return False
+        self._joined(batch)
+        work = getattr(self._local, "work", None)
+        if work is None:
+            work = self._local.work = {}
+        work.update(fields)
+        return True
+
+    def deferred_work(self, ref: str) -> dict[str, Any]:
+        """The fields of `ref`'s work row this thread's batch holds, not written yet (a
+        read of the row applies them)."""
+        work = getattr(self._local, "work", None)
+        return dict(work) if work and self._holding(ref) is not None else {}
+
+    def _holding(self, ref: str) -> ExitStack | None:
+        """This thread's open batch when it holds `ref`'s claim in it (None otherwise)."""
+        held = getattr(self._local, "fence", None)
+        batch = getattr(self._local, "batch", None)
+        return batch if held is not None and held[0] == ref else None
+
+    def _seal(self, conn: Conn, *, release: bool = False) -> None:
+        """The open transaction's last statement before COMMIT: the claimed item's work
+        row gets the fields the batch holds for it (`defer_work`) and, with `release`, its
+        claim is given up -- only while the claim and its fencing number are still this
+        thread's, so the same statement is the transaction's fence check (`Fenced`
+        otherwise: the caller rolls the transaction back). Nothing is run when the claim
+        was checked already in this transaction (a locked read, or the claim itself) and
+        nothing is held. SQLite's write lock, or PostgreSQL's row lock this statement takes,
+        keeps another owner out from here to COMMIT; a newer owner that took the claim
+        earlier in the transaction is seen here, before any of it is committed."""
+        held = getattr(self._local, "fence", None)
+        work = getattr(self._local, "work", None) or {}
+        if held is None or (not work and not release and self._local.fenced):
+            return
+        ref, owner, fence = held
+        sets = [f"{k}=?" for k in work] + (["claim=''", "claim_until=0"] if release else [])
+        cur = conn.execute(f"UPDATE work SET {', '.join(sets or ['fence=fence'])} "
+                           "WHERE ref=? AND claim=? AND fence=?",
+                           (*work.values(), ref, owner, fence))
+        if cur.rowcount != 1:
+            self._judge(held, None)
+        self._local.work = None
+        self._local.fenced = True
 
     def memo(self) -> dict[Any, Any] | None:
         """This thread's visit cache (None outside `batched()`; see the module doc)."""
@@ -298,9 +343,30 @@ class Database:
             return
         self.flush_deferred()
         if self.pending():
-            self._local.open = self._local.kept = None
-            batch.close()
-            self._local.commits = self.commits() + 1
+            self._commit(batch)
+
+    def settle_released(self, ref: str) -> bool:
+        """Commit this thread's open batch transaction with `ref`'s claim given up by its
+        sealing statement (`_seal`); False when no transaction is open (the caller gives
+        the claim up with a statement of its own)."""
+        batch = self._holding(ref)
+        if batch is None:
+            return False
+        self.flush_deferred()
+        if not self.pending():
+            return False
+        self._commit(batch, release=True)
+        return True
+
+    def _commit(self, batch: ExitStack, *, release: bool = False) -> None:
+        try:
+            self._seal(self._local.open, release=release)
+        except BaseException:
+            self._abort(batch)  # a stale owner: what the transaction wrote is rolled back
+            raise
+        self._local.open = self._local.kept = None
+        batch.close()
+        self._local.commits = self.commits() + 1
 
     def commits(self) -> int:
         """How many times this thread's batches have committed (a cache of what a visit
@@ -312,7 +378,7 @@ class Database:
         if memo is not None:
             memo.clear()  # what was read may have been written by what is rolled back
         held = list((getattr(self._local, "deferred", None) or {}).values())
-        self._local.deferred = None
+        self._local.deferred = self._local.work = None
         if self.pending():
             self._local.open = None
             kept, self._local.kept = getattr(self._local, "kept", None) or [], None

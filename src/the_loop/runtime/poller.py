@@ -256,14 +256,16 @@ def work_on(loop: Loop, ref: str, report: Report, *, wait: float = 0.0,
             report.busy += 1
             return False
         try:
-            failpoint("claim")
-            take_over(loop, ref)
-            run_steps(loop, ref, report)
-            check_session(loop, ref, report)
+            try:
+                failpoint("claim")
+                take_over(loop, ref)
+                run_steps(loop, ref, report)
+                check_session(loop, ref, report)
+            finally:
+                loop.store.release(ref)  # fenced: what the visit wrote since it last
+                # committed is rolled back with the release (Fenced, handled below)
         except Fenced as exc:
             fenced_out(loop, ref, exc)
-        finally:
-            loop.store.release(ref)
     return True
 
 

@@ -103,20 +103,21 @@ class Store:
             got = memo["work", ref]
             return dict(got) if got is not None else None
         row = self.db.conn.execute("SELECT * FROM work WHERE ref=?", (ref,)).fetchone()
-        w = dict(row) if row else None
+        w = {**row, **self.db.deferred_work(ref)} if row else None
         if memo is not None:
             memo["work", ref] = dict(w) if w is not None else None
         return w
 
     def set_work(self, ref: str, conn: Conn | None = None, **fields: Any) -> None:
         fields["updated"] = time.time()
-        cols = ", ".join(f"{k}=?" for k in fields)
-        sql = f"UPDATE work SET {cols} WHERE ref=?"
-        if conn is not None:
-            conn.execute(sql, (*fields.values(), ref))
-        else:
-            with self.db.transaction() as c:
-                c.execute(sql, (*fields.values(), ref))
+        if not self.db.defer_work(ref, fields):  # (the item a visit holds: written as the
+            # visit's transaction commits, db._seal)
+            sql = f"UPDATE work SET {', '.join(f'{k}=?' for k in fields)} WHERE ref=?"
+            if conn is not None:
+                conn.execute(sql, (*fields.values(), ref))
+            else:
+                with self.db.transaction() as c:
+                    c.execute(sql, (*fields.values(), ref))
         memo = self.db.memo()
         if memo is not None and memo.get(("work", ref)) is not None:
             memo["work", ref].update(fields)
@@ -196,7 +197,7 @@ class Store:
                 fence += 1  # a new owner: whatever the last one still writes is refused
             conn.execute(f"UPDATE work SET claim=?, claim_until={self.now} + ?, fence=? "
                          "WHERE ref=?", (me, self.expiry, fence, ref))
-        self.db.hold(ref, me, fence)
+        self.db.hold(ref, me, fence, locked=self.db.pending())
         return True
 
     def claim_wait(self, ref: str, timeout: float) -> bool:
@@ -212,10 +213,13 @@ class Store:
         """Give the claim up (nothing is written when a newer owner has it). In a visit's
         batch (db.batched) it is the batch's last statement, committed with what the visit
         wrote; otherwise one statement of its own."""
-        self.db.conn.execute("UPDATE work SET claim='', claim_until=0 WHERE ref=? AND claim=?",
-                             (ref, self.me))  # it guards itself
-        self.db.settle()
-        self.db.drop(ref)
+        try:
+            if not self.db.settle_released(ref):  # (the batch's last statement, fenced)
+                self.db.conn.execute("UPDATE work SET claim='', claim_until=0 WHERE ref=? "
+                                     "AND claim=?", (ref, self.me))  # it guards itself
+                self.db.settle()
+        finally:
+            self.db.drop(ref)
 
     def beat(self, owner: str = "") -> dict[str, Any] | None:
         """Renew every claim this process holds, and say this host is alive -- unless its
@@ -355,6 +359,8 @@ class Store:
             w = {c: rows[0][c] for c in _WORK} if rows and rows[0]["ref"] is not None else None
             if fence:
                 self.db.fenced_by(w)
+            if w is not None:
+                w.update(self.db.deferred_work(ref))
             memo["work", ref] = w
             queue = []
             for r in rows:
@@ -569,20 +575,17 @@ class Store:
             "SELECT * FROM sessions WHERE lost=1 AND host=?", (self.host,))]
 
     def sessions_ended(self, codes: dict[str, int | None]) -> list[str]:
-        """Record the ends of sessions (id → exit code, None when unknown) in one
-        transaction, a statement per distinct code; returns those this call recorded, in
-        the order given (another process may have recorded the rest)."""
+        """Record the ends of sessions (id → exit code, None when unknown) in one statement
+        (it needs no transaction of its own); returns those this call recorded, in the
+        order given (another process may have recorded the rest)."""
         if not codes:
             return []
         self._sessions_changed()
-        by_code: dict[int | None, list[str]] = {}
-        for sid, code in codes.items():
-            by_code.setdefault(code, []).append(sid)
-        done: set[str] = set()
-        with self.db.transaction() as conn:
-            for code, sids in by_code.items():
-                marks = ",".join("?" * len(sids))
-                done |= {str(r["id"]) for r in conn.execute(
-                    f"UPDATE sessions SET exited=1, code=? WHERE id IN ({marks}) AND exited=0 "
-                    "RETURNING id", (code, *sids))}
+        whens = " ".join("WHEN ? THEN CAST(? AS INTEGER)" for _ in codes)
+        marks = ",".join("?" * len(codes))
+        done = {str(r["id"]) for r in self.db.conn.execute(
+            f"UPDATE sessions SET exited=1, code=CASE id {whens} END WHERE id IN ({marks}) "
+            "AND exited=0 RETURNING id",
+            (*(v for pair in codes.items() for v in pair), *codes)).fetchall()}
+        self.db.settle()
         return [sid for sid in codes if sid in done]
