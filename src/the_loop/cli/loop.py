@@ -378,7 +378,7 @@ def complete_line(args: argparse.Namespace, caller: Caller | None = None,
     database that is away for a moment is retried (sqldb.retrying): the completion is
     keyed by the node's epoch, so it is queued once however many tries reach it. Returns
     the line to print; `caller`, `loop_of`: as `ask_line`'s."""
-    from the_loop.runtime.identity import SELF, acting_as, agent_session
+    from the_loop.runtime.identity import SELF, agent_session, attributed
     from the_loop.sqldb import retrying
 
     who = caller or SELF
@@ -388,7 +388,7 @@ def complete_line(args: argparse.Namespace, caller: Caller | None = None,
         try:
             ref = loop.tracker.resolve(_work_item(args, who))
             sid = agent_session(loop.db, loop.settings.state_dir / "sessions", who)
-            actor = acting_as(loop.db, loop.settings.state_dir, None, "agent", caller=who)
+            actor = attributed(sid, None, "agent")
             node = loop.graph_complete(ref, summary=args.summary, actor=actor, session_id=sid)
             return ref, node, loop_of is None and unmended(loop, f"{node}'s completion")
         finally:

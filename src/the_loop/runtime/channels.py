@@ -28,6 +28,12 @@ class Channels:
         self.specs = specs
         self.log = log
 
+    @property
+    def calls_out(self) -> bool:
+        """Whether publishing waits on another machine (a webhook; a file is appended to
+        here): a visit settles its writes first (runtime/steps.py)."""
+        return any(spec.kind != "file" for spec in self.specs)
+
     def publish(self, message: dict[str, Any]) -> int:
         """Send to every channel; returns how many succeeded."""
         ok = 0

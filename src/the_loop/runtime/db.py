@@ -27,11 +27,12 @@ tracker, emptied by a rollback and at the end.
 
 On PostgreSQL a read (`SELECT`) the visit runs on `conn` while its batch has no
 transaction open opens the batch's transaction, so the visit's reads share the transaction
-its writes commit in instead of each being one of its own; the fence is then checked by
-the first write of that transaction, and a read that fails rolls the batch back as a failed
-block does. The claim (an UPDATE on `conn`) still commits alone, so a rolled-back batch
-keeps it. SQLite keeps its reads outside (a read that began a transaction could not become
-a writer once another process had written).
+its writes commit in instead of each being one of its own, and a read that fails rolls the
+batch back as a failed block does. The fence of a batch's transaction is checked by the
+statement that commits it (`_seal`: it also writes the claimed item's work row), or by a
+locked read of that row that opened it. The claim (an UPDATE on `conn`) still commits
+alone, so a rolled-back batch keeps it. SQLite keeps its reads outside (a read that began a
+transaction could not become a writer once another process had written).
 
 The SQLite file (and its -wal/-shm companions) is readable by its owner only.
 """
@@ -366,12 +367,6 @@ class Database:
             raise
         self._local.open = self._local.kept = None
         batch.close()
-        self._local.commits = self.commits() + 1
-
-    def commits(self) -> int:
-        """How many times this thread's batches have committed (a cache of what a visit
-        read holds until the next: after it another owner may have taken the item over)."""
-        return int(getattr(self._local, "commits", 0))
 
     def _abort(self, batch: ExitStack) -> None:
         memo = self.memo()

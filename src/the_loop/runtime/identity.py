@@ -165,7 +165,11 @@ def acting_as(db: Database, state_dir: Path, named: str | None, default: str,
               flag: str = "--actor", caller: Caller = SELF) -> str:
     """The login input is attributed to: the agent inside a session, else whom the
     operator named (or `default`)."""
-    sid = agent_session(db, state_dir / "sessions", caller)
+    return attributed(agent_session(db, state_dir / "sessions", caller), named, default, flag)
+
+
+def attributed(sid: str, named: str | None, default: str, flag: str = "--actor") -> str:
+    """`acting_as` for a caller whose agent session (`sid`, '' for the operator) is known."""
     if sid:
         me = agent_login(sid)
         if named and named != me:

@@ -58,12 +58,6 @@ def launch(loop: Loop, step: Step) -> None:
     if prior is not None and not prior["lost"]:
         sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
     if loop.store.session(sid) is None:
-        # Nothing of this visit's batch is held while the host's launch lock is waited for:
-        # on SQLite its holder may be waiting for the database's write lock (db.batched);
-        # on PostgreSQL the holder may keep it for seconds (a previous session's grace and
-        # its SIGTERM and SIGKILL waits), all that time this item's rows locked and its
-        # transaction idle, which a server's idle_in_transaction_session_timeout ends.
-        loop.db.settle()
         with host_launches(loop):  # room checked and taken by one process of a host at once
             pid, found = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
             if pid < 0:
@@ -116,7 +110,16 @@ def host_launches(loop: Loop) -> Iterator[None]:
     at once cannot both take the last place under maxSessions."""
     fd = os.open(loop.settings.state_dir / "launch.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # Nothing of this visit's batch is held while the lock is waited for: on SQLite
+            # its holder may be waiting for the database's write lock (db.batched); on
+            # PostgreSQL the holder may keep it for seconds (a previous session's grace and
+            # its SIGTERM and SIGKILL waits), all that time this item's rows locked and its
+            # transaction idle, which a server's idle_in_transaction_session_timeout ends.
+            loop.db.settle()
+            fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # the lock goes with the descriptor

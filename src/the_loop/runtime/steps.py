@@ -361,7 +361,7 @@ def phase(loop: Loop, step: Step) -> None:
         loop.tracker.label(ref, f"loop:{p['from_phase']}", remove=True)
     loop.tracker.label(ref, f"loop:{p['to_phase']}")
     if d["notify"] is not False:
-        if loop.settings.channels:  # a visit's writes are not held while one is called
+        if loop.channels.calls_out:  # a visit's writes are not held while one is called
             loop.db.settle()
         loop.channels.publish({
             "type": "phase.completed" if p["terminal"] else "phase.changed", "id": step.key,
@@ -394,7 +394,7 @@ def complete(loop: Loop, step: Step) -> None:
     loop.set_work(ref, state="done")
     loop.log.emit("item.completed", work_item=ref, source=p["source"])
     if d["announce"] is not False:
-        if loop.settings.channels:  # a visit's writes are not held while one is called
+        if loop.channels.calls_out:  # a visit's writes are not held while one is called
             loop.db.settle()
         loop.channels.publish({"type": "item.closed", "id": step.key, "work_item": ref,
                                "source": p["source"], "actor": p["actor"]})

@@ -276,13 +276,14 @@ class Store:
 
     def _queue(self, ref: str) -> list[Step] | None:
         """In a visit: `ref`'s pending steps as `next_step` read them, with the steps the
-        visit queued since, until the visit's batch commits (None: read them again: after a
-        commit, the read is where a stale owner is stopped, `Database.fence_due`)."""
+        visit queued since (None: read them again -- not read in this visit, changed other
+        than by its `add_step` and `finish`, emptied by a rollback, or, on PostgreSQL, after
+        a commit, where the read that opens the next transaction is its fence check,
+        `Database.fence_due`; on SQLite they are kept across the visit's commits)."""
         memo = self.db.memo()
-        held = memo.get(("queue", ref)) if memo is not None else None
-        if held is None or held[0] != self.db.commits():
+        if memo is None or self.db.fence_due(ref):
             return None
-        return held[1]  # type: ignore[no-any-return]
+        return memo.get(("queue", ref))
 
     def forget_steps(self, ref: str) -> None:
         """A step of `ref` was changed other than by `add_step` or `finish`: the visit
@@ -340,7 +341,8 @@ class Store:
         by the statement that reads the item's work row (one snapshot of both; on
         PostgreSQL, when it opens the visit's transaction, it locks that row and is the
         transaction's fence check); the visit's own `add_step`s join that queue and its
-        `finish`es leave it, until the batch commits (then they are read again). The claim
+        `finish`es leave it for the rest of the visit (on PostgreSQL until the batch
+        commits: the read after a commit is the next transaction's fence check). The claim
         the visit holds keeps every other loop process from running or queuing a step of
         the item meanwhile, but for a tracker's closure queued by the control plane, which
         the next visit takes (cycle.py reads it)."""
@@ -372,7 +374,7 @@ class Store:
                     if not queue:
                         raise
                     return queue[0]  # not kept: read again at each step (as it waits)
-            memo["queue", ref] = (self.db.commits(), queue)
+            memo["queue", ref] = queue
         while queue and queue[0].state != "pending":
             queue.pop(0)  # finished in this visit
         return queue[0] if queue else None
