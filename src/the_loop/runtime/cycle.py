@@ -5,10 +5,10 @@ statement (one round trip and one transaction on PostgreSQL, one consistent snap
 either backend): this host's live sessions and its sessions another host declared lost,
 the hosts whose heartbeat lapsed while sessions were recorded on them, the open items with
 their labels, every active item's work row (whether it has a pending step, whether its
-session ended), the open items with a comment past their input cursor that the loop did
-not write itself (its own comments are no input: a cycle after each would read the
-comments and move the cursor for nothing), and the items with pending steps. An idle
-cycle costs this one statement.
+session ended, how long ago the host it names last beat), the open items with a comment
+past their input cursor that the loop did not write itself (its own comments are no input:
+a cycle after each would read the comments and move the cursor for nothing), and the items
+with pending steps. An idle cycle costs this one statement.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def snapshot_sql(store: Store) -> str:
     item = _obj(jo, "i", _ITEM_COLUMNS, "'label', l.label")
     work = _obj(jo, "w", _WORK_COLUMNS, "'session_exited', s.exited",
                 "'pending', (SELECT COUNT(*) FROM steps p WHERE p.ref=w.ref AND "
-                "p.state='pending')")
+                "p.state='pending')", f"'host_ago', {store.now} - h.seen")
     return " UNION ALL ".join((
         f"SELECT 'live' AS what, {_obj(jo, 's', _SESSION_COLUMNS)} AS r FROM sessions s "
         "WHERE s.exited=0 AND s.host IN ('', ?)",
@@ -55,7 +55,8 @@ def snapshot_sql(store: Store) -> str:
         f"SELECT 'open', {item} FROM items i "
         "LEFT JOIN labels l ON l.item=i.id WHERE i.state='open'",
         f"SELECT 'active', {work} FROM work w LEFT JOIN sessions s "
-        f"ON s.id=w.session_id AND w.session_id<>'' WHERE w.state IN ({marks})",
+        "ON s.id=w.session_id AND w.session_id<>'' LEFT JOIN hosts h ON h.id=w.host "
+        f"WHERE w.state IN ({marks})",
         f"SELECT 'commented', {jo}('ref', x.ref) FROM (SELECT DISTINCT {ref} AS ref FROM "
         "comments c JOIN items i ON i.id=c.item LEFT JOIN cursors k ON "
         f"k.ref={ref} WHERE i.state='open' AND c.id > COALESCE(k.last, 0) AND c.author <> ?) "

@@ -209,9 +209,16 @@ def ours(loop: Loop, w: dict[str, Any]) -> bool:
     """Whether this host may run the item's steps: its session runs here or nowhere — or on
     a host whose heartbeat has lapsed (taken over once claimed)."""
     host = str(w.get("host") or "")
-    if host in ("", loop.store.host) or not loop.store.host_alive(host):
+    if host in ("", loop.store.host):
         return True
     sid = str(w.get("session_id") or "")
+    if "host_ago" in w:  # the cycle's snapshot: the host's last beat, the session's end
+        ago = w["host_ago"]
+        if ago is None or float(ago) >= loop.store.expiry:
+            return True
+        return bool(sid) and bool(w.get("session_exited"))
+    if not loop.store.host_alive(host):
+        return True
     row = loop.store.session(sid) if sid else None
     return bool(sid) and row is not None and bool(row["exited"])
 
