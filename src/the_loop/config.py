@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from the_loop.errors import ConfigError, quote
-from the_loop.util import closest
+from the_loop.util import closest, made_afresh
 
 ENV_VAR = "THE_LOOP_CLI_CONFIG"
 #: Names a session's snapshot of the config the loop launched it with (`write_snapshot`).
@@ -147,10 +147,7 @@ def write_snapshot(config: Config, target: Path) -> str:
         if json.loads(text)["data"] != config.data:
             return ""
         target.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
-        # Made afresh: a link put at its name is not followed, a FIFO does not block.
-        target.unlink(missing_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with open(fd, "w", encoding="utf-8") as f:
+        with open(made_afresh(target, os.O_WRONLY), "w", encoding="utf-8") as f:
             f.write(text)
     except (TypeError, ValueError, OSError):
         return ""

@@ -28,6 +28,22 @@ def shown_path(path: str | os.PathLike[str]) -> str:
     return real[len(cwd) + 1:] if real.startswith(cwd + os.sep) else text
 
 
+def made_afresh(path: str | os.PathLike[str], mode: int, tries: int = 5) -> int:
+    """A file made now at `path`, mode 0600, open with `mode` (os.O_* flags): whatever was
+    at its name is removed first, so a link put there is not followed and a FIFO does not
+    block. FileExistsError when another process put a file in its place `tries` times in a
+    row; OSError when it cannot be made (a folder at its name, a folder not writable)."""
+    for attempt in range(tries):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        try:
+            return os.open(path, mode | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            if attempt == tries - 1:
+                raise
+    raise FileExistsError(f"{os.fspath(path)}: no tries left")  # tries < 1
+
+
 def closest(name: str, valid: list[str] | tuple[str, ...]) -> str | None:
     """The valid name a typo most likely meant, or None."""
     import difflib

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final
 
 from the_loop.config import ENV_VAR
 from the_loop.errors import LoopError
+from the_loop.util import made_afresh
 
 if TYPE_CHECKING:  # a launch imports it: the session's own commands never launch (issue 34)
     import subprocess
@@ -140,19 +141,16 @@ def _fresh(path: Path, mode: int) -> int:
     """A file made now at `path` (what was there removed first: a FIFO, a link), open with
     `mode`. Raises `LoopError` when it cannot be made (a folder at its name), or another
     process keeps putting a file in its place."""
-    for _ in range(_LOCK_TRIES):
-        try:
-            path.unlink(missing_ok=True)
-            return os.open(path, mode | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            continue
-        except OSError as exc:  # a folder at its name, a folder not writable: said, and
-            # the launch fails at once (its item no longer names the session: a lock put
-            # at its name later is not taken for its harness, launching._start)
-            raise LoopError(
-                f"cannot make the session's file {path}: {exc.strerror or exc}. Remove "
-                "what is at that name, then re-arm the item with `the-loop start`") from None
-    raise _crowded(path)
+    try:
+        return made_afresh(path, mode, _LOCK_TRIES)
+    except FileExistsError:
+        raise _crowded(path) from None
+    except OSError as exc:  # a folder at its name, a folder not writable: said, and the
+        # launch fails at once (its item no longer names the session: a lock put at its
+        # name later is not taken for its harness, launching._start)
+        raise LoopError(
+            f"cannot make the session's file {path}: {exc.strerror or exc}. Remove what is "
+            "at that name, then re-arm the item with `the-loop start`") from None
 
 
 def _crowded(path: Path) -> LoopError:
