@@ -5,6 +5,7 @@ channels hear; operator graphs fail at load naming the node or edge (issue 7: it
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -185,6 +186,57 @@ def test_webhook_channels_post_json_and_a_failing_one_is_recorded(ld: LoopDir) -
                for f in failed)
     assert ld.item(ref)["state"] == "closed"
     assert "s3cret-token" not in (ld.state / "events.jsonl").read_text()
+
+
+class _LockProbe(BaseHTTPRequestHandler):
+    """A webhook that, while the loop waits for its answer, tries to take the loop's SQLite
+    write lock as another process would."""
+
+    db: ClassVar[str] = ""
+    free: ClassVar[list[bool]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        other = sqlite3.connect(type(self).db, timeout=0.5)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+            type(self).free.append(True)
+        except sqlite3.OperationalError:  # database is locked: the visit held its writes
+            type(self).free.append(False)
+        finally:
+            other.close()
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def test_a_visit_holds_no_write_lock_while_a_webhook_channel_is_called(
+        ld: LoopDir) -> None:
+    """A webhook is another machine's to answer: the visit commits what it wrote before it
+    calls one, so the loop's other processes can write meanwhile (a file channel, appended
+    to here, is written with the visit's writes still open: issue 34)."""
+    _LockProbe.db, _LockProbe.free = str(ld.state / "loop.db"), []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _LockProbe)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        ld.write_config(channels=(
+            "channels:\n  - {kind: file, path: channel.jsonl}\n"
+            f"  - {{kind: webhook, url: 'http://127.0.0.1:{server.server_address[1]}/h'}}\n"))
+        ref = ld.add()
+        ld.start(ref)
+        ld.poll()
+        ld.cli("graph", "complete", "--work-item", ref)
+        ld.poll()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert _LockProbe.free == [True]  # the phase message, sent with no write lock held
+    assert [m["type"] for m in ld.channel_messages()] == ["phase.changed"]
 
 
 # ------------------------------------------------------------------ graphs at load
