@@ -142,16 +142,14 @@ time.sleep(120)
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "left: a session not recorded yet has only its lock file to show, and nothing durable "
-    "tells the file its launch made from one renamed over it; the fix records the lock "
-    "file's device:inode on the item's row with the session's id (a schema change)"))
 def test_a_locked_file_renamed_over_an_unrecorded_sessions_lock_does_not_pass_for_it(
         tmp_path: Path) -> None:
     """A poll that died right after spawning a session (failpoint `spawn`) leaves it
-    running and not recorded until the next poll. A process that renames a locked file of
-    its own over the session's lock file then passes for that session: its command is the
-    session's agent's, and the redo records it as the session's harness."""
+    running and not recorded until the next poll. Before, a process that renamed a locked
+    file of its own over the session's lock file then passed for that session: its command
+    was the session's agent's, and the redo recorded it as the session's harness. The
+    launch now records its lock file (device:inode) with the session's id before the
+    harness exists (schema 5), and only that file names the session."""
     with LoopDir(tmp_path) as ld:
         ref = crashed_at(ld, "spawn")
         sid = str(ld.work(ref)["session_id"])

@@ -119,15 +119,18 @@ ADDED: dict[int, tuple[tuple[str, str, str], ...]] = {
     3: ITEM_COLUMNS_V3,  # the tracker's (runtime/trackerschema.py)
     # Version 4: the sha256 of the token handed to the item's current session (identity.py).
     4: (("work", "session_key", "TEXT NOT NULL DEFAULT ''"),),
+    # Version 5: the lock file (device:inode) the launch of the item's current session made,
+    # recorded before its harness exists (harness.make_lock, identity._own_lock).
+    5: (("work", "session_lock", "TEXT NOT NULL DEFAULT ''"),),
 }
 #: version → its tables (made before that version's added columns), and its indexes (after).
-TABLES = {1: SCHEMA, 2: LEASES, 3: "", 4: ""}
+TABLES = {1: SCHEMA, 2: LEASES, 3: "", 4: "", 5: ""}
 INDEXES = {1: "", 2: "CREATE INDEX IF NOT EXISTS sessions_live ON sessions(host, exited)",
-           3: "", 4: ""}
+           3: "", 4: "", 5: ""}
 #: version → a statement run after its columns exist (what older rows' new columns hold).
 FILLS = {3: FILL_V3}
 #: The schema this version of the-loop reads and writes.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 #: The database whose batch this thread has open (db.batched), for `settle_batch`.

@@ -44,24 +44,42 @@ def harness_env(passed: tuple[str, ...], secret_names: set[str]) -> dict[str, st
     return env
 
 
-def launch(
-    argv: tuple[str, ...] | list[str], *, prompt: str, cwd: Path, config_path: Path | None,
-    work_item: str, session_id: str, log_dir: Path, env: dict[str, str],
-) -> tuple[Launched, subprocess.Popen[bytes]]:
-    """Start the process with the prompt as its stdin (a file, removed once it is open).
-
-    The session holds an exclusive lock on `<log_dir>/<id>.lock` for as long as it (or a
-    child that kept the descriptor) runs: `session_alive` asks the lock, never a bare pid.
-    Raises `LoopError` when the command cannot be started (not found, not executable).
-    """
+def make_lock(log_dir: Path, session_id: str) -> tuple[int, str]:
+    """The lock file of a session about to launch, made and locked now (`_fresh_lock`): its
+    descriptor, which `launch` hands to the harness, and its `lock_key`, which the loop
+    records with the session's id before the harness exists, so that the file can be told
+    from one put at its name later (`holding`). Raises `LoopError` when it cannot be made."""
     try:
         log_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise LoopError(f"cannot make the sessions folder {log_dir}: {exc.strerror or exc}. "
                         "Remove what is at that name, then re-arm the item with "
                         "`the-loop start`") from None
+    fd = _fresh_lock(log_dir / f"{session_id}.lock")
+    return fd, lock_key(os.fstat(fd))
+
+
+def lock_key(st: os.stat_result) -> str:
+    """A lock file's identity as the loop records it: `device:inode` (as stat gives them)."""
+    return f"{st.st_dev}:{st.st_ino}"
+
+
+def launch(
+    argv: tuple[str, ...] | list[str], *, prompt: str, cwd: Path, config_path: Path | None,
+    work_item: str, session_id: str, log_dir: Path, env: dict[str, str],
+    lock_fd: int | None = None,
+) -> tuple[Launched, subprocess.Popen[bytes]]:
+    """Start the process with the prompt as its stdin (a file, removed once it is open).
+
+    The session holds an exclusive lock on `<log_dir>/<id>.lock` for as long as it (or a
+    child that kept the descriptor) runs: `session_alive` asks the lock, never a bare pid.
+    `lock_fd`: that lock, made by `make_lock` (made here when not given); closed here
+    either way. Raises `LoopError` when the command cannot be started (not found, not
+    executable).
+    """
+    if lock_fd is None:
+        lock_fd, _ = make_lock(log_dir, session_id)
     log_path = log_dir / f"{session_id}.log"
-    lock_fd = _fresh_lock(log_dir / f"{session_id}.lock")
     # The prompt is a file the harness reads as stdin: a loop killed right after the
     # launch cannot leave a harness running on half a prompt.
     prompt_path = log_dir / f"{session_id}.prompt"
@@ -174,19 +192,56 @@ def session_alive(log_dir: Path, session_id: str, pid: int) -> bool:
     return False
 
 
-def lock_pid(log_dir: Path, session_id: str) -> int:
-    """The pid the launcher wrote into a session's lock file (0 when it did not)."""
+def lock_pid(log_dir: Path, session_id: str, key: str = "") -> int:
+    """The pid the launcher wrote into a session's lock file (0 when it did not; with
+    `key`, when the file at its name is not that one, `lock_key`)."""
     try:  # without blocking on a FIFO put at its name, nor following a link
         fd = os.open(log_dir / f"{session_id}.lock",
                      os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return 0
     try:
+        if key and lock_key(os.fstat(fd)) != key:
+            return 0
         text = os.read(fd, 32).decode(errors="replace").strip()
     except OSError:
         return 0
     finally:
         os.close(fd)
+    return int(text) if text.isdigit() and len(text) < 10 else 0
+
+
+def holding(log_dir: Path, session_id: str, key: str) -> list[Path]:
+    """The descriptors (/proc/<pid>/fd/<n>, this process's aside) through which the lock
+    on the session's own lock file is held: the file its launch made, `key` (`lock_key`),
+    whatever is at its name now (a locked file of another process renamed over it)."""
+    held: list[Path] = []
+    prefix = os.path.join(os.path.realpath(log_dir), f"{session_id}.lock")
+    for proc in Path("/proc").glob("[0-9]*"):
+        if int(proc.name) == os.getpid():
+            continue
+        try:
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd).removesuffix(" (deleted)") == prefix and \
+                        lock_key(os.stat(fd)) == key and _holds(fd):
+                    held.append(fd)
+            except OSError:  # the descriptor closed meanwhile
+                continue
+    return held
+
+
+def pid_written(fd: Path) -> int:
+    """The pid the launcher wrote into the lock file a holder's descriptor `fd` is open on
+    (0 when none was written yet, or the descriptor is gone)."""
+    try:
+        with open(fd, "rb") as f:
+            text = f.read(32).decode(errors="replace").strip()
+    except OSError:
+        return 0
     return int(text) if text.isdigit() and len(text) < 10 else 0
 
 

@@ -142,13 +142,21 @@ def _own_lock(db: Database, sessions_dir: Path, sid: str, file: tuple[int, int])
     its own put in its place. So a recorded session's lock names it only while the
     session's harness (the pid recorded) holds it on the same file: it has been held since
     the launch, so every descriptor holding it is a copy of the harness's. A session not
-    recorded yet has only its lock to show, on the file its launch made: a launch removes a
-    file another process put at its name first and makes its own (harness._fresh_lock), so
-    a lock on a file other than the one at that name is not the session's. (One with no
-    file at its name still is: a harness that removed its own lock file is still an agent.)
+    recorded yet has only its lock to show, on the file its launch made and recorded with
+    the session's id on its item's row before the harness existed (`session_lock`,
+    harness.make_lock): a lock on any other file is not the session's, whatever its name
+    (a locked file renamed over the session's). A launch by a version that recorded none:
+    a launch removes a file another process put at its name first and makes its own
+    (harness._fresh_lock), so a lock on a file other than the one at that name is not the
+    session's. (One with no file at its name still is: a harness that removed its own lock
+    file is still an agent.)
     """
     row = db.conn.execute("SELECT pid, host FROM sessions WHERE id=?", (sid,)).fetchone()
     if row is None:
+        launched = db.conn.execute("SELECT session_lock FROM work WHERE session_id=? AND "
+                                   "session_lock<>''", (sid,)).fetchone()
+        if launched is not None:
+            return f"{file[0]}:{file[1]}" == str(launched["session_lock"])
         try:
             st = os.stat(sessions_dir / f"{sid}.lock")
         except FileNotFoundError:

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from the_loop.agentdoor import DOOR_ENV
 from the_loop.config import SNAPSHOT_ENV, write_snapshot
@@ -166,14 +167,13 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> tuple
     # Its launch began once the item names it (durable before its process exists): until
     # then, a lock file of its name is another process's (harness._fresh_lock).
     began = w.get("session_id") == sid
-    pid = harness_mod.lock_pid(sessions, sid) if began else 0
-    if began and (pid or harness_mod.session_alive(sessions, sid, 0)
-                  or _ran(loop, step, sid, int(w.get("epoch") or 0))):
+    found = _launched(loop, step, sid, w) if began else None
+    if found is not None:
         # A process that died after launching this session: it ran (or runs) with its
         # whole prompt and is registered, not launched twice.
         with contextlib.suppress(OSError):  # (a folder put there: it was read)
             (sessions / f"{sid}.prompt").unlink(missing_ok=True)
-        return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0), True
+        return found, True
     if not has_room(loop, step.ref):  # another process of this host took the last place
         loop.log.emit("launch.waiting", work_item=step.ref, step=step.key,
                       max_sessions=loop.settings.max_sessions)
@@ -190,8 +190,6 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> tuple
     # Its token (the control plane's agent credential) is bound to it from the same moment;
     # the loop keeps only the digest, and the token lives only in the session's environment.
     token, digest = session_token()
-    loop.set_work(step.ref, session_id=sid, host=loop.store.host, session_key=digest)
-    loop.db.settle()  # durable before the process exists (the visit's batch, db.batched)
     h = loop.settings.harnesses[loop.settings.harness]
     env = harness_mod.harness_env(h.env, set(loop.settings.secret_names))
     env["THE_LOOP_NODE"] = str(step.payload["node"])
@@ -203,10 +201,25 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> tuple
     snapshot = write_snapshot(loop.config, sessions / f"{sid}.config.json")
     if snapshot:
         env[SNAPSHOT_ENV] = snapshot
+    # Its lock file is made now and recorded with it (`session_lock`): until the session is
+    # recorded, that file is what names it (identity._own_lock, `_launched` after a crash),
+    # not whatever another process puts at the file's name.
+    try:
+        lock_fd, lock = harness_mod.make_lock(sessions, sid)
+    except LoopError as exc:
+        launch_failed(loop, step, str(exc))
+        return -1, False
+    try:
+        loop.set_work(step.ref, session_id=sid, host=loop.store.host, session_key=digest,
+                      session_lock=lock)
+        loop.db.settle()  # durable before the process exists (the visit's batch, db.batched)
+    except BaseException:
+        os.close(lock_fd)
+        raise
     try:
         launched, proc = harness_mod.launch(
             h.command, prompt=prompt, cwd=path, config_path=loop.config.path,  # type: ignore[arg-type]
-            work_item=step.ref, session_id=sid, log_dir=sessions, env=env)
+            work_item=step.ref, session_id=sid, log_dir=sessions, env=env, lock_fd=lock_fd)
     except LoopError as exc:
         launch_failed(loop, step, str(exc))
         return -1, False
@@ -214,6 +227,25 @@ def _start(loop: Loop, step: Step, sid: str, prompt: str, path: object) -> tuple
     loop.proc_refs[sid] = step.ref
     failpoint("spawn")
     return launched.pid, False
+
+
+def _launched(loop: Loop, step: Step, sid: str, w: dict[str, Any]) -> int | None:
+    """A session whose launch began (the item names it) and that ran or runs: its harness's
+    pid (0: unknown), or None when it never started. Its lock file is the one its launch
+    recorded (`session_lock`; by its name for a launch of a version that recorded none)."""
+    sessions, lock = loop.sessions_dir, str(w.get("session_lock") or "")
+    if lock:
+        held = harness_mod.holding(sessions, sid, lock)
+        pid = next((p for p in map(harness_mod.pid_written, held) if p), 0) or \
+            harness_mod.lock_pid(sessions, sid, lock)  # (written once it was spawned)
+        if pid or held or _ran(loop, step, sid, int(w.get("epoch") or 0)):
+            return pid or (int(held[0].parent.parent.name) if held else 0)
+        return None
+    pid = harness_mod.lock_pid(sessions, sid)
+    if pid or harness_mod.session_alive(sessions, sid, 0) or \
+            _ran(loop, step, sid, int(w.get("epoch") or 0)):
+        return pid or next(iter(harness_mod.lock_holders(sessions, sid)), 0)
+    return None
 
 
 def _ran(loop: Loop, step: Step, sid: str, epoch: int) -> bool:

@@ -57,7 +57,8 @@ class Step:
 
 
 _WORK = ("ref", "state", "arm_seq", "node", "session_id", "actor", "source", "respawns",
-         "updated", "epoch", "claim", "claim_until", "fence", "host", "session_key")
+         "updated", "epoch", "claim", "claim_until", "fence", "host", "session_key",
+         "session_lock")
 _STEP = ("seq", "key", "ref", "kind", "payload", "decisions", "state", "outcome", "detail")
 #: A visit's pending steps and its item's work row, in one statement (one row per step, in
 #: order; one row with NULL step columns: nothing pending; no work row: NULL work columns).
