@@ -178,11 +178,13 @@ def _crowded(path: Path) -> LoopError:
         "the item with `the-loop start`")
 
 
-def session_alive(log_dir: Path, session_id: str, pid: int) -> bool:
+def session_alive(log_dir: Path, session_id: str, pid: int,
+                  held: set[bytes] | None = None) -> bool:
     """Whether a session still runs: its lock is held. Without a lock file (a session from
-    an older version), the pid and its start time decide."""
+    an older version), the pid and its start time decide. `held`: the table of locks as
+    `held_files` read it just now, for a caller that asks of several sessions at once."""
     try:
-        if _locked(log_dir / f"{session_id}.lock"):
+        if _locked(log_dir / f"{session_id}.lock", held=held):
             return True
     except FileNotFoundError:
         return pid > 0 and alive(pid)
@@ -310,7 +312,7 @@ def _holds(fd: Path) -> bool:
     return any(line.startswith("lock:") and " FLOCK " in line for line in info.splitlines())
 
 
-def _locked(path: Path, folder: Path | None = None) -> bool:
+def _locked(path: Path, folder: Path | None = None, held: set[bytes] | None = None) -> bool:
     """Whether the file at `path` (a lock file in `folder`, by default its parent, or a
     /proc/<pid>/fd/<n> link to one, which reaches it even when removed) is flock-ed by
     someone. Raises `OSError` (`FileNotFoundError` when there is no file).
@@ -323,10 +325,17 @@ def _locked(path: Path, folder: Path | None = None) -> bool:
     there is no procfs, the probe is what there is: never a held lock taken for a free one.
     """
     st = os.stat(path)
-    table = _lock_table()
-    if table is None or not _table_agrees(folder or path.parent, st.st_dev):
+    held = held if held is not None else held_files()
+    if held is None or not _table_agrees(folder or path.parent, st.st_dev):
         return _probed(path)
-    return _lock_key(st) in _held_keys(table)
+    return _lock_key(st) in held
+
+
+def held_files() -> set[bytes] | None:
+    """The files flock locks are held on now, as /proc/locks names them (None without
+    procfs): read once by a caller that asks whether several sessions live (`_locked`)."""
+    table = _lock_table()
+    return None if table is None else _held_keys(table)
 
 
 def _lock_table() -> bytes | None:

@@ -98,8 +98,9 @@ def has_room(loop: Loop, ref: str) -> bool:
     if loop.store.running_here(besides=current) < loop.settings.max_sessions:
         return True
     # Recorded as running: ask each session's lock (one this loop ended may not be reaped).
+    held = harness_mod.held_files()  # one read of the lock table for all of them
     running = sum(1 for row in loop.store.live_sessions()
-                  if row["id"] != current and loop.session_alive(str(row["id"]), row))
+                  if row["id"] != current and loop.session_alive(str(row["id"]), row, held))
     return running < loop.settings.max_sessions
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from the_loop.errors import InputTooLong
 from the_loop.interrupt import is_real as is_real_interrupt
 from the_loop.runtime import cycle
+from the_loop.runtime import harness as harness_mod
 from the_loop.runtime.cycle import Snapshot
 from the_loop.runtime.db import Fenced
 from the_loop.runtime.input_bound import input_refusal
@@ -188,8 +189,9 @@ def reap(loop: Loop, snap: Snapshot | None = None) -> list[str]:
         if proc.poll() is not None:
             codes[sid] = proc.returncode
             del loop.procs[sid]
+    held = harness_mod.held_files() if snap.live else None  # one read of the lock table
     dead = {str(row["id"]): codes.get(str(row["id"])) for row in snap.live
-            if not loop.session_alive(str(row["id"]), row)}
+            if not loop.session_alive(str(row["id"]), row, held)}
     for sid in loop.store.sessions_ended(dead):
         loop.log.emit("session.exited", session_id=sid, code=dead[sid])
         ended.append(sid)

@@ -474,15 +474,17 @@ class Loop:
             return session_id_for(f"{step_key}@{self.store.host}", salt)
         return session_id_for(step_key, salt)
 
-    def session_alive(self, sid: str, row: dict[str, Any] | None = None) -> bool:
+    def session_alive(self, sid: str, row: dict[str, Any] | None = None,
+                      held: set[bytes] | None = None) -> bool:
         """Asked of the session's lock on its own host; another host's session lives while
         it is not known to have ended and its host's heartbeat does. (`row`: the session's
-        row, when the caller has just read it.)"""
+        row, when the caller has just read it; `held`: harness.held_files, when it asks of
+        several sessions at once.)"""
         row = row if row is not None else self.store.session(sid)
         if row is not None and row.get("host") not in ("", self.store.host):
             return not row["exited"] and self.store.host_alive(str(row["host"]))
         pid = int(row["pid"]) if row else 0
-        return harness_mod.session_alive(self.sessions_dir, sid, pid)
+        return harness_mod.session_alive(self.sessions_dir, sid, pid, held)
 
     @property
     def sessions_dir(self) -> Any:
