@@ -230,7 +230,6 @@ class Database:
             self._local.batch = self._local.open = self._local.memo = None
             self._local.kept = self._local.deferred = _BATCHING.db = None
             self._local.work = None
-            self._ended()  # (whatever waited on a transaction that never opened or ended)
 
     def _joined(self, batch: ExitStack) -> Any:
         """The batch's open transaction, opened when none is (its fence is checked when it
@@ -295,21 +294,6 @@ class Database:
             self._judge(held, None)
         self._local.work = None
         self._local.fenced = True
-
-    def when_ended(self, done: Any) -> None:
-        """Call `done()` once this thread's open batch transaction has committed or rolled
-        back, or now when none is open (a launch keeps its host's launch lock until the
-        session it registered is committed: launching.host_launches)."""
-        if not self.pending():
-            done()
-            return
-        waiting = getattr(self._local, "ended", None)
-        self._local.ended = [*(waiting or []), done]
-
-    def _ended(self) -> None:
-        waiting, self._local.ended = getattr(self._local, "ended", None) or [], None
-        for done in waiting:
-            done()
 
     def memo(self) -> dict[Any, Any] | None:
         """This thread's visit cache (None outside `batched()`; see the module doc)."""
@@ -385,10 +369,7 @@ class Database:
             self._abort(batch)  # a stale owner: what the transaction wrote is rolled back
             raise
         self._local.open = self._local.kept = None
-        try:
-            batch.close()
-        finally:
-            self._ended()
+        batch.close()
 
     def _abort(self, batch: ExitStack) -> None:
         memo = self.memo()
@@ -401,10 +382,7 @@ class Database:
             kept, self._local.kept = getattr(self._local, "kept", None) or [], None
             kept += held
             exc = sys.exc_info()
-            try:
-                batch.__exit__(*exc)  # the transaction sees the error: ROLLBACK
-            finally:
-                self._ended()
+            batch.__exit__(*exc)  # the transaction sees the error: ROLLBACK
             if kept:
                 self._rewrite(kept)
         elif held:

@@ -71,6 +71,7 @@ def launch(loop: Loop, step: Step) -> None:
                                         harness=h.name, pid=pid, node=node.name,
                                         log=str(loop.sessions_dir / f"{sid}.log"),
                                         state="waiting" if asked else "running")
+            loop.db.settle()  # counted by this host's next room check, under the lock
         loop.log.emit("session.launched", work_item=ref, session_id=sid, session_pid=pid,
                       endpoint=target.ref, respawn=p["respawn"])
         failpoint("register")
@@ -107,9 +108,8 @@ def has_room(loop: Loop, ref: str) -> bool:
 @contextlib.contextmanager
 def host_launches(loop: Loop) -> Iterator[None]:
     """This host's launch lock (a file in stateDir, which its processes share): held from
-    the room check until the session's registration is committed (with the visit's next
-    commit: db.when_ended), so two processes of one host launching at once cannot both
-    take the last place under maxSessions."""
+    the room check to the session's registration, so two processes of one host launching
+    at once cannot both take the last place under maxSessions."""
     fd = os.open(loop.settings.state_dir / "launch.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
@@ -120,17 +120,11 @@ def host_launches(loop: Loop) -> Iterator[None]:
             # PostgreSQL the holder may keep it for seconds (a previous session's grace and
             # its SIGTERM and SIGKILL waits), all that time this item's rows locked and its
             # transaction idle, which a server's idle_in_transaction_session_timeout ends.
-            # (A second launch of this very visit waits here too: its first lock is given
-            # up by this commit.)
             loop.db.settle()
             fcntl.flock(fd, fcntl.LOCK_EX)
-    except BaseException:
-        os.close(fd)
-        raise
-    try:
         yield
     finally:
-        loop.db.when_ended(lambda: os.close(fd))  # the lock goes with the descriptor
+        os.close(fd)  # the lock goes with the descriptor
 
 
 def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:
