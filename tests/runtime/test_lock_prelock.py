@@ -11,7 +11,9 @@ trusted as a crashed launch's only once the item names the session.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
 import re
 import signal
@@ -191,3 +193,50 @@ def test_a_recorded_harness_pid_used_again_is_not_signalled_as_the_sessions_grou
         finally:
             stranger.kill()
             stranger.wait(timeout=30)
+
+
+#: A harness that leaves a child in its process group without the session's lock (the child
+#: is started with its descriptors closed), writes the child's pid, and waits.
+_PARENT_HARNESS = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+open(sys.argv[1], "w").write(str(child.pid))
+time.sleep(120)
+"""
+
+
+def test_a_clock_stepped_after_a_session_was_recorded_still_lets_stop_end_its_group(
+        tmp_path: Path) -> None:
+    """Which process a recorded pid names was told by its start time against the session's
+    recorded time, with 2 s of slack: a clock stepped forward by more made the harness look
+    like a pid used again, and `/stop` then spared its process group -- a child that holds
+    no lock kept running. The harness's start (clock ticks since boot, which no clock step
+    moves) is recorded with its pid now (schema 5)."""
+    with LoopDir(tmp_path) as ld:
+        hold(ld, policy=False)
+        script, child_pid = ld.root / "parent_harness.py", ld.root / "child.pid"
+        script.write_text(_PARENT_HARNESS, encoding="utf-8")
+        text = ld.config.read_text(encoding="utf-8")
+        start = text.index("command: [") + len("command: ")
+        end_of = text.index("]", start) + 1
+        ld.config.write_text(text[:start] + f"[{json.dumps(sys.executable)}, "
+                             f"{json.dumps(str(script))}, {json.dumps(str(child_pid))}]"
+                             + text[end_of:], encoding="utf-8")
+        ref = ld.add()
+        ld.start(ref)
+        ld.cli("poll", "--once")
+        until(lambda: child_pid.exists() and child_pid.read_text().isdigit(), timeout=30,
+              what="the harness's child")
+        child = int(child_pid.read_text())
+        (row,) = ld.query("SELECT id, pid, pid_start FROM sessions WHERE ref=?", ref)
+        assert row["pid_start"] == harness.process_start_time(int(row["pid"]))
+        try:
+            with ld.db() as conn:  # the clock went a minute forward since it was recorded
+                conn.execute("UPDATE sessions SET started=started-60 WHERE id=?", (row["id"],))
+            ld.ok("reply", ref, "/stop", "--actor", "bob")
+            ld.cli("poll", "--once")
+            until(lambda: not alive(child), timeout=30,
+                  what="the harness's child, in its process group, to be ended by /stop")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)

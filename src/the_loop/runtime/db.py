@@ -121,7 +121,10 @@ ADDED: dict[int, tuple[tuple[str, str, str], ...]] = {
     4: (("work", "session_key", "TEXT NOT NULL DEFAULT ''"),),
     # Version 5: the lock file (device:inode) the launch of the item's current session made,
     # recorded before its harness exists (harness.make_lock, identity._own_lock).
-    5: (("work", "session_lock", "TEXT NOT NULL DEFAULT ''"),),
+    # And when the session's harness started (clock ticks since boot), recorded with its
+    # pid: a pid used again is told apart whatever the clock did (harness.recorded_process).
+    5: (("work", "session_lock", "TEXT NOT NULL DEFAULT ''"),
+        ("sessions", "pid_start", "TEXT NOT NULL DEFAULT ''")),
 }
 #: version → its tables (made before that version's added columns), and its indexes (after).
 TABLES = {1: SCHEMA, 2: LEASES, 3: "", 4: "", 5: ""}

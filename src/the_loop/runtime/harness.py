@@ -447,6 +447,19 @@ def started_before(pid: int, recorded: float) -> bool | None:
     return None if began is None else began <= recorded + 2.0
 
 
+def recorded_process(pid: int, start: str, recorded: float) -> bool | None:
+    """Whether process `pid` is the one the loop recorded with that pid: the same start
+    (`start`: its `process_start_time` when the session was recorded; clock ticks since
+    boot, which no step of the clock moves), or, when that was not known (a session
+    recorded by an older version, or after its harness had ended), one that started no
+    later than `recorded` (`started_before`). None when the process has ended, or there is
+    no procfs to tell."""
+    if start.isdigit():
+        now = process_start_time(pid)
+        return now == start if now.isdigit() else None
+    return started_before(pid, recorded)
+
+
 def alive(pid: int) -> bool:
     """Whether a process we launched is still running (reaps it if it is our child)."""
     try:

@@ -18,14 +18,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from the_loop.errors import UsageError
 from the_loop.runtime.db import Database
 from the_loop.runtime.harness import (
     held_locks,
     process_start_time,
+    recorded_process,
     session_alive,
-    started_before,
 )
 from the_loop.runtime.lease import host_id
 
@@ -104,26 +105,26 @@ def _led_by_session(db: Database, sessions_dir: Path, caller: Caller) -> str:
         leader = os.getsid(caller.pid)
     except OSError:
         return ""
-    row = db.conn.execute("SELECT id, started, exited FROM sessions WHERE pid=? AND host IN "
-                          "('', ?) ORDER BY started DESC LIMIT 1", (leader, host_id())).fetchone()
-    if row is not None and _leads(sessions_dir, leader, str(row["id"]), float(row["started"]),
-                                  bool(row["exited"])):
+    row = db.conn.execute("SELECT id, started, exited, pid_start FROM sessions WHERE pid=? "
+                          "AND host IN ('', ?) ORDER BY started DESC LIMIT 1",
+                          (leader, host_id())).fetchone()
+    if row is not None and _leads(sessions_dir, leader, dict(row)):
         return str(row["id"])
     return _held(db, sessions_dir, leader) if leader != (caller.pid or os.getpid()) else ""
 
 
-def _leads(sessions_dir: Path, leader: int, sid: str, recorded: float, exited: bool) -> bool:
-    """Whether session `sid` (the newest recorded with the pid `leader`, at `recorded`) is the one
-    its process session belongs to. While that process runs, it is the harness if it started
-    before the loop recorded the session (a pid used again starts later), whatever became of
-    the lock: a harness that closes its lock descriptor is still its session's, though the
-    loop records the session ended then. Once it has ended, its children (still in its
-    process session: its pid is not used again while they live) are the session's while
-    the lock is held."""
-    before = started_before(leader, recorded)
-    if before is not None:
-        return before
-    return not exited and session_alive(sessions_dir, sid, leader)
+def _leads(sessions_dir: Path, leader: int, row: dict[str, Any]) -> bool:
+    """Whether session `row` (the newest recorded with the pid `leader`) is the one its
+    process session belongs to. While that process runs, it is the harness if it is the
+    process the loop recorded (the same start; a pid used again starts later:
+    harness.recorded_process), whatever became of the lock: a harness that closes its lock
+    descriptor is still its session's, though the loop records the session ended then.
+    Once it has ended, its children (still in its process session: its pid is not used
+    again while they live) are the session's while the lock is held."""
+    same = recorded_process(leader, str(row.get("pid_start") or ""), float(row["started"]))
+    if same is not None:
+        return same
+    return not row["exited"] and session_alive(sessions_dir, str(row["id"]), leader)
 
 
 def _held(db: Database, sessions_dir: Path, pid: int | str) -> str:

@@ -67,10 +67,12 @@ def launch(loop: Loop, step: Step) -> None:
             # started now has not: its `ask` needs the item's claim, which this visit holds.
             asked = found and StepAction.QUESTION in loop.store.queued_by(ref, sid, node.name,
                                                                           0)
+            began = harness_mod.process_start_time(pid) if pid > 0 else ""
             loop.store.register_session(sid, step.key, ref=ref, endpoint=target.ref,
                                         harness=h.name, pid=pid, node=node.name,
                                         log=str(loop.sessions_dir / f"{sid}.log"),
-                                        state="waiting" if asked else "running")
+                                        state="waiting" if asked else "running",
+                                        pid_start=began if began.isdigit() else "")
             loop.db.settle()  # counted by this host's next room check, under the lock
         loop.log.emit("session.launched", work_item=ref, session_id=sid, session_pid=pid,
                       endpoint=target.ref, respawn=p["respawn"])
@@ -237,10 +239,13 @@ def _launched(loop: Loop, step: Step, sid: str, w: dict[str, Any]) -> int | None
     sessions, lock = loop.sessions_dir, str(w.get("session_lock") or "")
     if lock:
         held = harness_mod.holding(sessions, sid, lock)
-        pid = next((p for p in map(harness_mod.pid_written, held) if p), 0) or \
+        holders = [int(fd.parent.parent.name) for fd in held]
+        written = next((p for p in map(harness_mod.pid_written, held) if p), 0) or \
             harness_mod.lock_pid(sessions, sid, lock)  # (written once it was spawned)
-        if pid or held or _ran(loop, step, sid, int(w.get("epoch") or 0)):
-            return pid or (int(held[0].parent.parent.name) if held else 0)
+        if written or held or _ran(loop, step, sid, int(w.get("epoch") or 0)):
+            # What the file says shows that it was spawned, but any process of the loop's
+            # user can write into it: a pid is the harness's only while it holds the lock.
+            return written if written in holders else (holders[0] if holders else 0)
         return None
     pid = harness_mod.lock_pid(sessions, sid)
     if pid or harness_mod.session_alive(sessions, sid, 0) or \

@@ -503,7 +503,9 @@ class Loop:
             # Its process group and session are the recorded harness's while that pid is
             # not another's: a pid is used again only once no group or session has it, by
             # a process that starts after the session was recorded.
-            pid = 0 if harness_mod.started_before(here, float(row["started"])) is False else here
+            same = harness_mod.recorded_process(here, str(row.get("pid_start") or ""),
+                                                float(row["started"]))
+            pid = 0 if same is False else here
 
         def alive() -> bool:
             return harness_mod.session_alive(self.sessions_dir, sid, here)

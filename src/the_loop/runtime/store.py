@@ -511,16 +511,17 @@ class Store:
 
     def register_session(self, sid: str, step_key: str, *, ref: str, endpoint: str,
                          harness: str, pid: int, node: str, log: str,
-                         state: str = "running") -> None:
+                         state: str = "running", pid_start: str = "") -> None:
         """A launched session, and its item running it (or `waiting` for the answer to a
-        question the session already asked), in one transaction."""
+        question the session already asked), in one transaction. `pid_start`: when the
+        harness `pid` started (harness.process_start_time; '' when not known)."""
         self._sessions_changed()
         with self.db.transaction() as conn:
             row = conn.execute(
                 "INSERT INTO sessions(id, ref, endpoint, harness, pid, node, started, log, "
-                "step, host) VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING "
-                "RETURNING *", (sid, ref, endpoint, harness, pid, node, time.time(), log,
-                                step_key, self.host)).fetchone()
+                "step, host, pid_start) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO "
+                "NOTHING RETURNING *", (sid, ref, endpoint, harness, pid, node, time.time(),
+                                        log, step_key, self.host, pid_start)).fetchone()
             self.set_work(ref, conn, state=state, node=node, session_id=sid, host=self.host)
         memo = self.db.memo()
         if memo is not None and row is not None:  # the row as written (none: it was there)
