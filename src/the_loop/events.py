@@ -65,6 +65,9 @@ EVENT_TYPES: dict[str, str] = {
     "launch.waiting": "a launch found this host full when it came to start (another process "
                       "of the host took the last place under maxSessions): the step waits "
                       "for room; fields: work_item, step, max_sessions",
+    "launch.deferred": "a launch waited longer than it does for its host's launch lock (a "
+                       "process that keeps it): the step waits for the next cycle; fields: "
+                       "work_item, step, error",
     "question.posted": "an agent's question was posted; fields: work_item, session_id",
     "gate.entered": "a human gate was entered; fields: work_item, node",
     "input.delivered": "a person's input was delivered or run; fields: work_item, kind",

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from fault_helpers import HOLD_HARNESS, live_sessions
-from lock_helpers import crashed_at, end
+from lock_helpers import crashed_at, end, squat
 from runtime_helpers import HARNESSES, LoopDir, alive, until
 from the_loop.runtime import harness
 
@@ -195,6 +195,42 @@ def test_a_refused_session_spawned_record_leaves_the_host_over_max_sessions(
             assert sum(running.values()) <= 1, (
                 f"{dict(running)} harnesses run under maxSessions: 1; registered: "
                 f"{registered}")
+        finally:
+            for lock in (ld.state / "sessions").glob("*.lock"):
+                text = lock.read_text().strip()
+                if text.isdigit():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(int(text), signal.SIGKILL)
+
+
+def test_a_process_that_keeps_the_hosts_launch_lock_does_not_stop_the_poller(
+        tmp_path: Path) -> None:
+    """Any process of the loop's user could flock stateDir/launch.lock and keep it: a
+    launch, finding it busy, settled its visit and then waited for it without a bound, so
+    the whole poll stopped (no other item visited, nothing reaped). A launch now waits
+    `LAUNCH_LOCK_WAIT` s, says so (`launch.deferred`, naming the file and the fix) and
+    waits for the next cycle, its step kept."""
+    from the_loop.runtime.launching import LAUNCH_LOCK_WAIT
+
+    with LoopDir(tmp_path) as ld:
+        _hold_without_hooks(ld, "maxSessions: 3\n")
+        ref = ld.add("Item 0")
+        ld.start(ref)
+        ld.state.mkdir(parents=True, exist_ok=True)
+        squatter = squat(ld.state / "launch.lock")
+        try:
+            began = time.monotonic()
+            ld.cli("poll", "--once", timeout=LAUNCH_LOCK_WAIT + 50)
+            assert time.monotonic() - began < LAUNCH_LOCK_WAIT + 50
+            (deferred,) = ld.events("launch.deferred")
+            assert deferred["work_item"] == ref and "launch.lock" in deferred["error"]
+            assert "fuser" in deferred["error"]
+            assert ld.query("SELECT id FROM sessions") == []
+        finally:
+            end(squatter)
+        ld.cli("poll", "--once")  # the lock is free: the step kept launches now
+        try:
+            assert len(ld.query("SELECT id FROM sessions WHERE ref=?", ref)) == 1
         finally:
             for lock in (ld.state / "sessions").glob("*.lock"):
                 text = lock.read_text().strip()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -107,6 +108,18 @@ def has_room(loop: Loop, ref: str) -> bool:
     return running < loop.settings.max_sessions
 
 
+#: Seconds a launch waits for its host's launch lock before it waits for the next cycle
+#: instead (`LaunchDeferred`): longer than another launch of the host holds it (a previous
+#: session's grace and its SIGTERM and SIGKILL waits), short enough that a process that
+#: keeps the lock cannot stop the poller.
+LAUNCH_LOCK_WAIT = 10.0
+
+
+class LaunchDeferred(Exception):
+    """The host's launch lock stayed held for `LAUNCH_LOCK_WAIT` s: the launch step waits
+    for the next cycle (poller.run_steps; `launch.deferred`)."""
+
+
 @contextlib.contextmanager
 def host_launches(loop: Loop) -> Iterator[None]:
     """This host's launch lock (a file in stateDir, which its processes share): held from
@@ -123,10 +136,27 @@ def host_launches(loop: Loop) -> Iterator[None]:
             # its SIGTERM and SIGKILL waits), all that time this item's rows locked and its
             # transaction idle, which a server's idle_in_transaction_session_timeout ends.
             loop.db.settle()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _wait_for(fd, loop.settings.state_dir / "launch.lock")
         yield
     finally:
         os.close(fd)  # the lock goes with the descriptor
+
+
+def _wait_for(fd: int, path: object) -> None:
+    """Take the lock on `fd` within `LAUNCH_LOCK_WAIT` s (LaunchDeferred otherwise)."""
+    deadline = time.monotonic() + LAUNCH_LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise LaunchDeferred(
+                    f"the host's launch lock {path} has been held for more than "
+                    f"{LAUNCH_LOCK_WAIT:g} s; this launch waits for the next cycle. If no "
+                    f"the-loop process of this host is launching a session, find what holds "
+                    f"it (`fuser {path}`) and stop it") from None
+            time.sleep(0.05)
 
 
 def _launch_refused(loop: Loop, step: Step, d: Decided, target: str) -> None:

@@ -23,7 +23,7 @@ from the_loop.runtime import harness as harness_mod
 from the_loop.runtime.cycle import Snapshot
 from the_loop.runtime.db import Fenced
 from the_loop.runtime.input_bound import input_refusal
-from the_loop.runtime.launching import has_room
+from the_loop.runtime.launching import LaunchDeferred, has_room
 from the_loop.runtime.service import (
     ACTIVE,
     LOOP_AUTHOR,
@@ -102,6 +102,11 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
         n += 1
         try:
             RUN[step.action](loop, step)
+        except LaunchDeferred as exc:  # its host's launch lock is kept by another: later
+            loop.log.emit("launch.deferred", work_item=ref, step=step.key, error=str(exc))
+            if report is not None:
+                report.waiting += 1
+            return n
         except BaseException as exc:  # a step's failure is the step's
             if is_real_interrupt(exc) or isinstance(exc, Fenced) or transient(exc):
                 raise  # a real Ctrl-C of a one-shot `poll --once` (the_loop/interrupt.py),
