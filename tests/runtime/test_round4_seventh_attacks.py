@@ -113,11 +113,21 @@ def test_a_command_whose_database_went_away_mid_way_says_so_and_not_that_it_is_a
     assert "bug" not in line and "run it again once the database is back" in line
 
 
-def _waits_for_flock(pid: int) -> bool:
-    """Whether process `pid` waits for an flock (/proc/locks: a blocked request's line is
-    `N: -> FLOCK ADVISORY WRITE PID DEV:INODE 0 EOF`)."""
-    return any(line.split()[1:3] == ["->", "FLOCK"] and line.split()[5] == str(pid)
-               for line in Path("/proc/locks").read_text().splitlines())
+def _waits_for(pid: int, lock: Path) -> bool:
+    """Whether process `pid` waits for the lock on `lock`, which this test holds: it has the
+    file open (a launch opens it only while it takes the lock, and keeps trying for
+    launching.LAUNCH_LOCK_WAIT s)."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd) == os.path.realpath(lock):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def test_a_host_waiting_for_its_launch_lock_holds_no_transaction_open(
@@ -145,7 +155,7 @@ def test_a_host_waiting_for_its_launch_lock_holds_no_transaction_open(
         a.start()
         proc = a.proc
         assert proc is not None
-        until(lambda: _waits_for_flock(proc.pid) or proc.poll() is not None, timeout=60,
+        until(lambda: _waits_for(proc.pid, lock) or proc.poll() is not None, timeout=60,
               what="the daemon waiting for the host's launch lock")
         assert proc.poll() is None, a.errors()
         with psycopg.connect(pg_dsn, autocommit=True) as conn:

@@ -274,8 +274,13 @@ def _launched(loop: Loop, step: Step, sid: str, w: dict[str, Any]) -> int | None
             harness_mod.lock_pid(sessions, sid, lock)  # (written once it was spawned)
         if written or held or _ran(loop, step, sid, int(w.get("epoch") or 0)):
             # What the file says shows that it was spawned, but any process of the loop's
-            # user can write into it: a pid is the harness's only while it holds the lock.
-            return written if written in holders else (holders[0] if holders else 0)
+            # user can write into it: a pid is the harness's while it holds the lock, or
+            # once no process has it (a harness that ended); never a live process that
+            # does not hold it (another session's harness would then be taken for this
+            # session's: identity._led_by_session).
+            if written and (written in holders or not harness_mod.process_start_time(written)):
+                return written
+            return holders[0] if holders else 0
         return None
     pid = harness_mod.lock_pid(sessions, sid)
     if pid or harness_mod.session_alive(sessions, sid, 0) or \
