@@ -157,6 +157,15 @@ def _hold_without_hooks(ld: LoopDir, extra: str) -> None:
     ld.config.write_text(text.replace(HARNESSES["sleep"], command), encoding="utf-8")
 
 
+def _end_harnesses(ld: LoopDir) -> None:
+    """Kill every harness a lock file of `ld`'s sessions names (its process group)."""
+    for lock in (ld.state / "sessions").glob("*.lock"):
+        text = lock.read_text().strip()
+        if text.isdigit():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(text), signal.SIGKILL)
+
+
 def _refuse_a_log_row(ld: LoopDir, point: str, ref: str) -> None:
     """The database refuses one decision-log row (as PostgreSQL refuses an over-long index
     row, layout.ITEM_KEY_MAX): a trigger on the SQLite file aborts the row of `point` for
@@ -196,11 +205,7 @@ def test_a_refused_session_spawned_record_leaves_the_host_over_max_sessions(
                 f"{dict(running)} harnesses run under maxSessions: 1; registered: "
                 f"{registered}")
         finally:
-            for lock in (ld.state / "sessions").glob("*.lock"):
-                text = lock.read_text().strip()
-                if text.isdigit():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(int(text), signal.SIGKILL)
+            _end_harnesses(ld)
 
 
 def test_a_process_that_keeps_the_hosts_launch_lock_does_not_stop_the_poller(
@@ -232,8 +237,4 @@ def test_a_process_that_keeps_the_hosts_launch_lock_does_not_stop_the_poller(
         try:
             assert len(ld.query("SELECT id FROM sessions WHERE ref=?", ref)) == 1
         finally:
-            for lock in (ld.state / "sessions").glob("*.lock"):
-                text = lock.read_text().strip()
-                if text.isdigit():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(int(text), signal.SIGKILL)
+            _end_harnesses(ld)
