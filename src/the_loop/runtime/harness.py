@@ -56,12 +56,13 @@ def make_lock(log_dir: Path, session_id: str) -> tuple[int, str]:
                         "Remove what is at that name, then re-arm the item with "
                         "`the-loop start`") from None
     fd = _fresh_lock(log_dir / f"{session_id}.lock")
-    return fd, lock_key(os.fstat(fd))
+    st = os.fstat(fd)
+    return fd, lock_key(st.st_dev, st.st_ino)
 
 
-def lock_key(st: os.stat_result) -> str:
+def lock_key(dev: int, ino: int) -> str:
     """A lock file's identity as the loop records it: `device:inode` (as stat gives them)."""
-    return f"{st.st_dev}:{st.st_ino}"
+    return f"{dev}:{ino}"
 
 
 def launch(
@@ -203,13 +204,19 @@ def lock_pid(log_dir: Path, session_id: str, key: str = "") -> int:
     except OSError:
         return 0
     try:
-        if key and lock_key(os.fstat(fd)) != key:
+        st = os.fstat(fd)
+        if key and lock_key(st.st_dev, st.st_ino) != key:
             return 0
-        text = os.read(fd, 32).decode(errors="replace").strip()
+        return _pid_in(os.read(fd, 32))
     except OSError:
         return 0
     finally:
         os.close(fd)
+
+
+def _pid_in(written: bytes) -> int:
+    """The pid a launcher wrote into a lock file (0 when there is none)."""
+    text = written.decode(errors="replace").strip()
     return int(text) if text.isdigit() and len(text) < 10 else 0
 
 
@@ -217,23 +224,8 @@ def holding(log_dir: Path, session_id: str, key: str) -> list[Path]:
     """The descriptors (/proc/<pid>/fd/<n>, this process's aside) through which the lock
     on the session's own lock file is held: the file its launch made, `key` (`lock_key`),
     whatever is at its name now (a locked file of another process renamed over it)."""
-    held: list[Path] = []
-    prefix = os.path.join(os.path.realpath(log_dir), f"{session_id}.lock")
-    for proc in Path("/proc").glob("[0-9]*"):
-        if int(proc.name) == os.getpid():
-            continue
-        try:
-            fds = list((proc / "fd").iterdir())
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                if os.readlink(fd).removesuffix(" (deleted)") == prefix and \
-                        lock_key(os.stat(fd)) == key and _holds(fd):
-                    held.append(fd)
-            except OSError:  # the descriptor closed meanwhile
-                continue
-    return held
+    return [fd for pid in _others() for name, file, fd in _lock_descriptors(pid, log_dir)
+            if name == session_id and lock_key(*file) == key]
 
 
 def pid_written(fd: Path) -> int:
@@ -241,18 +233,21 @@ def pid_written(fd: Path) -> int:
     (0 when none was written yet, or the descriptor is gone)."""
     try:
         with open(fd, "rb") as f:
-            text = f.read(32).decode(errors="replace").strip()
+            return _pid_in(f.read(32))
     except OSError:
         return 0
-    return int(text) if text.isdigit() and len(text) < 10 else 0
 
 
 def lock_holders(log_dir: Path, session_id: str) -> list[int]:
     """Every process that holds a session's lock (a harness's children included), this
     process aside."""
-    return [int(proc.name) for proc in Path("/proc").glob("[0-9]*")
-            if int(proc.name) != os.getpid()
-            and any(sid == session_id for sid, _ in held_locks(proc.name, log_dir))]
+    return [int(pid) for pid in _others()
+            if any(sid == session_id for sid, _ in held_locks(pid, log_dir))]
+
+
+def _others() -> list[str]:
+    """Every process's pid (as /proc names it) but this process's."""
+    return [proc.name for proc in Path("/proc").glob("[0-9]*") if int(proc.name) != os.getpid()]
 
 
 def session_members(leader: int) -> list[int]:
@@ -280,12 +275,18 @@ def held_locks(pid: int | str, log_dir: Path) -> list[tuple[str, tuple[int, int]
     file removed from the folder still counts (its descriptor is what holds the lock). The
     file tells one lock from another of the same name (a lock file replaced meanwhile).
     """
+    return [(name, file) for name, file, _ in _lock_descriptors(pid, log_dir)]
+
+
+def _lock_descriptors(pid: int | str,
+                      log_dir: Path) -> list[tuple[str, tuple[int, int], Path]]:
+    """`held_locks`, with the descriptor (/proc/<pid>/fd/<n>) each lock is held through."""
     prefix = os.path.realpath(log_dir) + os.sep
     try:
         fds = list(Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
         return []
-    held: list[tuple[str, tuple[int, int]]] = []
+    held: list[tuple[str, tuple[int, int], Path]] = []
     for fd in fds:
         try:
             target = os.readlink(fd).removesuffix(" (deleted)")
@@ -296,7 +297,7 @@ def held_locks(pid: int | str, log_dir: Path) -> list[tuple[str, tuple[int, int]
         try:
             if name and os.sep not in name and _holds(fd):
                 st = os.stat(fd)
-                held.append((name, (st.st_dev, st.st_ino)))
+                held.append((name, (st.st_dev, st.st_ino), fd))
         except OSError:  # the descriptor closed meanwhile, or cannot be opened again
             continue
     return held

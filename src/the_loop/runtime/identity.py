@@ -24,6 +24,7 @@ from the_loop.errors import UsageError
 from the_loop.runtime.db import Database
 from the_loop.runtime.harness import (
     held_locks,
+    lock_key,
     process_start_time,
     recorded_process,
     session_alive,
@@ -157,7 +158,7 @@ def _own_lock(db: Database, sessions_dir: Path, sid: str, file: tuple[int, int])
         launched = db.conn.execute("SELECT session_lock FROM work WHERE session_id=? AND "
                                    "session_lock<>''", (sid,)).fetchone()
         if launched is not None:
-            return f"{file[0]}:{file[1]}" == str(launched["session_lock"])
+            return lock_key(*file) == str(launched["session_lock"])
         try:
             st = os.stat(sessions_dir / f"{sid}.lock")
         except FileNotFoundError:
