@@ -62,19 +62,25 @@ ANSWER = "Admins first, then everyone else."
 
 
 def hold(ld: LoopDir, extra: str = "", *, seconds: float = 120.0, policy: bool = True,
-         asking: bool = False) -> None:
+         asking: bool = False, recorder: bool = True) -> None:
     """Configure `ld` with the holding harness (`asking`: whose first session asks and
-    ends), the recorder hook and the house policy."""
+    ends), the recorder hook (unless not `recorder`) and the house policy (unless not
+    `policy`)."""
     script = ld.root / "hold_harness.py"
     script.write_text(HOLD_HARNESS, encoding="utf-8")
-    hooks = "hooks:\n" + ld.add_recorder()
+    hooks = ld.add_recorder() if recorder else ""
     if policy:
         ld.write("policies/house.yaml", HOUSE_POLICY)
         hooks += "  - {name: house, policy: policies}\n"
-    ld.write_config(hooks + extra, harness="sleep")
+    ld.write_config(("hooks:\n" + hooks if hooks else "") + extra, harness="sleep")
     python = json.dumps(sys.executable) if asking else "python3"  # asking runs the CLI
-    command = (f"[{python}, -S, {json.dumps(str(script))}, {json.dumps(str(ld.recorded))}, "
-               f"'{seconds:g}'{', ask' if asking else ''}]")
+    use_harness(ld, f"[{python}, -S, {json.dumps(str(script))}, {json.dumps(str(ld.recorded))}, "
+                    f"'{seconds:g}'{', ask' if asking else ''}]")
+
+
+def use_harness(ld: LoopDir, command: str) -> None:
+    """Give `ld`'s config (written with the `sleep` harness) the harness `command` instead
+    (a YAML flow list)."""
     text = ld.config.read_text(encoding="utf-8")
     assert HARNESSES["sleep"] in text
     ld.config.write_text(text.replace(HARNESSES["sleep"], command), encoding="utf-8")

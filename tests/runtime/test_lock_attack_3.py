@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import signal
 import sqlite3
@@ -18,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from fault_helpers import HOLD_HARNESS, live_sessions
+from fault_helpers import hold, live_sessions
 from lock_helpers import crashed_at, end, squat
-from runtime_helpers import HARNESSES, LoopDir, alive, until
+from runtime_helpers import LoopDir, alive, until
 from the_loop.runtime import harness
 
 
@@ -145,18 +144,6 @@ def test_an_agent_holding_a_descriptor_on_the_recorded_file_does_not_pass_for_th
 
 
 # ------------------------------------------------------------------ the host's launch lock
-def _hold_without_hooks(ld: LoopDir, extra: str) -> None:
-    """The holding harness (fault_helpers.hold) with no hook at all: with no hook at
-    `session_spawned` the visit's batch is not settled before that point's record."""
-    script = ld.root / "hold_harness.py"
-    script.write_text(HOLD_HARNESS, encoding="utf-8")
-    ld.write_config(extra, harness="sleep")
-    command = (f"[python3, -S, {json.dumps(str(script))}, {json.dumps(str(ld.recorded))}, "
-               "'120']")
-    text = ld.config.read_text(encoding="utf-8")
-    ld.config.write_text(text.replace(HARNESSES["sleep"], command), encoding="utf-8")
-
-
 def _end_harnesses(ld: LoopDir) -> None:
     """Kill every harness a lock file of `ld`'s sessions names (its process group)."""
     for lock in (ld.state / "sessions").glob("*.lock"):
@@ -188,7 +175,7 @@ def test_a_refused_session_spawned_record_leaves_the_host_over_max_sessions(
     and the second item found room: two harnesses ran. The registration commits under the
     host's launch lock."""
     with LoopDir(tmp_path) as ld:
-        _hold_without_hooks(ld, "maxSessions: 1\n")
+        hold(ld, "maxSessions: 1\n", policy=False, recorder=False)
         first, second = ld.add("Item 0"), ld.add("Item 1")
         ld.start(first)
         time.sleep(0.05)
@@ -218,7 +205,7 @@ def test_a_process_that_keeps_the_hosts_launch_lock_does_not_stop_the_poller(
     from the_loop.runtime.launching import LAUNCH_LOCK_WAIT
 
     with LoopDir(tmp_path) as ld:
-        _hold_without_hooks(ld, "maxSessions: 3\n")
+        hold(ld, "maxSessions: 3\n", policy=False, recorder=False)
         ref = ld.add("Item 0")
         ld.start(ref)
         ld.state.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from fault_helpers import hold, live_sessions
+from fault_helpers import hold, live_sessions, use_harness
 from lock_helpers import crashed_at, end, future_session, seen_held_only_while_held, squat
 from runtime_helpers import LoopDir, alive, until
 from the_loop.runtime import harness
@@ -213,15 +213,11 @@ def test_a_clock_stepped_after_a_session_was_recorded_still_lets_stop_end_its_gr
     no lock kept running. The harness's start (clock ticks since boot, which no clock step
     moves) is recorded with its pid now (schema 5)."""
     with LoopDir(tmp_path) as ld:
-        hold(ld, policy=False)
         script, child_pid = ld.root / "parent_harness.py", ld.root / "child.pid"
         script.write_text(_PARENT_HARNESS, encoding="utf-8")
-        text = ld.config.read_text(encoding="utf-8")
-        start = text.index("command: [") + len("command: ")
-        end_of = text.index("]", start) + 1
-        ld.config.write_text(text[:start] + f"[{json.dumps(sys.executable)}, "
-                             f"{json.dumps(str(script))}, {json.dumps(str(child_pid))}]"
-                             + text[end_of:], encoding="utf-8")
+        ld.write_config(harness="sleep")
+        use_harness(ld, f"[{json.dumps(sys.executable)}, {json.dumps(str(script))}, "
+                        f"{json.dumps(str(child_pid))}]")
         ref = ld.add()
         ld.start(ref)
         ld.cli("poll", "--once")
