@@ -178,6 +178,57 @@ def test_a_claim_is_one_owners_until_its_lease_lapses(db: Database, target: str 
     assert w is not None and w["state"] == "armed" and w["claim"] != "" and w["fence"] == 2
 
 
+def test_an_agents_step_goes_in_without_a_claim_only_while_none_is_held_and_the_row_is_as_read(
+        db: Database, target: str | Path) -> None:
+    """`graph complete`'s one statement (issue 34): it queues the step only while nobody holds
+    the item's claim and its work row is what the agent's check read; otherwise nothing is
+    written and the command takes the claim as before."""
+    ref = "local:acme/app#1"
+    store = Store(db, expiry=30)
+    store.arm(ref, actor="a", source="command", cursors={})
+    payload = {"node": "write", "epoch": 0, "actor": "agent", "summary": ""}
+    read = store.work(ref)
+    assert read is not None
+
+    def queued(key: str, w: dict[str, Any]) -> bool:
+        return store.queue_unclaimed(key, ref, StepAction.DONE, payload, w)
+
+    store.set_work(ref, state="running")  # moved on since `read`
+    assert queued("done:a", read) is False and store.step("done:a") is None
+    read = store.work(ref)
+    assert read is not None
+    other = open_database(target)
+    try:  # another owner takes the claim in a transaction still open while the step tries
+        taking, took = threading.Event(), threading.Event()
+
+        def take() -> None:
+            with other.transaction() as conn:
+                conn.execute("UPDATE work SET claim='rival', claim_until=9e9, fence=fence + 1 "
+                             "WHERE ref=?", (ref,))
+                taking.set()
+                time.sleep(0.4)
+            took.set()
+        rival = threading.Thread(target=take)
+        rival.start()
+        assert taking.wait(10)
+        t = time.monotonic()
+        assert queued("done:b", read) is False  # waited for the rival, then saw its claim
+        assert took.is_set() and time.monotonic() - t > 0.2
+        rival.join(10)
+    finally:
+        other.close()
+    assert store.step("done:b") is None
+    db.conn.execute("UPDATE work SET claim='', claim_until=0 WHERE ref=?", (ref,))
+    assert queued("done:c", read) is False  # the claim was taken and given up since: refused
+    now = store.work(ref)
+    assert now is not None and queued("done:c", now) is True
+    after = store.work(ref)
+    assert after is not None and (after["claim"], after["fence"]) == ("", now["fence"])
+    step = store.step("done:c")
+    assert step is not None and (step.state, step.payload) == ("pending", payload)
+    assert queued("done:c", now) is False  # queued already: the long path decides
+
+
 def test_the_heartbeat_keeps_a_claim_past_its_expiry(db: Database, target: str | Path) -> None:
     ref = "local:acme/app#1"
     store = Store(db, expiry=0.4)

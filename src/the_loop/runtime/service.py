@@ -395,17 +395,24 @@ class Loop:
         edge of its own graph. Returns the node that finished."""
         ref = self.tracker.resolve(ref)
         with self.db.batched():  # the check, the claim, the step and the release: one
-            self.agent_turn(ref, session_id)  # transaction (db.py); refused before a claim
+            w = self.agent_turn(ref, session_id)  # transaction (db.py); refused before a claim
+            if self.store.queue_unclaimed(*self._done_step(ref, w, actor, summary), w):
+                return str(w["node"])  # (nobody held the claim: one statement, no claim)
             self._claimed(ref)
             try:
                 w = self.agent_turn(ref, session_id)
-                self.store.queue(StepAction.DONE.key(ref, w["arm_seq"], w["epoch"]), ref,
-                                 StepAction.DONE, {"node": str(w["node"]),
-                                                   "epoch": int(w["epoch"]), "actor": actor,
-                                                   "summary": summary})
+                self.store.queue(*self._done_step(ref, w, actor, summary))
                 return str(w["node"])
             finally:
                 self.store.release(ref)
+
+    @staticmethod
+    def _done_step(ref: str, w: dict[str, Any], actor: str,
+                   summary: str) -> tuple[str, str, StepAction, dict[str, Any]]:
+        """The step an agent's `graph complete` queues at its item's work row `w`."""
+        return (StepAction.DONE.key(ref, w["arm_seq"], w["epoch"]), ref, StepAction.DONE,
+                {"node": str(w["node"]), "epoch": int(w["epoch"]), "actor": actor,
+                 "summary": summary})
 
     def agent_turn(self, ref: str, session_id: str) -> dict[str, Any]:
         """The item, when it is at an agent node and (from inside a session) that session

@@ -297,6 +297,28 @@ class Store:
         with self.db.transaction() as conn:
             self.add_step(conn, key, ref, action, payload)
 
+    def queue_unclaimed(self, key: str, ref: str, action: StepAction, payload: dict[str, Any],
+                        w: dict[str, Any]) -> bool:
+        """Queue a step with one statement and no claim, while nobody holds `ref`'s claim
+        and its work row is still `w` as read (state, node, epoch, session, fencing number):
+        what taking the claim, reading the row again, queuing and giving the claim up does,
+        with the row checked and the step written at one instant (SQLite's write lock;
+        PostgreSQL's lock on the row, FOR UPDATE, which waits for a claim being taken and
+        then sees it). False when the claim is held, anything differs or the key is queued
+        already: the caller takes the claim and decides as before."""
+        if w.get("claim"):
+            return False
+        action.check(payload)
+        now = time.time()
+        cur = self.db.conn.execute(
+            "INSERT INTO steps(key, ref, kind, payload, created, updated) "
+            "SELECT ?, ?, ?, ?, ?, ? FROM work WHERE ref=? AND claim='' AND state=? AND node=? "
+            f"AND epoch=? AND arm_seq=? AND session_id=? AND fence=?{self.db.dialect.for_update}"
+            " ON CONFLICT(key) DO NOTHING",
+            (key, ref, action.value, self.redact(json.dumps(payload)), now, now, ref,
+             w["state"], w["node"], w["epoch"], w["arm_seq"], w["session_id"], w["fence"]))
+        return bool(cur.rowcount == 1)
+
     def extend_queued_launch(self, conn: Conn, ref: str, node: str, endpoint: str,
                              text: str, most: int) -> str:
         """Append `text` to the prompt of `ref`'s launch at `node` that is queued and not yet
