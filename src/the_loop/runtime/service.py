@@ -453,17 +453,14 @@ class Loop:
             epoch, arm = int(w["epoch"]), int(w["arm_seq"])
             # "running" while the loop moves it: the enter step sets gate or launches.
             self.store.set_work(ref, conn, node=there.name, epoch=epoch + 1, state="running")
+            owed = [(StepAction.ENTER.key(ref, arm, epoch + 1), ref, StepAction.ENTER,
+                     {"node": there.name, "actor": actor, "note": note, "epoch": epoch + 1})]
             if there.phase != here.phase or there.terminal:
-                self.store.add_step(conn, StepAction.PHASE.key(ref, arm, epoch), ref,
-                                    StepAction.PHASE, {
-                                        "from_node": here.name, "to_node": there.name,
-                                        "from_phase": here.phase, "to_phase": there.phase,
-                                        "outcome": outcome_name, "terminal": there.terminal,
-                                        "actor": actor})
-            self.store.add_step(conn, StepAction.ENTER.key(ref, arm, epoch + 1), ref,
-                                StepAction.ENTER,
-                                {"node": there.name, "actor": actor, "note": note,
-                                 "epoch": epoch + 1})
+                owed.insert(0, (StepAction.PHASE.key(ref, arm, epoch), ref, StepAction.PHASE, {
+                    "from_node": here.name, "to_node": there.name, "from_phase": here.phase,
+                    "to_phase": there.phase, "outcome": outcome_name,
+                    "terminal": there.terminal, "actor": actor}))
+            self.store.add_steps(conn, owed)  # one statement
             if step is not None:
                 self.store.finish(step, {"approve": "approved", "reject": "rejected"}.get(
                     outcome_name, outcome_name), conn=conn)

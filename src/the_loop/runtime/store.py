@@ -261,19 +261,30 @@ class Store:
                  payload: dict[str, Any]) -> None:
         """Queue a step (inside the caller's transaction); a key already queued is kept.
         A non-`StepAction` action, or a payload its action cannot run, is refused here."""
-        if not isinstance(action, StepAction):
-            raise TypeError(f"a step's action is a StepAction, not {action!r}")
-        action.check(payload)
+        self.add_steps(conn, [(key, ref, action, payload)])
+
+    def add_steps(self, conn: Conn,
+                  steps: list[tuple[str, str, StepAction, dict[str, Any]]]) -> None:
+        """`add_step` for each of `steps` (key, ref, action, payload), in order, with one
+        statement."""
         now = time.time()
-        stored = self.redact(json.dumps(payload))
-        row = conn.execute(
-            "INSERT INTO steps(key, ref, kind, payload, created, updated) "
-            "VALUES (?,?,?,?,?,?) ON CONFLICT(key) DO NOTHING RETURNING seq",
-            (key, ref, action.value, stored, now, now)).fetchone()
-        queue = self._queue(ref)
-        if queue is not None and row is not None:  # the visit runs it after what it has
-            queue.append(Step(int(row["seq"]), key, ref, action, json.loads(stored), {},
-                              "pending", "", ""))
+        rows: list[tuple[str, str, StepAction, str]] = []
+        for key, ref, action, payload in steps:
+            if not isinstance(action, StepAction):
+                raise TypeError(f"a step's action is a StepAction, not {action!r}")
+            action.check(payload)
+            rows.append((key, ref, action, self.redact(json.dumps(payload))))
+        values = ", ".join(["(?,?,?,?,?,?)"] * len(rows))
+        got = {str(r["key"]): int(r["seq"]) for r in conn.execute(
+            f"INSERT INTO steps(key, ref, kind, payload, created, updated) VALUES {values} "
+            "ON CONFLICT(key) DO NOTHING RETURNING seq, key",
+            tuple(v for key, ref, action, stored in rows
+                  for v in (key, ref, action.value, stored, now, now))).fetchall()}
+        for key, ref, action, stored in rows:
+            queue = self._queue(ref)
+            if queue is not None and key in got:  # the visit runs it after what it has
+                queue.append(Step(got[key], key, ref, action, json.loads(stored), {},
+                                  "pending", "", ""))
 
     def _queue(self, ref: str) -> list[Step] | None:
         """In a visit: `ref`'s pending steps as `next_step` read them, with the steps the
