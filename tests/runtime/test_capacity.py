@@ -76,3 +76,34 @@ def test_two_processes_of_one_host_launching_at_once_keep_to_max_sessions(
         assert len(ld.query("SELECT id FROM sessions")) == 1
         waiting = [r for r in refs if not ld.work(r)["session_id"]]
         assert len(waiting) == 1 and ld.work(waiting[0])["state"] == "running"
+
+
+def test_a_cycle_whose_snapshot_is_behind_still_keeps_to_max_sessions_and_asks_once(
+        tmp_path: Path) -> None:
+    """A cycle checks a launch's room against its own snapshot (issue 34: one statement
+    less a launch). Here another process of the host starts the last session after that
+    snapshot was read: the launch finds no room under the host's launch lock, and the
+    cycle waits instead of launching, asks the database from then on (it does not try the
+    launch again and again), and session_spawn, asked once, is not asked again."""
+    with LoopDir(tmp_path) as ld:
+        hold(ld, "maxSessions: 1\n", policy=False)
+        refs = [ld.add(f"Item {i}") for i in range(2)]
+        for ref in refs:
+            ld.start(ref)
+        late = ld.popen("poll", "--once", "--json", env={"THE_LOOP_PAUSEPOINT": "cycle-read=2"})
+        until(lambda: ld.query("SELECT 1 FROM hosts"), what="the late poll's first beat")
+        first = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        assert (first["launched"], first["waiting"]) == (1, 1)
+        report = json.loads(late.communicate(timeout=60)[0])
+        assert (report["launched"], report["waiting"]) == (0, 1)
+        assert sum(live_sessions(ld).values()) == 1
+        assert len(ld.query("SELECT id FROM sessions")) == 1
+        [waiting] = [r for r in refs if not ld.work(r)["session_id"]]
+        spawns = ld.query("SELECT COUNT(*) AS n FROM decision_log WHERE point='session_spawn' "
+                          "AND work_item LIKE ?", f"%{waiting.split('#')[1]}")
+        assert spawns[0]["n"] <= 1
+        for _ in range(2):
+            again = json.loads(ld.cli("poll", "--once", "--json").stdout)
+            assert (again["launched"], again["waiting"]) == (0, 1)
+        assert ld.query("SELECT COUNT(*) AS n FROM decision_log WHERE point='session_spawn' "
+                        "AND work_item LIKE ?", f"%{waiting.split('#')[1]}") == spawns

@@ -54,11 +54,25 @@ class Report:
     exited: list[str] = field(default_factory=list)
     busy: int = 0
     waiting: int = 0  # items whose launch waits for room (maxSessions)
+    #: This host's sessions running as the cycle's snapshot found them (after its reap),
+    #: with the ones its visits launched since and without the ones they replaced: what a
+    #: launch step is checked against before it runs (`room_for`). None outside a cycle.
+    live: set[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"started": self.started, "inputs": self.inputs, "refused": self.refused,
                 "launched": self.launched, "closed": self.closed, "exited": self.exited,
                 "busy": self.busy, "waiting": self.waiting}
+
+    def launched_for(self, loop: Loop, ref: str, step: Step, before: str) -> None:
+        """A launch step of `ref` ran: the session it started replaces `before` in `live`;
+        when it found no room after all (still pending), the snapshot is behind and the
+        database is asked from now on."""
+        if self.live is not None and step.state == "pending":
+            self.live = None
+        elif self.live is not None and step.outcome == "launched":
+            self.live.discard(before)
+            self.live.add(str((loop.work(ref) or {}).get("session_id") or ""))
 
     def count(self, step: Step) -> None:
         if step.action is StepAction.START and step.outcome == "started":
@@ -95,13 +109,16 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
             return n
         if step is None:
             break
-        if step.action is StepAction.LAUNCH and not has_room(loop, ref):
+        if step.action is StepAction.LAUNCH and not room_for(loop, ref, report):
             if report is not None:
                 report.waiting += 1
             return n  # a host with room takes it (or this one, once a session ends)
         n += 1
         try:
+            before = str((loop.work(ref) or {}).get("session_id") or "")
             RUN[step.action](loop, step)
+            if step.action is StepAction.LAUNCH and report is not None:
+                report.launched_for(loop, ref, step, before)
         except LaunchDeferred as exc:  # its host's launch lock is kept by another: later
             loop.log.emit("launch.deferred", work_item=ref, step=step.key, error=str(exc))
             if report is not None:
@@ -120,6 +137,20 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
         if report is not None:
             report.count(step)
     return n
+
+
+def room_for(loop: Loop, ref: str, report: Report | None) -> bool:
+    """Whether `ref`'s launch step may run now (and ask session_spawn's hooks): this host
+    runs fewer than maxSessions sessions besides the item's own. Asked of the cycle's
+    snapshot (`Report.live`) in a cycle, of the database (`has_room`) otherwise. The launch
+    asks the database again under the host's launch lock (launching._start), so a snapshot
+    that is behind costs an item a cycle's wait, or a point asked before its launch waits
+    (asked once: its decisions are kept), never a session over maxSessions."""
+    live = report.live if report is not None else None
+    if live is None:
+        return has_room(loop, ref)
+    current = str((loop.work(ref) or {}).get("session_id") or "")
+    return len(live - {current}) < loop.settings.max_sessions
 
 
 def _step_redone(loop: Loop, step: Step, exc: WritesLost) -> None:
@@ -291,7 +322,9 @@ def poll_once(loop: Loop) -> Report:
     it cost two transactions a cycle for nothing). An idle cycle is that one statement."""
     report = Report()
     snap = cycle.read(loop.store, LOOP_AUTHOR)
+    pausepoint("cycle-read")
     report.exited = reap(loop, snap)
+    report.live = {str(r["id"]) for r in snap.live} - set(report.exited)
     if loop.settings.arm_label:
         for item in snap.open_items:
             if loop.settings.arm_label in item.labels and loop.work(item.ref) is None:
