@@ -48,6 +48,9 @@ def launch(loop: Loop, step: Step) -> None:
         return
     failpoint("workspace")
     loop.log.emit("workspace.prepared", work_item=ref, path=str(path), git=is_git)
+    # A launch whose session_spawn is asked only now never reached its spawn (the point's
+    # decisions are committed before any, `_start`): no session of it exists to look for.
+    asked = SessionSpawn.POINT in step.decisions
     d = loop.decide(step, lambda: SessionSpawn(
         **loop.base(ref), actor=p["actor"], harness=h.name, model=h.model,
         command=list(h.command), cwd=str(path), respawn=p["respawn"], endpoint=target,
@@ -56,7 +59,9 @@ def launch(loop: Loop, step: Step) -> None:
         _launch_refused(loop, step, d, target.ref)
         return
     sid = loop.session_id(step.key, str(step.payload.get("salt", "")))
-    prior = loop.store.session_of_step(step.key, sid)
+    prior = loop.store.session_of_step(step.key, sid) if asked else None
+    if not asked:
+        loop.store.unseen(sid)
     if prior is not None and not prior["lost"]:
         sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
     if loop.store.session(sid) is None:
@@ -66,13 +71,13 @@ def launch(loop: Loop, step: Step) -> None:
                 return  # it could not start (said), or waits for room (step kept)
             # A session found after a crash may have asked already: its item waits. One
             # started now has not: its `ask` needs the item's claim, which this visit holds.
-            asked = found and StepAction.QUESTION in loop.store.queued_by(ref, sid, node.name,
+            waits = found and StepAction.QUESTION in loop.store.queued_by(ref, sid, node.name,
                                                                           0)
             began = harness_mod.process_start_time(pid) if pid > 0 else ""
             loop.store.register_session(sid, step.key, ref=ref, endpoint=target.ref,
                                         harness=h.name, pid=pid, node=node.name,
                                         log=str(loop.sessions_dir / f"{sid}.log"),
-                                        state="waiting" if asked else "running",
+                                        state="waiting" if waits else "running",
                                         pid_start=began if began.isdigit() else "")
             loop.db.settle()  # counted by this host's next room check, under the lock
         loop.log.emit("session.launched", work_item=ref, session_id=sid, session_pid=pid,

@@ -526,6 +526,13 @@ class Store:
             for key in [k for k in memo if k[0] == "session"]:
                 del memo[key]
 
+    def unseen(self, sid: str) -> None:
+        """Session `sid` is known not to exist (a launch that never reached its spawn): in
+        a visit, `session(sid)` says so without a read."""
+        memo = self.db.memo()
+        if memo is not None:
+            memo["session", sid] = None
+
     def session_of_step(self, key: str, sid: str = "") -> dict[str, Any] | None:
         """The session a launch step started (one its host did not lose, when there is).
         `sid`: the session id the step would give a new one, read in the same statement for
