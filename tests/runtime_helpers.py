@@ -331,6 +331,21 @@ class LoopDir:
         self.close()
 
 
+
+def on(ld: LoopDir, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+    """`sql` on the loop's database as another process would run it (autocommit): its rows."""
+    if ld.database:
+        import psycopg
+
+        with psycopg.connect(ld.database, autocommit=True) as conn:
+            cur = conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+            return list(cur.fetchall()) if cur.description else []
+    conn = sqlite3.connect(ld.state / "loop.db", isolation_level=None, timeout=30)
+    try:
+        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
+    finally:
+        conn.close()
+
 def pg_query(dsn: str, sql: str, *params: Any) -> list[dict[str, Any]]:
     """`sql` (sqlite3's `?` placeholders) on PostgreSQL, rows as dicts ([] before the loop
     made its tables)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runtime_helpers import LoopDir
+from runtime_helpers import LoopDir, on
 from serving_helpers import free_port
 from the_loop.config import read_config
 from the_loop.decisions.looplog import DecisionLog
@@ -254,21 +254,6 @@ def opened(loop: Loop) -> None:
     """The loop's decision log opened, as a process's first fired point opens it (which
     commits what that point's visit wrote so far: the table is made outside it)."""
     assert loop.decision_log is not None
-
-
-def on(ld: LoopDir, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    """`sql` run on the loop's database as another process would (autocommit): its rows."""
-    if ld.database:
-        import psycopg
-
-        with psycopg.connect(ld.database, autocommit=True) as conn:
-            cur = conn.execute(sql.replace("?", "%s"), params)
-            return list(cur.fetchall()) if cur.description else []
-    conn = sqlite3.connect(ld.state / "loop.db", isolation_level=None)
-    try:
-        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
-    finally:
-        conn.close()
 
 
 def test_a_visits_point_is_logged_with_its_writes_and_kept_when_they_roll_back(

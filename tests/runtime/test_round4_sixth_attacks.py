@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from hosts_helpers import GRAPH as ONE_NODE_GRAPH
-from runtime_helpers import LoopDir, until
+from runtime_helpers import LoopDir, on, until
 from the_loop.config import read_config
 from the_loop.runtime.service import Loop
 
@@ -60,21 +60,6 @@ def completing(ld: LoopDir, extra: str = "") -> None:
               f"{json.dumps(str(ld.recorded))}]"
     text = text.replace(text.split("command: ", 1)[1].split("\n", 1)[0], command, 1)
     ld.config.write_text(text + "maxSessions: 8\n", encoding="utf-8")
-
-
-def on(ld: LoopDir, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-    """`sql` on the loop's database as another process would run it (autocommit)."""
-    if ld.database:
-        import psycopg
-
-        with psycopg.connect(ld.database, autocommit=True) as conn:
-            cur = conn.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
-            return list(cur.fetchall()) if cur.description else []
-    conn = sqlite3.connect(ld.state / "loop.db", isolation_level=None, timeout=30)
-    try:
-        return [tuple(r) for r in conn.execute(sql, params).fetchall()]
-    finally:
-        conn.close()
 
 
 def refuse(ld: LoopDir, *, every: int = 0) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fault_helpers import ANSWER, agents_settled, broken, hold, live_sessions
-from runtime_helpers import LoopDir, until
+from runtime_helpers import LoopDir, on, until
 
 #: The walk: an agent node (launch, question, answer → resumed session), graph complete,
 #: the gate, /approve, done. A one-shot write runs in this process unless it is the
@@ -139,3 +139,72 @@ def test_a_crash_at_each_failpoint_loses_doubles_and_sticks_nothing(
         assert json.loads(steps[f"start:{ref}:1"]["decisions"])["work_item_start"][
             "refused"] is False
 
+
+
+def test_a_node_that_asks_no_hook_is_entered_in_the_transaction_that_moves_the_item_there(
+        tmp_path: Path, database: str) -> None:
+    """Entering an agent node (its launch queued) or a terminal one (its completion queued)
+    asks no hook, so it is written with the move there (issue 34: one statement where an
+    enter step of its own took three). A crash just after the move (the `advance`
+    failpoint, where the visit commits) finds the node entered and what it owes queued; a
+    human gate's enter step is still queued, to ask waiting_for_input. A person's feedback
+    with /reject reaches the next session's prompt."""
+    with LoopDir(tmp_path, database=database) as ld:
+        hold(ld)
+        ref = ld.add("Add a login page")
+
+        def crash_at_advance() -> dict[str, dict[str, object]]:
+            crashed = ld.cli("poll", "--once", ok=False, env={"THE_LOOP_FAILPOINT": "advance"})
+            assert crashed.returncode == 86, crashed.stderr
+            rows = ld.query("SELECT kind, state, outcome, payload FROM steps WHERE ref=? "
+                            "ORDER BY seq", ref)
+            return {f"{r['kind']}@{json.loads(r['payload']).get('node', '')}": r for r in rows}
+
+        for action in ("start", "poll", "complete"):
+            act(ld, ref, action, "")
+        steps = crash_at_advance()  # write -> review, a gate
+        assert (steps["enter@review"]["state"], steps["enter@review"]["outcome"]) == (
+            "pending", "")
+        settle(ld, ref)
+        ld.ok("reply", ref, "/reject Please add tests.", "--actor", "alice")
+        steps = crash_at_advance()  # review -> write, an agent node
+        assert (steps["enter@write"]["state"], steps["enter@write"]["outcome"]) == (
+            "done", "agent")
+        launches = [r for r in ld.query("SELECT state, payload FROM steps WHERE ref=? AND "
+                                        "kind='launch' ORDER BY seq", ref)]
+        assert launches[-1]["state"] == "pending"
+        assert "Feedback from @alice:\n\nPlease add tests." in json.loads(
+            launches[-1]["payload"])["prompt"]
+        until(lambda: agents_settled(ld), timeout=60, what="the sessions to settle")
+        settle(ld, ref)
+        for action in ("complete", "poll"):
+            act(ld, ref, action, "")
+        ld.ok("reply", ref, "/approve", "--actor", "alice")
+        steps = crash_at_advance()  # review -> done, a terminal
+        assert (steps["enter@done"]["state"], steps["enter@done"]["outcome"]) == (
+            "done", "terminal")
+        assert [r["state"] for r in ld.query("SELECT state FROM steps WHERE ref=? AND "
+                                             "kind='complete'", ref)] == ["pending"]
+        until(lambda: agents_settled(ld), timeout=60, what="the sessions to settle")
+        settle(ld, ref)
+        assert ld.item(ref)["state"] == "closed"
+        assert broken(ld, {ref: "done"}) == []
+
+
+def test_an_enter_step_queued_by_an_earlier_version_still_enters_its_node(
+        tmp_path: Path, database: str) -> None:
+    """Before issue 34 entering every node was a step of its own, queued pending: one left
+    in the database by that version is run, and its agent node's session launched."""
+    with LoopDir(tmp_path, database=database) as ld:
+        hold(ld)
+        ref = ld.add("Add a login page")
+        ld.ok("start", ref, "--actor", "alice")
+        on(ld, "UPDATE work SET state='running', node='write', epoch=1 WHERE ref=?", ref)
+        on(ld, "UPDATE steps SET kind='enter', key=?, payload=? WHERE ref=? AND kind='start'",
+                 f"enter:{ref}:1:1",
+                 json.dumps({"node": "write", "actor": "alice", "note": "", "epoch": 1}), ref)
+        settle(ld, ref)
+        [enter] = ld.query("SELECT state, outcome FROM steps WHERE kind='enter'")
+        assert (enter["state"], enter["outcome"]) == ("done", "agent")
+        until(lambda: len(ld.launches()) == 1, timeout=30, what="the session's launch")
+        assert "Write Add a login page" in ld.launches()[0]["prompt"]

@@ -30,10 +30,9 @@ from the_loop.runtime.service import (
     Loop,
     failpoint,
     pausepoint,
-    render,
 )
 from the_loop.runtime.stepactions import StepAction, UnknownStepAction, salted
-from the_loop.runtime.steps import NODE_PROMPT, RUN, classify, feedback, ingest
+from the_loop.runtime.steps import RUN, classify, feedback, ingest
 from the_loop.runtime.store import Step
 from the_loop.sqldb import WritesLost, transient
 from the_loop.wakeup import Wakeup
@@ -202,9 +201,7 @@ def check_session(loop: Loop, ref: str, report: Report) -> None:
         loop.say(ref, f"The session ended twice without finishing {node.name}; re-arm "
                       f"with `the-loop start {ref}`.")
         return
-    item = loop.tracker.get(ref, comments=False)
-    prompt = render(node.prompt or NODE_PROMPT, ref=ref, title=item.title, body=item.body,
-                    phase=node.phase, node=node.name)
+    prompt = loop.node_prompt(ref, node)
     with loop.db.transaction() as conn:
         loop.store.set_work(ref, conn, respawns=int(w["respawns"]) + 1)
         key = StepAction.LAUNCH.key(ref, w["arm_seq"], w["epoch"], sid, name="respawn")

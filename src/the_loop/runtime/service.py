@@ -25,12 +25,12 @@ from the_loop.errors import LoopError
 from the_loop.events import EventLog
 from the_loop.runtime import harness as harness_mod
 from the_loop.runtime.db import Fenced, open_database, settle_batch
-from the_loop.runtime.graph import load_graph
+from the_loop.runtime.graph import Node, load_graph
 from the_loop.runtime.identity import AGENT_PREFIX, SESSION_TOKEN_ENV
 from the_loop.runtime.lease import Heartbeat, check_host_id, host_id, host_owner
 from the_loop.runtime.settings import Settings, settings_of
-from the_loop.runtime.stepactions import StepAction
-from the_loop.runtime.store import ACTIVE, Step, Store
+from the_loop.runtime.stepactions import StepAction, salted
+from the_loop.runtime.store import ACTIVE, Owed, Step, Store
 from the_loop.runtime.tracker import LocalTracker
 from the_loop.sqldb import WritesLost, read_only_sqlite
 from the_loop.util import say
@@ -45,6 +45,8 @@ if TYPE_CHECKING:  # the hooks, the channels and the decision log load when firs
     from the_loop.runtime.channels import Channels
 
 LOOP_AUTHOR = "the-loop"
+#: The prompt of an agent node that names none (its `prompt:` in the graph).
+NODE_PROMPT = "Work on {ref} ({title}) at node {node}."
 
 
 def _holds_an_unmoved_log(local: Path) -> bool:
@@ -453,14 +455,13 @@ class Loop:
             epoch, arm = int(w["epoch"]), int(w["arm_seq"])
             # "running" while the loop moves it: the enter step sets gate or launches.
             self.store.set_work(ref, conn, node=there.name, epoch=epoch + 1, state="running")
-            owed = [(StepAction.ENTER.key(ref, arm, epoch + 1), ref, StepAction.ENTER,
-                     {"node": there.name, "actor": actor, "note": note, "epoch": epoch + 1})]
+            owed, done = self.enter_rows(ref, arm, epoch + 1, there, actor, note)
             if there.phase != here.phase or there.terminal:
                 owed.insert(0, (StepAction.PHASE.key(ref, arm, epoch), ref, StepAction.PHASE, {
                     "from_node": here.name, "to_node": there.name, "from_phase": here.phase,
                     "to_phase": there.phase, "outcome": outcome_name,
                     "terminal": there.terminal, "actor": actor}))
-            self.store.add_steps(conn, owed)  # one statement
+            self.store.add_steps(conn, owed, done)  # one statement
             if step is not None:
                 self.store.finish(step, {"approve": "approved", "reject": "rejected"}.get(
                     outcome_name, outcome_name), conn=conn)
@@ -468,6 +469,45 @@ class Loop:
                       outcome=outcome_name)
         failpoint("advance")
         return there.name
+
+    def enter_rows(self, ref: str, arm: int, epoch: int, node: Node, actor: str,
+                   note: str) -> tuple[list[Owed], dict[str, str]]:
+        """The steps that enter `node` at `epoch`, for the transaction that moves the item
+        there, and which of them are done already: entering a terminal or an agent node
+        asks no hook, so its enter step is written done, with what it owes, in that same
+        transaction (one statement, where a step of its own run next took three); a human
+        gate's enter step is queued, to ask waiting_for_input."""
+        key = StepAction.ENTER.key(ref, arm, epoch)
+        enter: Owed = (key, ref, StepAction.ENTER,
+                       {"node": node.name, "actor": actor, "note": note, "epoch": epoch})
+        owed = self.owed_on_entering(ref, arm, key, node, actor, note)
+        if owed is None:
+            return [enter], {}
+        outcome, rows = owed
+        return [enter, *rows], {key: outcome}
+
+    def owed_on_entering(self, ref: str, arm: int, enter_key: str, node: Node, actor: str,
+                         note: str) -> tuple[str, list[Owed]] | None:
+        """What entering `node` owes when it asks no hook: the enter step's outcome and the
+        steps it queues (a terminal: the item's completion; an agent node: its session's
+        launch, `note` a person's feedback for it). None for a human gate."""
+        if node.terminal:
+            return "terminal", [(StepAction.COMPLETE.key(ref, arm), ref, StepAction.COMPLETE,
+                                 {"source": "graph", "actor": actor or LOOP_AUTHOR})]
+        if node.actor != "agent":
+            return None
+        prompt = self.node_prompt(ref, node)
+        if note:
+            prompt += f"\n\nFeedback from @{actor}:\n\n{note}"
+        return "agent", [(StepAction.LAUNCH.key(enter_key), ref, StepAction.LAUNCH, salted(
+            {"node": node.name, "prompt": prompt, "respawn": False, "actor": actor,
+             "endpoint": ""}))]
+
+    def node_prompt(self, ref: str, node: Node) -> str:
+        """The prompt a session at agent node `node` starts with."""
+        item = self.tracker.get(ref, comments=False)
+        return render(node.prompt or NODE_PROMPT, ref=ref, title=item.title, body=item.body,
+                      phase=node.phase, node=node.name)
 
     # ------------------------------------------------------------------ sessions
     def session_id(self, step_key: str, salt: str = "") -> str:

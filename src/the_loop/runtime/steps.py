@@ -47,7 +47,6 @@ RESUME_PROMPT = (
     "Resuming {ref} ({title}) at node {node}.\n\nInput from @{actor}:\n\n{text}\n\n"
     "Continue the {phase} work; finish with `the-loop graph complete`."
 )
-NODE_PROMPT = "Work on {ref} ({title}) at node {node}."
 
 
 def classify(text: str) -> str:
@@ -102,10 +101,8 @@ def start(loop: Loop, step: Step) -> None:
         epoch = int(w["epoch"]) + 1
         loop.store.set_work(ref, conn, state="running", node=first.name, epoch=epoch,
                             session_id="")
-        loop.store.add_step(conn, StepAction.ENTER.key(ref, w["arm_seq"], epoch), ref,
-                            StepAction.ENTER,
-                            {"node": first.name, "actor": step.payload["actor"], "note": "",
-                             "epoch": epoch})
+        loop.store.add_steps(conn, *loop.enter_rows(ref, int(w["arm_seq"]), epoch, first,
+                                                    str(step.payload["actor"]), ""))
         loop.store.finish(step, "started", conn=conn)
     loop.log.emit("loop.started", work_item=ref)
 
@@ -121,25 +118,15 @@ def enter(loop: Loop, step: Step) -> None:
         return
     assert w is not None
     actor = step.payload["actor"]
-    if node.terminal:
+    owed = loop.owed_on_entering(ref, int(w["arm_seq"]), step.key, node, str(actor),
+                                 str(step.payload["note"]))
+    if owed is not None:  # (queued done by the step that moved the item here, enter_rows,
+        outcome, rows = owed  # but for one queued by an earlier version of the-loop)
         with loop.db.transaction() as conn:
-            loop.store.add_step(conn, StepAction.COMPLETE.key(ref, w["arm_seq"]), ref,
-                                StepAction.COMPLETE,
-                                {"source": "graph", "actor": actor or LOOP_AUTHOR})
-            loop.store.finish(step, "terminal", conn=conn)
-        return
-    if node.actor == "agent":
-        item = loop.tracker.get(ref, comments=False)
-        prompt = render(node.prompt or NODE_PROMPT, ref=ref, title=item.title, body=item.body,
-                        phase=node.phase, node=node.name)
-        if step.payload["note"]:
-            prompt += f"\n\nFeedback from @{actor}:\n\n{step.payload['note']}"
-        with loop.db.transaction() as conn:
-            loop.store.set_work(ref, conn, state="running", node=node.name)
-            loop.store.add_step(conn, StepAction.LAUNCH.key(step.key), ref, StepAction.LAUNCH,
-                                salted({"node": node.name, "prompt": prompt, "respawn": False,
-                                        "actor": actor, "endpoint": ""}))
-            loop.store.finish(step, "agent", conn=conn)
+            if outcome == "agent":
+                loop.store.set_work(ref, conn, state="running", node=node.name)
+            loop.store.add_steps(conn, rows)
+            loop.store.finish(step, outcome, conn=conn)
         return
     loop.set_work(ref, state="gate", node=node.name)
     d = loop.decide(step, lambda: WaitingForInput(

@@ -59,6 +59,8 @@ class Step:
 _WORK = ("ref", "state", "arm_seq", "node", "session_id", "actor", "source", "respawns",
          "updated", "epoch", "claim", "claim_until", "fence", "host", "session_key",
          "session_lock")
+#: A step to queue: its key, its item, its action and its payload (Store.add_steps).
+Owed = tuple[str, str, StepAction, dict[str, Any]]
 _STEP = ("seq", "key", "ref", "kind", "payload", "decisions", "state", "outcome", "detail")
 #: A visit's pending steps and its item's work row, in one statement (one row per step, in
 #: order; one row with NULL step columns: nothing pending; no work row: NULL work columns).
@@ -263,10 +265,14 @@ class Store:
         A non-`StepAction` action, or a payload its action cannot run, is refused here."""
         self.add_steps(conn, [(key, ref, action, payload)])
 
-    def add_steps(self, conn: Conn,
-                  steps: list[tuple[str, str, StepAction, dict[str, Any]]]) -> None:
+    def add_steps(self, conn: Conn, steps: list[Owed],
+                  done: dict[str, str] | None = None) -> None:
         """`add_step` for each of `steps` (key, ref, action, payload), in order, with one
-        statement."""
+        statement. `done`: keys written as finished already, with their outcome (an enter
+        step that asks no hook, done in the transaction that queues it: Loop.enter_rows)."""
+        if not steps:
+            return
+        done = done or {}
         now = time.time()
         rows: list[tuple[str, str, StepAction, str]] = []
         for key, ref, action, payload in steps:
@@ -274,15 +280,17 @@ class Store:
                 raise TypeError(f"a step's action is a StepAction, not {action!r}")
             action.check(payload)
             rows.append((key, ref, action, self.redact(json.dumps(payload))))
-        values = ", ".join(["(?,?,?,?,?,?)"] * len(rows))
+        values = ", ".join(["(?,?,?,?,?,?,?,?)"] * len(rows))
         got = {str(r["key"]): int(r["seq"]) for r in conn.execute(
-            f"INSERT INTO steps(key, ref, kind, payload, created, updated) VALUES {values} "
-            "ON CONFLICT(key) DO NOTHING RETURNING seq, key",
+            "INSERT INTO steps(key, ref, kind, payload, state, outcome, created, updated) "
+            f"VALUES {values} ON CONFLICT(key) DO NOTHING RETURNING seq, key",
             tuple(v for key, ref, action, stored in rows
-                  for v in (key, ref, action.value, stored, now, now))).fetchall()}
+                  for v in (key, ref, action.value, stored,
+                            "done" if key in done else "pending", done.get(key, ""), now,
+                            now))).fetchall()}
         for key, ref, action, stored in rows:
             queue = self._queue(ref)
-            if queue is not None and key in got:  # the visit runs it after what it has
+            if queue is not None and key in got and key not in done:  # the visit runs it
                 queue.append(Step(got[key], key, ref, action, json.loads(stored), {},
                                   "pending", "", ""))
 
