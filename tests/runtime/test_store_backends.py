@@ -96,6 +96,32 @@ def test_a_marked_comment_is_posted_once_and_only_the_authors_own_marker_counts(
                                                             "the-loop"]
 
 
+def test_a_relabel_moves_one_label_to_another_whatever_the_item_already_has(
+        db: Database) -> None:
+    """The phase change's `relabel` (issue 34: one statement when the item has the old label
+    and not the new one): the old label goes and the new one is there, once, in every case."""
+    tracker = LocalTracker(db, "acme/app")
+    ref = tracker.add("Login page", labels=["ui", "loop:writing"])
+
+    def labels() -> list[str]:
+        return tracker.get(ref).labels
+
+    tracker.relabel(ref, "loop:writing", "loop:checking")
+    assert labels() == ["loop:checking", "ui"]
+    tracker.label(ref, "loop:done")
+    tracker.relabel(ref, "loop:checking", "loop:done")  # the new one is there already
+    assert labels() == ["loop:done", "ui"]
+    tracker.relabel(ref, "loop:review", "loop:writing")  # the old one is not
+    assert labels() == ["loop:done", "loop:writing", "ui"]
+    tracker.relabel(ref, "loop:writing", "loop:writing")
+    assert labels() == ["loop:done", "loop:writing", "ui"]
+    with db.batched():  # a visit's copy of the item follows its own writes
+        assert tracker.get(ref, comments=False).labels == ["loop:done", "loop:writing", "ui"]
+        tracker.relabel(ref, "loop:writing", "loop:review")
+        assert tracker.get(ref, comments=False).labels == ["loop:done", "loop:review", "ui"]
+    assert labels() == ["loop:done", "loop:review", "ui"]
+
+
 def test_steps_cursors_and_sessions_behave_the_same(db: Database) -> None:
     store = Store(db)
     ref = "local:acme/app#1"

@@ -344,9 +344,7 @@ def phase(loop: Loop, step: Step) -> None:
         **loop.base(ref), actor=p["actor"], from_phase=p["from_phase"],
         to_phase=p["to_phase"], from_node=p["from_node"], to_node=p["to_node"],
         outcome=p["outcome"], terminal=p["terminal"]))
-    if p["from_phase"] != p["to_phase"]:
-        loop.tracker.label(ref, f"loop:{p['from_phase']}", remove=True)
-    loop.tracker.label(ref, f"loop:{p['to_phase']}")
+    loop.tracker.relabel(ref, f"loop:{p['from_phase']}", f"loop:{p['to_phase']}")
     if d["notify"] is not False:
         if loop.channels.calls_out:  # a visit's writes are not held while one is called
             loop.db.settle()

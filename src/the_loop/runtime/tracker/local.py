@@ -256,6 +256,27 @@ class LocalTracker:
                              "NOTHING", (item_id, label))
         self._changed(ref, label, remove=remove)
 
+    def relabel(self, ref: str, old: str, new: str) -> None:
+        """Label `ref` `new` instead of `old`: one statement that renames the label when the
+        item has `old` and not `new` yet (a phase change), else `old` removed and `new`
+        added."""
+        if old == new:
+            self.label(ref, new)
+            return
+        item_id, _, _ = self._row(ref)
+        if not old.strip() or not new.strip():
+            raise TrackerError("a label must be a non-empty string")
+        with self.db.transaction() as conn:
+            moved = conn.execute("UPDATE labels SET label=? WHERE item=? AND label=? AND NOT "
+                                 "EXISTS (SELECT 1 FROM labels WHERE item=? AND label=?)",
+                                 (new, item_id, old, item_id, new)).rowcount
+            if moved != 1:
+                conn.execute("DELETE FROM labels WHERE item=? AND label=?", (item_id, old))
+                conn.execute("INSERT INTO labels(item, label) VALUES (?, ?) ON CONFLICT DO "
+                             "NOTHING", (item_id, new))
+        self._changed(ref, old, remove=True)
+        self._changed(ref, new)
+
     def close(self, ref: str, *, actor: str) -> bool:
         """Close the item; False when it was already closed."""
         item_id, _, _ = self._row(ref)
