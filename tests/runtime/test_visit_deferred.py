@@ -127,3 +127,53 @@ def test_the_loops_sqlite_file_commits_without_waiting_for_the_disk(tmp_path: Pa
                                                     cursors={})
     with sqlite3.connect(tmp_path / "loop.db") as other:  # committed: another reader sees it
         assert other.execute("SELECT state FROM work").fetchone() == ("armed",)
+
+
+@contextmanager
+def counting(db: Database) -> Iterator[list[str]]:
+    """The statements `db`'s connection runs meanwhile (SQLite's trace callback; on
+    PostgreSQL its pool's `execute`)."""
+    ran: list[str] = []
+    if db.dialect is SQLITE:
+        db._sqlite.set_trace_callback(ran.append)
+        try:
+            yield ran
+        finally:
+            db._sqlite.set_trace_callback(None)
+        return
+    pg: Any = db._pg  # type: ignore[attr-defined]
+    execute = pg.execute
+
+    def counted(sql: str, *args: Any) -> Any:
+        ran.append(sql)
+        return execute(sql, *args)
+    pg.execute = counted
+    try:
+        yield ran
+    finally:
+        del pg.execute
+
+
+def test_a_visit_starts_from_the_steps_its_claim_returned_and_reads_none_of_its_own(
+        db: Database, target: str | Path) -> None:
+    """The claim's statement returns the item's pending steps (issue 34: one statement less
+    a visit); a step queued elsewhere after the claim is the next visit's."""
+    store = Store(db)
+    store.arm(REF, actor="alice", source="command", cursors={})
+    with db.batched():
+        with counting(db) as ran:
+            assert store.claim(REF)
+            step = store.next_step(REF)
+        assert step is not None and step.action is StepAction.START
+        assert len(ran) == 1 and ran[0].lstrip().startswith("UPDATE work SET claim")
+        store.finish(step, "started")
+        assert store.next_step(REF) is None
+        store.release(REF)
+    elsewhere(target, lambda s: s.queue("enter:x", REF, StepAction.ENTER,
+                                        {"node": "write", "actor": "a", "note": "",
+                                         "epoch": 1}))
+    with db.batched():
+        assert store.claim(REF)
+        got = store.next_step(REF)
+        assert got is not None and got.key == "enter:x"
+        store.release(REF)

@@ -75,6 +75,28 @@ _NEXT_LOCKED = _NEXT_WITH_WORK.format(lock=" FOR UPDATE")
 _NEXT_WITH_WORK = _NEXT_WITH_WORK.format(lock="")
 
 
+
+def _pending_column(dialect_name: str) -> str:
+    """For a visit's claim (`Store.claim`): the claimed item's pending steps, as one JSON
+    array column of the claim's RETURNING, so the visit starts from them with no read of
+    its own."""
+    jo, agg = (("json_build_object", "json_agg") if dialect_name == "postgresql"
+               else ("json_object", "json_group_array"))
+    fields = ", ".join(f"'{c}', s.{c}" for c in _STEP)
+    return (f", (SELECT {agg}({jo}({fields})) FROM steps s WHERE s.ref=work.ref AND "
+            "s.state='pending') AS pending_steps")
+
+
+def _steps_in(value: Any) -> list[Step] | None:
+    """The pending steps a claim returned (`_pending_column`), in order; None when one is of
+    an action this version does not know (`next_step` reads them and says so)."""
+    rows = json.loads(value) if isinstance(value, str) else (value or [])
+    try:
+        return [Step.of(r) for r in sorted(rows, key=lambda r: int(r["seq"]))]
+    except UnknownStepAction:
+        return None
+
+
 #: A point's decisions on its step (Store.record).
 _DECISIONS = "UPDATE steps SET decisions=?, updated=? WHERE key=?"
 
@@ -164,19 +186,25 @@ class Store:
         longer path reads the holder first, to ask whether it is a dead process of this host.
         """
         me = self.me
+        memo = self.db.memo()
         rows = self.db.conn.execute(
             f"UPDATE work SET claim=?, claim_until={self.now} + ?, "
             "fence=fence + CASE WHEN claim=? THEN 0 ELSE 1 END WHERE ref IN (SELECT ref FROM "
             f"work WHERE ref=? AND (claim=? OR claim='' OR claim_until <= {self.now})"
-            f"{self.db.dialect.skip_locked}) RETURNING *",
+            f"{self.db.dialect.skip_locked}) RETURNING *"
+            f"{_pending_column(self.db.dialect.name) if memo is not None else ''}",
             (me, self.expiry, me, ref, me)).fetchall()  # all: the statement ends, and commits
         if rows:
             # In a batch's open transaction (an agent's command: db.py), the row is locked
             # by this very statement: that transaction's fence is checked already.
             self.db.hold(ref, me, int(rows[0]["fence"]), locked=self.db.pending())
-            memo = self.db.memo()
-            if memo is not None:  # a visit (db.batched) starts from the row it claimed
-                memo["work", ref] = dict(rows[0])
+            if memo is not None:  # a visit (db.batched) starts from the row it claimed,
+                w = dict(rows[0])  # and from the steps pending then
+                queue = _steps_in(w.pop("pending_steps", None))
+                memo["work", ref] = w
+                if queue is not None:
+                    memo["queue", ref] = queue
+                    memo["claimed", ref] = True
             return True
         return self._claim_held(ref, me)
 
@@ -295,13 +323,18 @@ class Store:
                                   "pending", "", ""))
 
     def _queue(self, ref: str) -> list[Step] | None:
-        """In a visit: `ref`'s pending steps as `next_step` read them, with the steps the
-        visit queued since (None: read them again -- not read in this visit, changed other
-        than by its `add_step` and `finish`, emptied by a rollback, or, on PostgreSQL, after
-        a commit, where the read that opens the next transaction is its fence check,
-        `Database.fence_due`; on SQLite they are kept across the visit's commits)."""
+        """In a visit: `ref`'s pending steps as its claim or `next_step` read them, with the
+        steps the visit queued since (None: read them again -- not read in this visit,
+        changed other than by its `add_step` and `finish`, emptied by a rollback, or, on
+        PostgreSQL, after a commit that followed the read, where the read that opens the
+        next transaction is its fence check, `Database.fence_due`; a transaction opened
+        without one has its fence checked by the statement that commits it; on SQLite they
+        are kept across the visit's commits)."""
         memo = self.db.memo()
-        if memo is None or self.db.fence_due(ref):
+        if memo is None:
+            return None
+        claimed = memo.pop(("claimed", ref), False)  # read by the claim, no commit since
+        if self.db.fence_due(ref) and not claimed:
             return None
         return memo.get(("queue", ref))
 
