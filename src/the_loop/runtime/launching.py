@@ -58,12 +58,7 @@ def launch(loop: Loop, step: Step) -> None:
     if d.refused:
         _launch_refused(loop, step, d, target.ref)
         return
-    sid = loop.session_id(step.key, str(step.payload.get("salt", "")))
-    prior = loop.store.session_of_step(step.key, sid) if asked else None
-    if not asked:
-        loop.store.unseen(sid)
-    if prior is not None and not prior["lost"]:
-        sid = str(prior["id"])  # launched and recorded (maybe by another host): not twice
+    sid = _session_of(loop, step, asked)
     if loop.store.session(sid) is None:
         with host_launches(loop):  # room checked and taken by one process of a host at once
             pid, found = _start(loop, step, sid, loop.redact(str(d["prompt"])), path)
@@ -98,6 +93,19 @@ def launch(loop: Loop, step: Step) -> None:
             loop.log.emit("session.announced", work_item=ref, session_id=sid)
     failpoint("announce")
     loop.store.finish(step, "launched", sid)
+
+
+def _session_of(loop: Loop, step: Step, asked: bool) -> str:
+    """The id of the launch step's session: the one it launched and recorded already (maybe
+    on another host) when there is one, so it is not launched twice; else a new one's.
+    `asked`: whether session_spawn was asked for the step before this run (else no session
+    of it can exist, and none is looked for)."""
+    sid = loop.session_id(step.key, str(step.payload.get("salt", "")))
+    if not asked:
+        loop.store.unseen(sid)
+        return sid
+    prior = loop.store.session_of_step(step.key, sid)
+    return str(prior["id"]) if prior is not None and not prior["lost"] else sid
 
 
 def has_room(loop: Loop, ref: str) -> bool:

@@ -322,13 +322,7 @@ def poll_once(loop: Loop) -> Report:
     pausepoint("cycle-read")
     report.exited = reap(loop, snap)
     report.live = {str(r["id"]) for r in snap.live} - set(report.exited)
-    if loop.settings.arm_label:
-        for item in snap.open_items:
-            if loop.settings.arm_label in item.labels and loop.work(item.ref) is None:
-                # Who added the label is not known: no login stands in for them (a real
-                # login such as `label` would match rules about that person).
-                loop.arm(item.ref, actor="", source="label")
-                snap.pending.append(item.ref)
+    arm_labelled(loop, snap)
     pulls: dict[str, list[str]] = {}
     for item in snap.open_items:
         if item.parent:
@@ -354,6 +348,18 @@ def poll_once(loop: Loop) -> Report:
     loop.log.emit("poll.cycle", started=report.started, inputs=report.inputs,
                   refused=report.refused, closed=report.closed)
     return report
+
+
+def arm_labelled(loop: Loop, snap: Snapshot) -> None:
+    """Arm the open items that carry the config's `armLabel` and have no work row yet."""
+    if not loop.settings.arm_label:
+        return
+    for item in snap.open_items:
+        if loop.settings.arm_label in item.labels and loop.work(item.ref) is None:
+            # Who added the label is not known: no login stands in for them (a real login
+            # such as `label` would match rules about that person).
+            loop.arm(item.ref, actor="", source="label")
+            snap.pending.append(item.ref)
 
 
 def deliver(loop: Loop, ref: str, *, wait: float = 30.0) -> None:
