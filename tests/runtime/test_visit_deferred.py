@@ -7,6 +7,7 @@ visit reads once include what it queues itself, and are read again after each co
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from test_visit_batch import REF, elsewhere
 
-from the_loop.runtime.db import Database, open_database
+from the_loop.runtime.db import Database, Fenced, open_database
 from the_loop.runtime.stepactions import StepAction
 from the_loop.runtime.store import Step, Store
 from the_loop.sqldb import SQLITE
@@ -177,3 +178,37 @@ def test_a_visit_starts_from_the_steps_its_claim_returned_and_reads_none_of_its_
         got = store.next_step(REF)
         assert got is not None and got.key == "enter:x"
         store.release(REF)
+
+
+def test_a_launchs_registration_is_one_statement_and_a_stale_owner_registers_nothing(
+        db: Database, target: str | Path) -> None:
+    """A fresh launch's registration is one statement outside any transaction (issue 34),
+    which writes the session only while the claim is still the visit's: a visit paused
+    past its lease while its harness started records nothing (`Fenced`)."""
+    store = Store(db, expiry=0.5)
+    store.arm(REF, actor="alice", source="command", cursors={})
+
+    def register(sid: str) -> None:
+        store.register_session(sid, f"launch:{sid}", ref=REF, endpoint=REF, harness="h",
+                               pid=42, node="write", log=f"{sid}.log")
+        db.settle()
+
+    with db.batched():
+        assert store.claim(REF)
+        store.set_work(REF, state="running", node="write", session_id="s-1", host=store.host)
+        db.settle()  # before the harness exists (launching._start)
+        with counting(db) as ran:
+            register("s-1")
+        assert len(ran) == 1 and ran[0].lstrip().startswith("INSERT INTO sessions")
+        store.release(REF)
+    assert elsewhere(target, lambda s: s.session("s-1"))["pid"] == 42
+    with db.batched():
+        assert store.claim(REF)
+        store.set_work(REF, session_id="s-2")
+        db.settle()
+        time.sleep(0.6)  # paused past its lease: another process takes the item over
+        assert elsewhere(target, lambda s: s.claim(REF)) is True
+        with pytest.raises(Fenced, match="writes nothing more"):
+            register("s-2")
+        store.release(REF)
+    assert elsewhere(target, lambda s: s.session("s-2")) is None

@@ -268,6 +268,11 @@ class Database:
         work = getattr(self._local, "work", None)
         return dict(work) if work and self._holding(ref) is not None else {}
 
+    def claim_of(self, ref: str) -> tuple[str, int] | None:
+        """(owner, fencing number) of `ref`'s claim when this thread holds it (`hold`)."""
+        held = getattr(self._local, "fence", None)
+        return (held[1], held[2]) if held is not None and held[0] == ref else None
+
     def _holding(self, ref: str) -> ExitStack | None:
         """This thread's open batch when it holds `ref`'s claim in it (None otherwise)."""
         held = getattr(self._local, "fence", None)

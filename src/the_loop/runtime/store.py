@@ -97,6 +97,9 @@ def _steps_in(value: Any) -> list[Step] | None:
         return None
 
 
+#: A session's row (Store.register_session).
+_REGISTER = ("INSERT INTO sessions(id, ref, endpoint, harness, pid, node, started, log, step, "
+             "host, pid_start)")
 #: A point's decisions on its step (Store.record).
 _DECISIONS = "UPDATE steps SET decisions=?, updated=? WHERE key=?"
 
@@ -597,16 +600,38 @@ class Store:
         question the session already asked), in one transaction. `pid_start`: when the
         harness `pid` started (harness.process_start_time; '' when not known)."""
         self._sessions_changed()
-        with self.db.transaction() as conn:
-            row = conn.execute(
-                "INSERT INTO sessions(id, ref, endpoint, harness, pid, node, started, log, "
-                "step, host, pid_start) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) DO "
-                "NOTHING RETURNING *", (sid, ref, endpoint, harness, pid, node, time.time(),
-                                        log, step_key, self.host, pid_start)).fetchone()
-            self.set_work(ref, conn, state=state, node=node, session_id=sid, host=self.host)
+        values = (sid, ref, endpoint, harness, pid, node, time.time(), log, step_key, self.host,
+                  pid_start)
+        row = self._registered_alone(values, state)
+        if row is None:
+            with self.db.transaction() as conn:
+                row = conn.execute(f"{_REGISTER} VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) "
+                                   "DO NOTHING RETURNING *", values).fetchone()
+                self.set_work(ref, conn, state=state, node=node, session_id=sid,
+                              host=self.host)
         memo = self.db.memo()
         if memo is not None and row is not None:  # the row as written (none: it was there)
             memo["session", sid] = dict(row)
+
+    def _registered_alone(self, values: tuple[Any, ...], state: str) -> Any:
+        """A fresh launch's registration as one statement, outside any transaction: the
+        session's row goes in only while this thread's claim on the item is still its own
+        and the item's row already names the session as `state` at its node on this host
+        (written before the harness existed: launching._start), which the statement checks
+        under the row's lock. The row written, or None (anything differs, the session is
+        recorded already, no claim is held, a transaction is open): the caller registers it
+        the long way, which refuses a stale owner."""
+        sid, ref, node = values[0], values[1], values[5]
+        held = self.db.claim_of(ref)
+        w = self.work(ref) if held is not None and not self.db.pending() else None
+        if held is None or w is None or (w["state"], w["node"], w["session_id"], w["host"]) \
+                != (state, node, sid, self.host):
+            return None
+        return self.db.conn.execute(
+            f"{_REGISTER} SELECT ?,?,?,?,?,?,?,?,?,?,? FROM work WHERE ref=? AND claim=? AND "
+            "fence=? AND state=? AND node=? AND session_id=? AND host=?"
+            f"{self.db.dialect.for_update} ON CONFLICT(id) DO NOTHING RETURNING *",
+            (*values, ref, *held, state, node, sid, self.host)).fetchone()
 
     def sessions_of(self, ref: str, limit: int = 200) -> list[dict[str, Any]]:
         """The last `limit` sessions launched for `ref`, oldest first (any host)."""
