@@ -107,3 +107,27 @@ def test_a_cycle_whose_snapshot_is_behind_still_keeps_to_max_sessions_and_asks_o
             assert (again["launched"], again["waiting"]) == (0, 1)
         assert ld.query("SELECT COUNT(*) AS n FROM decision_log WHERE point='session_spawn' "
                         "AND work_item LIKE ?", f"%{waiting.split('#')[1]}") == spawns
+
+
+def test_a_full_host_does_not_visit_the_items_whose_launch_waits_for_room(
+        tmp_path: Path, database: str) -> None:
+    """At maxSessions, a cycle leaves an item whose next step is a launch unclaimed (issue
+    34: a backlog of waiting items cost a claim and a release each, every cycle); it is
+    counted as waiting, and launched once a place is free."""
+    with LoopDir(tmp_path, database=database) as ld:
+        hold(ld, "maxSessions: 1\n", policy=False)
+        refs = [ld.add(f"Item {i}") for i in range(3)]
+        for ref in refs:
+            ld.start(ref)
+        first = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        assert (first["launched"], first["waiting"]) == (1, 2)
+        waiting = [r for r in refs if not ld.work(r)["session_id"]]
+        fences = {r: ld.work(r)["fence"] for r in waiting}
+        again = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        assert (again["launched"], again["waiting"], again["busy"]) == (0, 2, 0)
+        assert {r: ld.work(r)["fence"] for r in waiting} == fences  # never claimed
+        [running] = ld.query("SELECT pid FROM sessions WHERE exited=0")
+        os.killpg(int(running["pid"]), signal.SIGKILL)
+        until(lambda: sum(live_sessions(ld).values()) == 0, what="the session to end")
+        last = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        assert last["launched"] == 1 and sum(live_sessions(ld).values()) == 1

@@ -8,7 +8,8 @@ their labels, every active item's work row (whether it has a pending step, wheth
 session ended, how long ago the host it names last beat), the open items with a comment
 past their input cursor that the loop did not write itself (its own comments are no input:
 a cycle after each would read the comments and move the cursor for nothing), and the items
-with pending steps. An idle cycle costs this one statement.
+with pending steps (and the action of each one's first). An idle cycle costs this one
+statement.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def snapshot_sql(store: Store) -> str:
         "comments c JOIN items i ON i.id=c.item LEFT JOIN cursors k ON "
         f"k.ref={ref} WHERE i.state='open' AND c.id > COALESCE(k.last, 0) AND c.author <> ?) "
         "AS x",
-        f"SELECT 'pending', {jo}('ref', x.ref, 'first', x.first) FROM (SELECT ref, MIN(seq) "
-        "AS first FROM steps WHERE state='pending' GROUP BY ref) AS x",
+        f"SELECT 'pending', {jo}('ref', x.ref, 'first', x.first, 'kind', p.kind) FROM "
+        "(SELECT ref, MIN(seq) AS first FROM steps WHERE state='pending' GROUP BY ref) AS x "
+        "JOIN steps p ON p.seq=x.first",
     ))
 
 
@@ -77,6 +79,8 @@ class Snapshot:
     active: dict[str, dict[str, Any]] = field(default_factory=dict)
     commented: set[str] = field(default_factory=set)
     pending: list[str] = field(default_factory=list)
+    #: The action of each pending item's first pending step (what its visit would run first).
+    first: dict[str, str] = field(default_factory=dict)
 
     def ended(self, sids: set[str]) -> None:
         """Sessions this cycle saw end (or lost with their host): their items owe a check."""
@@ -100,6 +104,7 @@ def read(store: Store, own: str) -> Snapshot:
         if r["label"] is not None:
             item["labels"].append(str(r["label"]))
     active = sorted(by.get("active", []), key=lambda r: (float(r["updated"]), str(r["ref"])))
+    pending = sorted(by.get("pending", []), key=lambda r: int(r["first"]))
     return Snapshot(
         live=sorted(by.get("live", []), key=lambda r: float(r["started"])),
         lost_here=by.get("lost_here", []),
@@ -107,8 +112,8 @@ def read(store: Store, own: str) -> Snapshot:
         open_items=[_item(r) for r in items.values()],
         active={str(r["ref"]): r for r in active},
         commented={str(r["ref"]) for r in by.get("commented", [])},
-        pending=[str(r["ref"]) for r in sorted(by.get("pending", []),
-                                               key=lambda r: int(r["first"]))],
+        pending=[str(r["ref"]) for r in pending],
+        first={str(r["ref"]): str(r["kind"]) for r in pending},
     )
 
 

@@ -138,17 +138,20 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
     return n
 
 
-def room_for(loop: Loop, ref: str, report: Report | None) -> bool:
+def room_for(loop: Loop, ref: str, report: Report | None,
+             w: dict[str, Any] | None = None) -> bool:
     """Whether `ref`'s launch step may run now (and ask session_spawn's hooks): this host
     runs fewer than maxSessions sessions besides the item's own. Asked of the cycle's
     snapshot (`Report.live`) in a cycle, of the database (`has_room`) otherwise. The launch
     asks the database again under the host's launch lock (launching._start), so a snapshot
     that is behind costs an item a cycle's wait, or a point asked before its launch waits
-    (asked once: its decisions are kept), never a session over maxSessions."""
+    (asked once: its decisions are kept), never a session over maxSessions. `w`: the
+    item's work row as the cycle's snapshot read it (before its visit; read here when not
+    given)."""
     live = report.live if report is not None else None
     if live is None:
         return has_room(loop, ref)
-    current = str((loop.work(ref) or {}).get("session_id") or "")
+    current = str(((w if w is not None else loop.work(ref)) or {}).get("session_id") or "")
     return len(live - {current}) < loop.settings.max_sessions
 
 
@@ -343,6 +346,10 @@ def poll_once(loop: Loop) -> Report:
     running = [ref for ref, w in snap.active.items()
                if w["state"] == "running" and w["session_exited"] != 0]
     for ref in dict.fromkeys(snap.pending + running):
+        if snap.first.get(ref) == StepAction.LAUNCH.value and not room_for(
+                loop, ref, report, snap.active.get(ref)):
+            report.waiting += 1  # its launch waits for room: no visit (claim and release)
+            continue
         work_on(loop, ref, report, seen=snap.active.get(ref))
     loop.prune_decisions()
     loop.log.emit("poll.cycle", started=report.started, inputs=report.inputs,
