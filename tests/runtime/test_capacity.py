@@ -7,20 +7,32 @@ import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 from fault_helpers import hold, live_sessions
 from hosts_helpers import Host
 from runtime_helpers import LoopDir, pg_query, until
 
 
+def armed(ld: LoopDir, n: int, max_sessions: int) -> list[str]:
+    """`ld` with the holding harness and `maxSessions`, and `n` items started (not polled)."""
+    hold(ld, f"maxSessions: {max_sessions}\n", policy=False)
+    refs = [ld.add(f"Item {i}") for i in range(n)]
+    for ref in refs:
+        ld.start(ref)
+    return refs
+
+
+def poll(ld: LoopDir) -> dict[str, Any]:
+    """One `poll --once`'s report."""
+    return dict(json.loads(ld.cli("poll", "--once", "--json").stdout))
+
+
 def test_a_host_runs_at_most_max_sessions_and_the_rest_wait(tmp_path: Path,
                                                             database: str) -> None:
     with LoopDir(tmp_path, database=database) as ld:
-        hold(ld, "maxSessions: 2\n", policy=False)
-        refs = [ld.add(f"Item {i}") for i in range(4)]
-        for ref in refs:
-            ld.start(ref)
-        report = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        refs = armed(ld, 4, 2)
+        report = poll(ld)
         assert (report["launched"], report["waiting"]) == (2, 2)
         assert sum(live_sessions(ld).values()) == 2
         waiting = [r for r in refs if not ld.work(r)["session_id"]]
@@ -30,7 +42,7 @@ def test_a_host_runs_at_most_max_sessions_and_the_rest_wait(tmp_path: Path,
         [first] = ld.query("SELECT pid FROM sessions ORDER BY started LIMIT 1")
         os.killpg(int(first["pid"]), signal.SIGKILL)
         until(lambda: sum(live_sessions(ld).values()) == 1, what="one session ended")
-        report = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        report = poll(ld)
         assert (report["launched"], report["waiting"]) == (1, 2)
         assert sum(live_sessions(ld).values()) == 2
 
@@ -61,10 +73,7 @@ def test_two_processes_of_one_host_launching_at_once_keep_to_max_sessions(
     session (a pause point): without the host's launch lock both found the one place free
     and two sessions ran under maxSessions: 1."""
     with LoopDir(tmp_path) as ld:
-        hold(ld, "maxSessions: 1\n", policy=False)
-        refs = [ld.add(f"Item {i}") for i in range(2)]
-        for ref in refs:
-            ld.start(ref)
+        refs = armed(ld, 2, 1)
         pause = {"THE_LOOP_PAUSEPOINT": "launch-room=1"}
         polls = [ld.popen("poll", "--once", "--json", env=pause) for _ in range(2)]
         reports = [json.loads(p.communicate(timeout=60)[0]) for p in polls]
@@ -86,13 +95,10 @@ def test_a_cycle_whose_snapshot_is_behind_still_keeps_to_max_sessions_and_asks_o
     cycle waits instead of launching, asks the database from then on (it does not try the
     launch again and again), and session_spawn, asked once, is not asked again."""
     with LoopDir(tmp_path) as ld:
-        hold(ld, "maxSessions: 1\n", policy=False)
-        refs = [ld.add(f"Item {i}") for i in range(2)]
-        for ref in refs:
-            ld.start(ref)
+        refs = armed(ld, 2, 1)
         late = ld.popen("poll", "--once", "--json", env={"THE_LOOP_PAUSEPOINT": "cycle-read=2"})
         until(lambda: ld.query("SELECT 1 FROM hosts"), what="the late poll's first beat")
-        first = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        first = poll(ld)
         assert (first["launched"], first["waiting"]) == (1, 1)
         report = json.loads(late.communicate(timeout=60)[0])
         assert (report["launched"], report["waiting"]) == (0, 1)
@@ -103,7 +109,7 @@ def test_a_cycle_whose_snapshot_is_behind_still_keeps_to_max_sessions_and_asks_o
                           "AND work_item LIKE ?", f"%{waiting.split('#')[1]}")
         assert spawns[0]["n"] <= 1
         for _ in range(2):
-            again = json.loads(ld.cli("poll", "--once", "--json").stdout)
+            again = poll(ld)
             assert (again["launched"], again["waiting"]) == (0, 1)
         assert ld.query("SELECT COUNT(*) AS n FROM decision_log WHERE point='session_spawn' "
                         "AND work_item LIKE ?", f"%{waiting.split('#')[1]}") == spawns
@@ -115,19 +121,16 @@ def test_a_full_host_does_not_visit_the_items_whose_launch_waits_for_room(
     34: a backlog of waiting items cost a claim and a release each, every cycle); it is
     counted as waiting, and launched once a place is free."""
     with LoopDir(tmp_path, database=database) as ld:
-        hold(ld, "maxSessions: 1\n", policy=False)
-        refs = [ld.add(f"Item {i}") for i in range(3)]
-        for ref in refs:
-            ld.start(ref)
-        first = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        refs = armed(ld, 3, 1)
+        first = poll(ld)
         assert (first["launched"], first["waiting"]) == (1, 2)
         waiting = [r for r in refs if not ld.work(r)["session_id"]]
         fences = {r: ld.work(r)["fence"] for r in waiting}
-        again = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        again = poll(ld)
         assert (again["launched"], again["waiting"], again["busy"]) == (0, 2, 0)
         assert {r: ld.work(r)["fence"] for r in waiting} == fences  # never claimed
         [running] = ld.query("SELECT pid FROM sessions WHERE exited=0")
         os.killpg(int(running["pid"]), signal.SIGKILL)
         until(lambda: sum(live_sessions(ld).values()) == 0, what="the session to end")
-        last = json.loads(ld.cli("poll", "--once", "--json").stdout)
+        last = poll(ld)
         assert last["launched"] == 1 and sum(live_sessions(ld).values()) == 1
