@@ -19,15 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from the_loop.runtime.store import ACTIVE, Store
-from the_loop.runtime.tracker.base import Item
-from the_loop.runtime.tracker.local import pull_of
 
 _WORK_COLUMNS = ("ref", "state", "arm_seq", "node", "session_id", "actor", "source",
                  "respawns", "updated", "epoch", "claim", "claim_until", "fence", "host")
 _SESSION_COLUMNS = ("id", "ref", "endpoint", "harness", "pid", "node", "started", "exited",
                     "code", "log", "step", "host", "lost")
-_ITEM_COLUMNS = ("id", "repository", "number", "kind", "title", "body", "state", "parent",
-                 "author", "created", "closed_by", "base", "head", "head_repository", "draft")
+#: What a cycle decides from of an open item: its ref, the item a pull request names, its
+#: labels (an item's title, body and the rest are read by the visit that needs them).
+_ITEM_COLUMNS = ("id", "repository", "number", "parent")
 
 
 def _obj(json_object: str, alias: str, columns: tuple[str, ...], *extra: str) -> str:
@@ -68,6 +67,18 @@ def snapshot_sql(store: Store) -> str:
     ))
 
 
+class OpenItem:
+    """An open item as a cycle sees it: its ref, its parent (a pull request's ticket),
+    its labels."""
+
+    __slots__ = ("labels", "parent", "ref")
+
+    def __init__(self, ref: str, parent: str, labels: list[str]) -> None:
+        self.ref = ref
+        self.parent = parent
+        self.labels = labels
+
+
 @dataclass
 class Snapshot:
     """A poll cycle's view of the loop, read in one statement (see the module docstring)."""
@@ -75,7 +86,7 @@ class Snapshot:
     live: list[dict[str, Any]] = field(default_factory=list)
     lost_here: list[dict[str, Any]] = field(default_factory=list)
     lapsed: list[str] = field(default_factory=list)
-    open_items: list[Item] = field(default_factory=list)
+    open_items: list[OpenItem] = field(default_factory=list)
     active: dict[str, dict[str, Any]] = field(default_factory=dict)
     commented: set[str] = field(default_factory=set)
     pending: list[str] = field(default_factory=list)
@@ -117,9 +128,6 @@ def read(store: Store, own: str) -> Snapshot:
     )
 
 
-def _item(r: dict[str, Any]) -> Item:
-    return Item(ref=f"local:{r['repository']}#{r['number']}", kind=str(r["kind"]),
-                title=str(r["title"]), body=str(r["body"]), state=str(r["state"]),
-                labels=list(r["labels"]), comments=[], parent=str(r["parent"]),
-                closed_by=str(r["closed_by"]), created=float(r["created"]),
-                author=str(r["author"]), pull=pull_of(r, str(r["repository"])))
+def _item(r: dict[str, Any]) -> OpenItem:
+    return OpenItem(f"local:{r['repository']}#{r['number']}", str(r["parent"]),
+                    list(r["labels"]))

@@ -333,11 +333,11 @@ def poll_once(loop: Loop) -> Report:
     is_open = {item.ref for item in snap.open_items}
     for ref, w in snap.active.items():
         if ref not in is_open:  # closed (or gone: get() says which)
-            item = loop.tracker.get(ref, comments=False)
-            if item.state == "closed":
+            closed = loop.tracker.get(ref, comments=False)
+            if closed.state == "closed":
                 loop.store.queue(StepAction.COMPLETE.key(ref, w.get("arm_seq", 0)), ref,
                                  StepAction.COMPLETE,
-                                 {"source": "tracker", "actor": item.closed_by or "someone"})
+                                 {"source": "tracker", "actor": closed.closed_by or "someone"})
                 snap.pending.append(ref)
                 continue
         said = ref in snap.commented or any(pr in snap.commented for pr in pulls.get(ref, []))
