@@ -15,7 +15,6 @@ statement.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from the_loop.runtime.store import ACTIVE, Store
@@ -79,19 +78,25 @@ class OpenItem:
         self.labels = labels
 
 
-@dataclass
 class Snapshot:
     """A poll cycle's view of the loop, read in one statement (see the module docstring)."""
 
-    live: list[dict[str, Any]] = field(default_factory=list)
-    lost_here: list[dict[str, Any]] = field(default_factory=list)
-    lapsed: list[str] = field(default_factory=list)
-    open_items: list[OpenItem] = field(default_factory=list)
-    active: dict[str, dict[str, Any]] = field(default_factory=dict)
-    commented: set[str] = field(default_factory=set)
-    pending: list[str] = field(default_factory=list)
-    #: The action of each pending item's first pending step (what its visit would run first).
-    first: dict[str, str] = field(default_factory=dict)
+    __slots__ = ("active", "commented", "first", "lapsed", "live", "lost_here", "open_items",
+                 "pending")
+
+    def __init__(self, live: list[dict[str, Any]], lost_here: list[dict[str, Any]],
+                 lapsed: list[str], open_items: list[OpenItem],
+                 active: dict[str, dict[str, Any]], commented: set[str], pending: list[str],
+                 first: dict[str, str]) -> None:
+        self.live = live
+        self.lost_here = lost_here
+        self.lapsed = lapsed
+        self.open_items = open_items
+        self.active = active
+        self.commented = commented
+        self.pending = pending
+        #: The action of each pending item's first pending step (what its visit runs first).
+        self.first = first
 
     def ended(self, sids: set[str]) -> None:
         """Sessions this cycle saw end (or lost with their host): their items owe a check."""

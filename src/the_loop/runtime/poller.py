@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from the_loop.errors import InputTooLong
@@ -43,20 +42,27 @@ __all__ = ["Away", "Report", "classify", "deliver", "feedback", "poll_once", "re
 MAX_ATTEMPTS = 3
 
 
-@dataclass
 class Report:
-    started: list[str] = field(default_factory=list)
-    inputs: int = 0
-    refused: int = 0
-    launched: int = 0
-    closed: list[str] = field(default_factory=list)
-    exited: list[str] = field(default_factory=list)
-    busy: int = 0
-    waiting: int = 0  # items whose launch waits for room (maxSessions)
-    #: This host's sessions running as the cycle's snapshot found them (after its reap),
-    #: with the ones its visits launched since and without the ones they replaced: what a
-    #: launch step is checked against before it runs (`room_for`). None outside a cycle.
-    live: set[str] | None = None
+    """What one cycle (or one delivery) did. A plain class: a dataclass costs every poller
+    its generated methods at start-up."""
+
+    __slots__ = ("busy", "closed", "exited", "inputs", "launched", "live", "refused",
+                 "started", "waiting")
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.inputs = 0
+        self.refused = 0
+        self.launched = 0
+        self.closed: list[str] = []
+        self.exited: list[str] = []
+        self.busy = 0
+        self.waiting = 0  # items whose launch waits for room (maxSessions)
+        #: This host's sessions running as the cycle's snapshot found them (after its
+        #: reap), with the ones its visits launched since and without the ones they
+        #: replaced: what a launch step is checked against before it runs (`room_for`).
+        #: None outside a cycle.
+        self.live: set[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"started": self.started, "inputs": self.inputs, "refused": self.refused,
