@@ -126,6 +126,9 @@ def main() -> int:
     ap.add_argument("--max-sessions", type=int, default=4, help="postgresql: per host")
     ap.add_argument("--claim-seconds", type=float, default=3.0)
     ap.add_argument("--hosts", default="1,2,4", help="postgresql: the host counts to run")
+    ap.add_argument("--pollers-first", action="store_true",
+                    help="postgresql: start the pollers (and wait for each one's first beat) "
+                         "before the clock, not after the items are armed")
     args = ap.parse_args()
     items, repeat = (8, 1) if args.quick else (args.items, args.repeat)
     if args.backend == "postgresql":
@@ -155,10 +158,11 @@ def hosts_report(args: argparse.Namespace, items: int, repeat: int) -> int:
           f"{platform.release()}, Python {platform.python_version()}, load {load:.1f} at start")
     print(f"command: python benchmarks/loop_throughput.py --backend postgresql --items {items} "
           f"--repeat {repeat} --sleep {args.sleep:g} --max-sessions {args.max_sessions} "
-          f"--hosts {args.hosts}")
+          f"--hosts {args.hosts}" + (" --pollers-first" if args.pollers_first else ""))
     report(args.dsn, items=items, sleep=args.sleep, max_sessions=args.max_sessions,
            repeat=repeat, claim_seconds=args.claim_seconds,
-           counts=tuple(int(n) for n in args.hosts.split(",")))
+           counts=tuple(int(n) for n in args.hosts.split(",")),
+           pollers_first=args.pollers_first)
     return 0
 
 
