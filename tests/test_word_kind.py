@@ -59,7 +59,6 @@ FACT_NAMED = {
     "runtime/tracker/base.py": {"kind"},
     "runtime/tracker/local.py": {"KINDS", "kind"},
     "runtime/tracker/pulls.py": {"kind"},
-    "runtime/cycle.py": {"kind"},
     "runtime/steps.py": {"kind"},  # InputReceived(kind=...), WaitingForInput(kind=...)
     "cli/items.py": {"kind"},  # --kind
     "cli/dryrun.py": {"kind"},  # --facts work_item.kind=...
