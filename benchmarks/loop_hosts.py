@@ -7,10 +7,10 @@ only sleeps `--sleep` seconds, then leaves a marker; this process (the agent's s
 interpreter start is counted) completes that node with `graph complete` and removes the
 marker, and the shell exits. The graph is one agent node, then done. The clock runs from the
 arming of `--items` items until every one is done; the pollers start just after the arming,
-inside the clock, or (`--pollers-first`) before it, each having beaten once. Then: sessions
-per item (must be 1) and starts per item (must be 1). Claim latency is measured apart: N processes (one per host)
-claim and release items of one table for `--claim-seconds`, each timing every `claim()`.
-CPU per item: the pollers with their sessions (this process's children), and the database
+inside the clock, or (`--pollers-first`) before it, each having beaten once. Then: sessions per
+item (must be 1) and starts per item (must be 1). Claim latency is measured apart: N processes
+(one per host) claim and release items of one table for `--claim-seconds`, each timing every
+`claim()`. CPU per item: the pollers with their sessions (this process's children), and the database
 backends serving the run (sampled from /proc, see BackendCpu).
 """
 
