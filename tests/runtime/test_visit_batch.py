@@ -129,9 +129,7 @@ def test_on_postgresql_the_read_that_opens_a_visit_holds_its_item_until_it_commi
         pg_dsn: str) -> None:
     """The fence check holds the claimed item's work row until the visit's transaction
     commits, so no other owner can take the item over between the check and the writes it
-    guards; when that check is the read of the visit's next step after a commit, the read
-    takes the lock. (The visit's first steps come with its claim, issue 34: the transaction
-    its first write opens is checked by the statement that commits it.)"""
+    guards; when that check is the visit's first read, the read takes the lock."""
     import psycopg
 
     db = open_database(pg_dsn)
@@ -140,12 +138,7 @@ def test_on_postgresql_the_read_that_opens_a_visit_holds_its_item_until_it_commi
         store.arm(REF, actor="alice", source="command", cursors={})
         with db.batched():
             assert store.claim(REF)
-            step = store.next_step(REF)  # as the claim read it
-            assert step is not None
-            assert not db.pending()
-            store.record(step, "work_item_start", {"proceed": True})
-            db.settle()
-            assert store.next_step(REF) is not None  # read again, and the row held
+            assert store.next_step(REF) is not None
             with psycopg.connect(pg_dsn, autocommit=True) as other:
                 other.execute("SET lock_timeout = '300ms'")
                 with pytest.raises(psycopg.errors.LockNotAvailable):

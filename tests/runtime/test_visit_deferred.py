@@ -157,8 +157,11 @@ def counting(db: Database) -> Iterator[list[str]]:
 
 def test_a_visit_starts_from_the_steps_its_claim_returned_and_reads_none_of_its_own(
         db: Database, target: str | Path) -> None:
-    """The claim's statement returns the item's pending steps (issue 34: one statement less
-    a visit); a step queued elsewhere after the claim is the next visit's."""
+    """On SQLite the claim's statement returns the item's pending steps (issue 34: one
+    statement less a visit); on PostgreSQL the visit reads them after its claim, with the
+    read that locks the row (what the claim's statement returned could miss a step an
+    agent committed meanwhile: test_issue34_attack). A step queued elsewhere after a visit
+    is the next visit's."""
     store = Store(db)
     store.arm(REF, actor="alice", source="command", cursors={})
     with db.batched():
@@ -166,7 +169,8 @@ def test_a_visit_starts_from_the_steps_its_claim_returned_and_reads_none_of_its_
             assert store.claim(REF)
             step = store.next_step(REF)
         assert step is not None and step.action is StepAction.START
-        assert len(ran) == 1 and ran[0].lstrip().startswith("UPDATE work SET claim")
+        assert ran[0].lstrip().startswith("UPDATE work SET claim")
+        assert len(ran) == (1 if db.dialect is SQLITE else 2)
         store.finish(step, "started")
         assert store.next_step(REF) is None
         store.release(REF)

@@ -24,7 +24,7 @@ from the_loop.runtime.identity import AGENT_PREFIX, agent_login
 from the_loop.runtime.input_bound import LAUNCH_FULL
 from the_loop.runtime.lease import clashes, host_id, owner_dead_here, owner_id, process_owner
 from the_loop.runtime.stepactions import StepAction, UnknownStepAction, step_action
-from the_loop.sqldb import Conn
+from the_loop.sqldb import SQLITE, Conn
 
 ACTIVE = ("armed", "running", "waiting", "gate")
 
@@ -76,15 +76,18 @@ _NEXT_WITH_WORK = _NEXT_WITH_WORK.format(lock="")
 
 
 
-def _pending_column(dialect_name: str) -> str:
-    """For a visit's claim (`Store.claim`): the claimed item's pending steps, as one JSON
-    array column of the claim's RETURNING, so the visit starts from them with no read of
-    its own."""
-    jo, agg = (("json_build_object", "json_agg") if dialect_name == "postgresql"
-               else ("json_object", "json_group_array"))
+def _pending_column() -> str:
+    """For a visit's claim on SQLite (`Store.claim`): the claimed item's pending steps, as
+    one JSON array column of the claim's RETURNING, so the visit starts from them with no
+    read of its own. Only SQLite: there the claim runs under the database's one write lock,
+    so it sees every step committed before it. On PostgreSQL a statement reads as of its
+    start (READ COMMITTED), and an agent's `graph complete` that committed its step (taking
+    no claim, Store.queue_unclaimed) between the claim's start and its taking the row would
+    be missing from what it returned; there the visit's first read, after the claim,
+    finds it."""
     fields = ", ".join(f"'{c}', s.{c}" for c in _STEP)
-    return (f", (SELECT {agg}({jo}({fields})) FROM steps s WHERE s.ref=work.ref AND "
-            "s.state='pending') AS pending_steps")
+    return (f", (SELECT json_group_array(json_object({fields})) FROM steps s WHERE "
+            "s.ref=work.ref AND s.state='pending') AS pending_steps")
 
 
 def _steps_in(value: Any) -> list[Step] | None:
@@ -195,15 +198,15 @@ class Store:
             "fence=fence + CASE WHEN claim=? THEN 0 ELSE 1 END WHERE ref IN (SELECT ref FROM "
             f"work WHERE ref=? AND (claim=? OR claim='' OR claim_until <= {self.now})"
             f"{self.db.dialect.skip_locked}) RETURNING *"
-            f"{_pending_column(self.db.dialect.name) if memo is not None else ''}",
+            f"{_pending_column() if memo is not None and self.db.dialect is SQLITE else ''}",
             (me, self.expiry, me, ref, me)).fetchall()  # all: the statement ends, and commits
         if rows:
             # In a batch's open transaction (an agent's command: db.py), the row is locked
             # by this very statement: that transaction's fence is checked already.
             self.db.hold(ref, me, int(rows[0]["fence"]), locked=self.db.pending())
             if memo is not None:  # a visit (db.batched) starts from the row it claimed,
-                w = dict(rows[0])  # and from the steps pending then
-                queue = _steps_in(w.pop("pending_steps", None))
+                w = dict(rows[0])  # and (SQLite) from the steps pending then
+                queue = _steps_in(w.pop("pending_steps")) if "pending_steps" in w else None
                 memo["work", ref] = w
                 if queue is not None:
                     memo["queue", ref] = queue
@@ -326,13 +329,12 @@ class Store:
                                   "pending", "", ""))
 
     def _queue(self, ref: str) -> list[Step] | None:
-        """In a visit: `ref`'s pending steps as its claim or `next_step` read them, with the
-        steps the visit queued since (None: read them again -- not read in this visit,
-        changed other than by its `add_step` and `finish`, emptied by a rollback, or, on
-        PostgreSQL, after a commit that followed the read, where the read that opens the
-        next transaction is its fence check, `Database.fence_due`; a transaction opened
-        without one has its fence checked by the statement that commits it; on SQLite they
-        are kept across the visit's commits)."""
+        """In a visit: `ref`'s pending steps as its claim (SQLite) or `next_step` read them,
+        with the steps the visit queued since (None: read them again -- not read in this
+        visit, changed other than by its `add_step` and `finish`, emptied by a rollback, or,
+        on PostgreSQL, after a commit, where the read that opens the next transaction is its
+        fence check, `Database.fence_due`; on SQLite they are kept across the visit's
+        commits)."""
         memo = self.db.memo()
         if memo is None:
             return None
