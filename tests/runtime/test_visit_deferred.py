@@ -216,3 +216,25 @@ def test_a_launchs_registration_is_one_statement_and_a_stale_owner_registers_not
             register("s-2")
         store.release(REF)
     assert elsewhere(target, lambda s: s.session("s-2")) is None
+
+
+def test_input_taken_from_a_cursor_the_visit_read_is_queued_once_without_reading_it_again(
+        db: Database, target: str | Path) -> None:
+    """A visit that holds the item's claim takes comments in from the cursor it read (issue
+    34: not read again in the transaction); a comment taken already, by whoever took it,
+    is still one input step, and the cursor never moves back."""
+    from the_loop.runtime.tracker.base import Comment
+
+    store = Store(db)
+    store.arm(REF, actor="alice", source="command", cursors={REF: 3})
+    comments = [Comment(i, "bob", f"c{i}", 0.0) for i in (4, 5)]
+    assert elsewhere(target, lambda s: s.take_input(REF, REF, comments[:1], "the-loop")) == 1
+    with db.batched():
+        assert store.claim(REF)
+        with counting(db) as ran:
+            assert store.take_input(REF, REF, comments, "the-loop", after=3) == 1  # 5 only
+        assert not any("FROM cursors" in sql for sql in ran)
+        store.release(REF)
+    assert store.cursor(REF) == 5
+    keys = [r["key"] for r in db.conn.execute("SELECT key FROM steps WHERE kind='input'")]
+    assert sorted(keys) == [StepAction.INPUT.key(REF, 4), StepAction.INPUT.key(REF, 5)]

@@ -328,11 +328,14 @@ def ingest(loop: Loop, ref: str, pulls: list[str] | None = None) -> int:
     if pulls is None:
         pulls = [i.ref for i in loop.tracker.items(state="open", parent=ref)]
     endpoints = [ref] + [pr for pr in pulls if loop.work(pr) is None]
+    held = loop.db.claim_of(ref) is not None  # (a visit's: nobody re-arms it meanwhile)
     n = 0
     for endpoint in endpoints:
-        comments = loop.tracker.comments_after(endpoint, loop.store.cursor(endpoint))
+        after = loop.store.cursor(endpoint)
+        comments = loop.tracker.comments_after(endpoint, after)
         if comments:
-            n += loop.store.take_input(ref, endpoint, comments, skip=LOOP_AUTHOR)
+            n += loop.store.take_input(ref, endpoint, comments, skip=LOOP_AUTHOR,
+                                       after=after if held else None)
     return n
 
 

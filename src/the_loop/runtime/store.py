@@ -300,12 +300,13 @@ class Store:
         self.add_steps(conn, [(key, ref, action, payload)])
 
     def add_steps(self, conn: Conn, steps: list[Owed],
-                  done: dict[str, str] | None = None) -> None:
+                  done: dict[str, str] | None = None) -> int:
         """`add_step` for each of `steps` (key, ref, action, payload), in order, with one
-        statement. `done`: keys written as finished already, with their outcome (an enter
-        step that asks no hook, done in the transaction that queues it: Loop.enter_rows)."""
+        statement; how many were not queued already. `done`: keys written as finished
+        already, with their outcome (an enter step that asks no hook, done in the transaction
+        that queues it: Loop.enter_rows)."""
         if not steps:
-            return
+            return 0
         done = done or {}
         now = time.time()
         rows: list[tuple[str, str, StepAction, str]] = []
@@ -327,6 +328,7 @@ class Store:
             if queue is not None and key in got and key not in done:  # the visit runs it
                 queue.append(Step(got[key], key, ref, action, json.loads(stored), {},
                                   "pending", "", ""))
+        return len(got)
 
     def _queue(self, ref: str) -> list[Step] | None:
         """In a visit: `ref`'s pending steps as its claim (SQLite) or `next_step` read them,
@@ -523,23 +525,29 @@ class Store:
         row = self.db.conn.execute("SELECT last FROM cursors WHERE ref=?", (ref,)).fetchone()
         return int(row["last"]) if row else 0
 
-    def take_input(self, target: str, endpoint: str, comments: list[Any], skip: str) -> int:
+    def take_input(self, target: str, endpoint: str, comments: list[Any], skip: str, *,
+                   after: int | None = None) -> int:
         """Queue one input step per comment after the cursor and move the cursor, in one
-        transaction: an input is durable before the cursor passes it. Returns how many."""
-        n = 0
+        transaction: an input is durable before the cursor passes it. Returns how many.
+        `after`: the cursor as the caller read it, when nothing else can have moved it back
+        or forward past what it read but another `take_input` of the same comments (the
+        visit holds the item's claim, so it cannot be armed again meanwhile; the same
+        comment's input is one step, and the cursor only moves forward): not read again."""
         with self.db.transaction() as conn:
-            row = conn.execute("SELECT last FROM cursors WHERE ref=?", (endpoint,)).fetchone()
-            last = int(row["last"]) if row else 0
+            if after is None:
+                row = conn.execute("SELECT last FROM cursors WHERE ref=?",
+                                   (endpoint,)).fetchone()
+                after = int(row["last"]) if row else 0
+            last, owed = after, []
             for c in comments:
                 if c.id <= last:
                     continue
                 last = c.id
-                if c.author == skip:
-                    continue
-                self.add_step(conn, StepAction.INPUT.key(endpoint, c.id), target, StepAction.INPUT,
-                              {"endpoint": endpoint, "comment": c.id, "actor": c.author,
-                               "source": c.source})
-                n += 1
+                if c.author != skip:
+                    owed.append((StepAction.INPUT.key(endpoint, c.id), target, StepAction.INPUT,
+                                 {"endpoint": endpoint, "comment": c.id, "actor": c.author,
+                                  "source": c.source}))
+            n = self.add_steps(conn, owed)
             conn.execute("INSERT INTO cursors(ref, last) VALUES (?, ?) ON CONFLICT(ref) DO "
                          "UPDATE SET last=CASE WHEN excluded.last > cursors.last THEN "
                          "excluded.last ELSE cursors.last END", (endpoint, last))
