@@ -238,3 +238,21 @@ def test_input_taken_from_a_cursor_the_visit_read_is_queued_once_without_reading
     assert store.cursor(REF) == 5
     keys = [r["key"] for r in db.conn.execute("SELECT key FROM steps WHERE kind='input'")]
     assert sorted(keys) == [StepAction.INPUT.key(REF, 4), StepAction.INPUT.key(REF, 5)]
+
+
+def test_a_launchs_room_count_reads_the_session_it_replaces_in_the_same_statement(
+        db: Database) -> None:
+    """Under the host's launch lock a launch counts the host's sessions besides its item's
+    current one, which it ends next: that session's row comes with the count (issue 34)."""
+    store = Store(db)
+    store.arm(REF, actor="alice", source="command", cursors={})
+    for sid in ("s-1", "s-2"):
+        store.register_session(sid, f"launch:{sid}", ref=REF, endpoint=REF, harness="h",
+                               pid=42, node="write", log=f"{sid}.log")
+    with db.batched():
+        with counting(db) as ran:
+            assert store.running_here(besides="s-1") == 1
+            row = store.session("s-1")
+            assert store.running_here(besides="s-9") == 2 and store.session("s-9") is None
+        assert row is not None and row["pid"] == 42 and len(ran) == 2
+    assert store.running_here(besides="s-1") == 1  # outside a visit: the count alone

@@ -657,11 +657,24 @@ class Store:
             (self.host,))]
 
     def running_here(self, besides: str = "") -> int:
-        """How many of this host's sessions run, not counting session `besides`."""
+        """How many of this host's sessions run, not counting session `besides`. In a visit
+        (db.memo) `besides`'s own row (the item's current session, which a launch ends
+        next) is read by the same statement and kept for `session`."""
+        memo = self.db.memo()
+        if memo is None or not besides or ("session", besides) in memo:
+            row = self.db.conn.execute(
+                "SELECT COUNT(*) AS n FROM sessions WHERE exited=0 AND host IN ('', ?) AND "
+                "id<>?", (self.host, besides)).fetchone()
+            return int(row["n"])
         row = self.db.conn.execute(
-            "SELECT COUNT(*) AS n FROM sessions WHERE exited=0 AND host IN ('', ?) AND id<>?",
-            (self.host, besides)).fetchone()
-        return int(row["n"])
+            "SELECT (SELECT COUNT(*) FROM sessions WHERE exited=0 AND host IN ('', ?) AND "
+            "id<>?) AS n_running, s.* FROM (SELECT 1 AS one) AS o LEFT JOIN sessions s ON "
+            "s.id=?", (self.host, besides, besides)).fetchone()
+        found = dict(row)
+        n = int(found.pop("n_running"))
+        found.pop("one", None)
+        memo["session", besides] = found if found.get("id") is not None else None
+        return n
 
     def take_over(self, ref: str, host: str) -> int:
         """`host` is lost: its sessions of `ref` are over (marked lost, not counted as
