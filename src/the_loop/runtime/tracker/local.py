@@ -267,9 +267,18 @@ class LocalTracker:
         if not old.strip() or not new.strip():
             raise TrackerError("a label must be a non-empty string")
         with self.db.transaction() as conn:
-            moved = conn.execute("UPDATE labels SET label=? WHERE item=? AND label=? AND NOT "
-                                 "EXISTS (SELECT 1 FROM labels WHERE item=? AND label=?)",
-                                 (new, item_id, old, item_id, new)).rowcount
+            if self.db.dialect.name == "postgresql":
+                # Not a rename there: its NOT EXISTS would not see a person's label of the
+                # same name being written, and the rename would then break the key.
+                conn.execute("WITH gone AS (DELETE FROM labels WHERE item=? AND label=?) "
+                             "INSERT INTO labels(item, label) VALUES (?, ?) ON CONFLICT DO "
+                             "NOTHING", (item_id, old, item_id, new))
+                moved = 1
+            else:
+                moved = conn.execute(
+                    "UPDATE labels SET label=? WHERE item=? AND label=? AND NOT EXISTS "
+                    "(SELECT 1 FROM labels WHERE item=? AND label=?)",
+                    (new, item_id, old, item_id, new)).rowcount
             if moved != 1:
                 conn.execute("DELETE FROM labels WHERE item=? AND label=?", (item_id, old))
                 conn.execute("INSERT INTO labels(item, label) VALUES (?, ?) ON CONFLICT DO "
