@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from runtime_helpers import child_env
 
@@ -62,6 +63,28 @@ RACE = textwrap.dedent('''
 ''')
 
 
+def race(tmp_path: Path, pg_dsn: str, script: str, rival: str) -> dict[str, Any]:
+    """Run `script` as two real processes on an item at an agent node: `rival` for 6 s and
+    `visit` for 5; what the visit reports."""
+    from the_loop.runtime.db import open_database
+
+    db = open_database(pg_dsn)
+    db.conn.execute("INSERT INTO work(ref, state, arm_seq, node, session_id, epoch, updated) "
+                    "VALUES (?, 'running', 1, 'write', 'S', 1, 0)", (REF,))
+    db.close()
+    path = tmp_path / f"{rival}.py"
+    path.write_text(script, encoding="utf-8")
+    argv = [sys.executable, str(path), pg_dsn]
+    other = subprocess.Popen([*argv, rival, "6", REF], env=child_env(), text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    visit = subprocess.run([*argv, "visit", "5", REF], env=child_env(), text=True,
+                           capture_output=True, timeout=120, check=False)
+    other.kill()
+    other.communicate()
+    assert visit.returncode == 0, visit.stderr
+    return dict(json.loads(visit.stdout))
+
+
 def test_a_done_step_the_door_queued_before_the_claim_is_in_the_queue_the_claim_returns(
         tmp_path: Path, pg_dsn: str) -> None:
     """8b54e35 + 61bae44 on PostgreSQL: the door's INSERT ... SELECT ... FOR UPDATE locks the
@@ -73,23 +96,7 @@ def test_a_done_step_the_door_queued_before_the_claim_is_in_the_queue_the_claim_
     A visit that then writes (an input recorded) decides from that queue: check_session
     finds nothing pending, respawns the node whose session finished -- or, after one
     respawn, blocks the item, and its done step is then dropped as stale."""
-    from the_loop.runtime.db import open_database
-
-    db = open_database(pg_dsn)
-    db.conn.execute("INSERT INTO work(ref, state, arm_seq, node, session_id, epoch, updated) "
-                    "VALUES (?, 'running', 1, 'write', 'S', 1, 0)", (REF,))
-    db.close()
-    script = tmp_path / "race.py"
-    script.write_text(RACE, encoding="utf-8")
-    argv = [sys.executable, str(script), pg_dsn]
-    door = subprocess.Popen([*argv, "door", "6", REF], env=child_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    visit = subprocess.run([*argv, "visit", "5", REF], env=child_env(), text=True,
-                           capture_output=True, timeout=120, check=False)
-    door.kill()
-    door.communicate()
-    assert visit.returncode == 0, visit.stderr
-    got = json.loads(visit.stdout)
+    got = race(tmp_path, pg_dsn, RACE, "door")
     assert got["claims"] > 100, got
     assert got["missed"] == [], (
         f"the claim returned a queue without the done step(s) {got['missed']} the door "
@@ -160,23 +167,7 @@ def test_a_claim_does_not_return_as_pending_a_step_finished_before_it(
     step the last owner ran and finished comes back as pending, and this visit runs it
     again (its hooks asked again, its effect done twice). Before, the queue was read by a
     statement after the claim had committed."""
-    from the_loop.runtime.db import open_database
-
-    db = open_database(pg_dsn)
-    db.conn.execute("INSERT INTO work(ref, state, arm_seq, node, session_id, epoch, updated) "
-                    "VALUES (?, 'running', 1, 'write', 'S', 1, 0)", (REF,))
-    db.close()
-    script = tmp_path / "lapsed.py"
-    script.write_text(LAPSED, encoding="utf-8")
-    argv = [sys.executable, str(script), pg_dsn]
-    slow = subprocess.Popen([*argv, "slow", "6", REF], env=child_env(), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    visit = subprocess.run([*argv, "visit", "5", REF], env=child_env(), text=True,
-                           capture_output=True, timeout=120, check=False)
-    slow.kill()
-    slow.communicate()
-    assert visit.returncode == 0, visit.stderr
-    got = json.loads(visit.stdout)
+    got = race(tmp_path, pg_dsn, LAPSED, "slow")
     assert got["claims"] > 20, got
     assert got["again"] == [], (
         f"the claim returned step(s) {got['again']} as pending, finished before it")
