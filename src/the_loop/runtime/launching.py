@@ -108,10 +108,16 @@ def _session_of(loop: Loop, step: Step, asked: bool) -> str:
     return str(prior["id"]) if prior is not None and not prior["lost"] else sid
 
 
+def current_session(loop: Loop, ref: str, w: dict[str, Any] | None = None) -> str:
+    """The id of `ref`'s current session ('' when none), from its work row `w` when given."""
+    row = w if w is not None else loop.work(ref)
+    return str((row or {}).get("session_id") or "")
+
+
 def has_room(loop: Loop, ref: str) -> bool:
     """Whether this host may start one more session for `ref` (its own current session,
     which a launch replaces, does not count)."""
-    current = str((loop.work(ref) or {}).get("session_id") or "")
+    current = current_session(loop, ref)
     if loop.store.running_here(besides=current) < loop.settings.max_sessions:
         return True
     # Recorded as running: ask each session's lock (one this loop ended may not be reaped).

@@ -22,7 +22,7 @@ from the_loop.runtime import harness as harness_mod
 from the_loop.runtime.cycle import Snapshot
 from the_loop.runtime.db import Fenced
 from the_loop.runtime.input_bound import input_refusal
-from the_loop.runtime.launching import LaunchDeferred, has_room
+from the_loop.runtime.launching import LaunchDeferred, current_session, has_room
 from the_loop.runtime.service import (
     ACTIVE,
     LOOP_AUTHOR,
@@ -77,7 +77,7 @@ class Report:
             self.live = None
         elif self.live is not None and step.outcome == "launched":
             self.live.discard(before)
-            self.live.add(str((loop.work(ref) or {}).get("session_id") or ""))
+            self.live.add(current_session(loop, ref))
 
     def count(self, step: Step) -> None:
         if step.action is StepAction.START and step.outcome == "started":
@@ -120,7 +120,7 @@ def run_steps(loop: Loop, ref: str, report: Report | None = None) -> int:
             return n  # a host with room takes it (or this one, once a session ends)
         n += 1
         try:
-            before = str((loop.work(ref) or {}).get("session_id") or "")
+            before = current_session(loop, ref) if step.action is StepAction.LAUNCH else ""
             RUN[step.action](loop, step)
             if step.action is StepAction.LAUNCH and report is not None:
                 report.launched_for(loop, ref, step, before)
@@ -157,8 +157,7 @@ def room_for(loop: Loop, ref: str, report: Report | None,
     live = report.live if report is not None else None
     if live is None:
         return has_room(loop, ref)
-    current = str(((w if w is not None else loop.work(ref)) or {}).get("session_id") or "")
-    return len(live - {current}) < loop.settings.max_sessions
+    return len(live - {current_session(loop, ref, w)}) < loop.settings.max_sessions
 
 
 def _step_redone(loop: Loop, step: Step, exc: WritesLost) -> None:

@@ -409,8 +409,7 @@ class Loop:
                 self.store.release(ref)
 
     @staticmethod
-    def _done_step(ref: str, w: dict[str, Any], actor: str,
-                   summary: str) -> tuple[str, str, StepAction, dict[str, Any]]:
+    def _done_step(ref: str, w: dict[str, Any], actor: str, summary: str) -> Owed:
         """The step an agent's `graph complete` queues at its item's work row `w`."""
         return (StepAction.DONE.key(ref, w["arm_seq"], w["epoch"]), ref, StepAction.DONE,
                 {"node": str(w["node"]), "epoch": int(w["epoch"]), "actor": actor,

@@ -75,7 +75,6 @@ _NEXT_LOCKED = _NEXT_WITH_WORK.format(lock=" FOR UPDATE")
 _NEXT_WITH_WORK = _NEXT_WITH_WORK.format(lock="")
 
 
-
 def _pending_column() -> str:
     """For a visit's claim on SQLite (`Store.claim`): the claimed item's pending steps, as
     one JSON array column of the claim's RETURNING, so the visit starts from them with no
@@ -90,10 +89,10 @@ def _pending_column() -> str:
             "s.ref=work.ref AND s.state='pending') AS pending_steps")
 
 
-def _steps_in(value: Any) -> list[Step] | None:
+def _steps_in(value: str) -> list[Step] | None:
     """The pending steps a claim returned (`_pending_column`), in order; None when one is of
     an action this version does not know (`next_step` reads them and says so)."""
-    rows = json.loads(value) if isinstance(value, str) else (value or [])
+    rows = json.loads(value)
     try:
         return [Step.of(r) for r in sorted(rows, key=lambda r: int(r["seq"]))]
     except UnknownStepAction:
@@ -210,7 +209,6 @@ class Store:
                 memo["work", ref] = w
                 if queue is not None:
                     memo["queue", ref] = queue
-                    memo["claimed", ref] = True
             return True
         return self._claim_held(ref, me)
 
@@ -309,12 +307,8 @@ class Store:
             return 0
         done = done or {}
         now = time.time()
-        rows: list[tuple[str, str, StepAction, str]] = []
-        for key, ref, action, payload in steps:
-            if not isinstance(action, StepAction):
-                raise TypeError(f"a step's action is a StepAction, not {action!r}")
-            action.check(payload)
-            rows.append((key, ref, action, self.redact(json.dumps(payload))))
+        rows = [(key, ref, action, self._stored(action, payload))
+                for key, ref, action, payload in steps]
         values = ", ".join(["(?,?,?,?,?,?,?,?)"] * len(rows))
         got = {str(r["key"]): int(r["seq"]) for r in conn.execute(
             "INSERT INTO steps(key, ref, kind, payload, state, outcome, created, updated) "
@@ -330,6 +324,14 @@ class Store:
                                   "pending", "", ""))
         return len(got)
 
+    def _stored(self, action: StepAction, payload: dict[str, Any]) -> str:
+        """A step's payload as its row stores it (secrets replaced); a non-`StepAction`
+        action, or a payload its action cannot run, is refused here."""
+        if not isinstance(action, StepAction):
+            raise TypeError(f"a step's action is a StepAction, not {action!r}")
+        action.check(payload)
+        return self.redact(json.dumps(payload))
+
     def _queue(self, ref: str) -> list[Step] | None:
         """In a visit: `ref`'s pending steps as its claim (SQLite) or `next_step` read them,
         with the steps the visit queued since (None: read them again -- not read in this
@@ -338,10 +340,7 @@ class Store:
         fence check, `Database.fence_due`; on SQLite they are kept across the visit's
         commits)."""
         memo = self.db.memo()
-        if memo is None:
-            return None
-        claimed = memo.pop(("claimed", ref), False)  # read by the claim, no commit since
-        if self.db.fence_due(ref) and not claimed:
+        if memo is None or self.db.fence_due(ref):
             return None
         return memo.get(("queue", ref))
 
@@ -367,14 +366,14 @@ class Store:
         already: the caller takes the claim and decides as before."""
         if w.get("claim"):
             return False
-        action.check(payload)
+        stored = self._stored(action, payload)
         now = time.time()
         cur = self.db.conn.execute(
             "INSERT INTO steps(key, ref, kind, payload, created, updated) "
             "SELECT ?, ?, ?, ?, ?, ? FROM work WHERE ref=? AND claim='' AND state=? AND node=? "
             f"AND epoch=? AND arm_seq=? AND session_id=? AND fence=?{self.db.dialect.for_update}"
             " ON CONFLICT(key) DO NOTHING",
-            (key, ref, action.value, self.redact(json.dumps(payload)), now, now, ref,
+            (key, ref, action.value, stored, now, now, ref,
              w["state"], w["node"], w["epoch"], w["arm_seq"], w["session_id"], w["fence"]))
         return bool(cur.rowcount == 1)
 
@@ -612,7 +611,7 @@ class Store:
         self._sessions_changed()
         values = (sid, ref, endpoint, harness, pid, node, time.time(), log, step_key, self.host,
                   pid_start)
-        row = self._registered_alone(values, state)
+        row = self._registered_alone(values, sid, ref, node, state)
         if row is None:
             with self.db.transaction() as conn:
                 row = conn.execute(f"{_REGISTER} VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(id) "
@@ -623,7 +622,8 @@ class Store:
         if memo is not None and row is not None:  # the row as written (none: it was there)
             memo["session", sid] = dict(row)
 
-    def _registered_alone(self, values: tuple[Any, ...], state: str) -> Any:
+    def _registered_alone(self, values: tuple[Any, ...], sid: str, ref: str, node: str,
+                          state: str) -> Any:
         """A fresh launch's registration as one statement, outside any transaction: the
         session's row goes in only while this thread's claim on the item is still its own
         and the item's row already names the session as `state` at its node on this host
@@ -631,7 +631,6 @@ class Store:
         under the row's lock. The row written, or None (anything differs, the session is
         recorded already, no claim is held, a transaction is open): the caller registers it
         the long way, which refuses a stale owner."""
-        sid, ref, node = values[0], values[1], values[5]
         held = self.db.claim_of(ref)
         w = self.work(ref) if held is not None and not self.db.pending() else None
         if held is None or w is None or (w["state"], w["node"], w["session_id"], w["host"]) \
@@ -660,19 +659,16 @@ class Store:
         """How many of this host's sessions run, not counting session `besides`. In a visit
         (db.memo) `besides`'s own row (the item's current session, which a launch ends
         next) is read by the same statement and kept for `session`."""
+        count = "SELECT COUNT(*) FROM sessions WHERE exited=0 AND host IN ('', ?) AND id<>?"
         memo = self.db.memo()
         if memo is None or not besides or ("session", besides) in memo:
-            row = self.db.conn.execute(
-                "SELECT COUNT(*) AS n FROM sessions WHERE exited=0 AND host IN ('', ?) AND "
-                "id<>?", (self.host, besides)).fetchone()
+            row = self.db.conn.execute(f"SELECT ({count}) AS n", (self.host,
+                                                                   besides)).fetchone()
             return int(row["n"])
-        row = self.db.conn.execute(
-            "SELECT (SELECT COUNT(*) FROM sessions WHERE exited=0 AND host IN ('', ?) AND "
-            "id<>?) AS n_running, s.* FROM (SELECT 1 AS one) AS o LEFT JOIN sessions s ON "
-            "s.id=?", (self.host, besides, besides)).fetchone()
-        found = dict(row)
+        found = dict(self.db.conn.execute(
+            f"SELECT ({count}) AS n_running, s.* FROM (SELECT 1 AS one) AS o LEFT JOIN "
+            "sessions s ON s.id=?", (self.host, besides, besides)).fetchone())
         n = int(found.pop("n_running"))
-        found.pop("one", None)
         memo["session", besides] = found if found.get("id") is not None else None
         return n
 

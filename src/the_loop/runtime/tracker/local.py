@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from the_loop.errors import quote
 from the_loop.runtime.db import Database
 from the_loop.runtime.tracker.base import Comment, Item, PullRequest, TrackerError
+from the_loop.sqldb import SQLITE
 
 if TYPE_CHECKING:
     from the_loop.hooks.engine.points import WorkItem
@@ -246,8 +247,7 @@ class LocalTracker:
 
     def label(self, ref: str, label: str, *, remove: bool = False) -> None:
         item_id, _, _ = self._row(ref)
-        if not label.strip():
-            raise TrackerError("a label must be a non-empty string")
+        _check_labels(label)
         with self.db.transaction() as conn:
             if remove:
                 conn.execute("DELETE FROM labels WHERE item=? AND label=?", (item_id, label))
@@ -257,29 +257,24 @@ class LocalTracker:
         self._changed(ref, label, remove=remove)
 
     def relabel(self, ref: str, old: str, new: str) -> None:
-        """Label `ref` `new` instead of `old`: one statement that renames the label when the
-        item has `old` and not `new` yet (a phase change), else `old` removed and `new`
-        added."""
+        """Label `ref` `new` instead of `old` (a phase change). On SQLite one statement
+        renames the label when the item has `old` and not `new` yet, else `old` is removed
+        and `new` added; on PostgreSQL one statement removes and adds."""
         if old == new:
             self.label(ref, new)
             return
         item_id, _, _ = self._row(ref)
-        if not old.strip() or not new.strip():
-            raise TrackerError("a label must be a non-empty string")
+        _check_labels(old, new)
         with self.db.transaction() as conn:
-            if self.db.dialect.name == "postgresql":
+            if self.db.dialect is not SQLITE:
                 # Not a rename there: its NOT EXISTS would not see a person's label of the
                 # same name being written, and the rename would then break the key.
                 conn.execute("WITH gone AS (DELETE FROM labels WHERE item=? AND label=?) "
                              "INSERT INTO labels(item, label) VALUES (?, ?) ON CONFLICT DO "
                              "NOTHING", (item_id, old, item_id, new))
-                moved = 1
-            else:
-                moved = conn.execute(
-                    "UPDATE labels SET label=? WHERE item=? AND label=? AND NOT EXISTS "
-                    "(SELECT 1 FROM labels WHERE item=? AND label=?)",
-                    (new, item_id, old, item_id, new)).rowcount
-            if moved != 1:
+            elif conn.execute("UPDATE labels SET label=? WHERE item=? AND label=? AND NOT "
+                              "EXISTS (SELECT 1 FROM labels WHERE item=? AND label=?)",
+                              (new, item_id, old, item_id, new)).rowcount != 1:
                 conn.execute("DELETE FROM labels WHERE item=? AND label=?", (item_id, old))
                 conn.execute("INSERT INTO labels(item, label) VALUES (?, ?) ON CONFLICT DO "
                              "NOTHING", (item_id, new))
@@ -315,3 +310,9 @@ def pull_of(row: object, repository: str) -> PullRequest | None:
         return None
     return PullRequest(repository, str(r["base"]), str(r["head"]), str(r["head_repository"]),
                        bool(r["draft"]))
+
+
+def _check_labels(*labels: str) -> None:
+    """TrackerError unless every label is a non-empty string."""
+    if not all(label.strip() for label in labels):
+        raise TrackerError("a label must be a non-empty string")
